@@ -1,0 +1,89 @@
+#pragma once
+
+// The resolved configuration of a job: what a TOML job file plus its --set overrides say,
+// with every default filled in. The field names are the job-file keys (`training.lr` is
+// training.lr here); see README.md for the reference.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/layer_spec.h"
+
+namespace troupe::actors {
+
+struct model_config {
+  std::vector<layers::layer_spec> layers;
+  std::vector<int64_t> input_shape{1, 28, 28};
+  std::string loss = "softmax_cross_entropy";
+};
+
+struct data_config {
+  std::string dataset = "fashion-mnist";  ///< "fashion-mnist" (IDX files) or "synthetic"
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  bool shuffle = true;
+  bool normalize = true;           ///< standardize features with the training set's mean/std
+  int64_t train_samples = 0;       ///< use only the first N training samples (0: all)
+  int64_t test_samples = 0;        ///< use only the first N test samples (0: all)
+  int64_t synthetic_train = 8192;  ///< synthetic data set sizes
+  int64_t synthetic_test = 1024;
+  int classes = 10;                ///< synthetic data set classes
+};
+
+struct parallelism_config {
+  int stages = 1;
+  std::string partition = "balanced";  ///< "balanced", "uniform" or cut points "3,7"
+  std::vector<std::string> devices{"cpu"};
+  std::string mode = "sync";      ///< "sync" or "async"
+  std::string schedule = "gpipe";  ///< "gpipe" or "1f1b" (sync mode)
+  int micro_batches = 1;
+  int max_active_keys = 0;      ///< 0: the number of stages
+  int min_update_interval = 0;  ///< 0: micro_batches
+  int max_staleness = -1;       ///< -1: unbounded
+  bool weight_stashing = false;
+  int threads = 0;  ///< CPU threads shared among the stages (0: every core)
+};
+
+struct training_config {
+  int64_t batch_size = 64;
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  ///< 0: no limit
+  std::string optimizer = "sgd";  ///< "sgd" or "adam"
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  std::string lr_schedule = "constant";  ///< "constant", "cosine" or "step"
+  double lr_decay = 0.1;                 ///< "step": factor applied every lr_decay_epochs
+  int64_t lr_decay_epochs = 0;
+  int64_t warmup_steps = 0;
+  uint64_t seed = 1;
+  double target_accuracy = 0.0;  ///< 0: unset
+  std::string precision = "fp32";
+};
+
+struct checkpoint_config {
+  std::string dir;  ///< empty: OUT/checkpoints
+  int64_t interval_steps = 0;
+  double interval_s = 0.0;
+  int keep_last = 3;
+};
+
+struct metrics_config {
+  int64_t log_interval = 100;
+  bool trace = false;
+  bool progress = true;  ///< progress bar when stderr is a terminal
+};
+
+struct job_config {
+  model_config model;
+  data_config data;
+  parallelism_config parallelism;
+  training_config training;
+  checkpoint_config checkpoint;
+  metrics_config metrics;
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,197 @@
+#pragma once
+
+// The device interface every compute backend implements. It carries no CUDA or BLAS types:
+// streams and events are opaque handles, device memory is a plain pointer that only the
+// backend that allocated it may touch. All matrices are row-major and contiguous unless a
+// leading dimension says otherwise.
+//
+// Stream semantics: every operation is enqueued on the given stream and runs in order with the
+// other work of that stream. The CPU backend runs each operation at once on the calling thread,
+// so its streams are trivially ordered. Pointers passed to an operation must stay valid until
+// the stream has been synchronized past it. A backend object may be used by one thread at a
+// time per stream; the stage that owns a stream is its only caller.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace troupe::layers {
+
+/// An ordered queue of device work; `handle` belongs to the backend that created it.
+struct stream {
+  void* handle = nullptr;
+};
+
+/// A marker in a stream that another stream or the host can wait for.
+struct event {
+  void* handle = nullptr;
+};
+
+enum class device_kind { cpu, cuda };
+
+enum class transpose { no, yes };
+
+enum class activation { relu, tanh, gelu };
+
+/// Geometry of a 2-D convolution over NCHW images with square kernels.
+struct convolution_geometry {
+  int batch = 0;
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int kernel = 0;
+  int stride = 1;
+  int padding = 0;
+  int out_height = 0;
+  int out_width = 0;
+};
+
+/// Geometry of a 2-D max pooling over NCHW images with square windows.
+struct pooling_geometry {
+  int batch = 0;
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int kernel = 0;
+  int stride = 0;
+  int out_height = 0;
+  int out_width = 0;
+};
+
+/// PyTorch's SGD: g = gradient_scale * grad + weight_decay * w; v = momentum * v + g; w -= lr * v.
+struct sgd_parameters {
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float gradient_scale = 1.0f;
+};
+
+/// PyTorch's Adam with L2 weight decay added to the gradient; `step` counts from 1.
+struct adam_parameters {
+  float learning_rate = 0.001f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  float gradient_scale = 1.0f;
+  int64_t step = 1;
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  /// "cpu" or "cuda:N".
+  virtual std::string name() const = 0;
+  virtual device_kind kind() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  /// Device memory of `bytes` bytes, aligned to at least 64 bytes; never null (aborts when out
+  /// of memory). Contents are unspecified.
+  virtual void* allocate(size_t bytes) = 0;
+  /// Frees memory from allocate(); waits for nothing, so callers free only after the streams
+  /// that used it are synchronized (or the backend orders frees itself, as CUDA's does).
+  virtual void deallocate(void* pointer) = 0;
+  virtual void copy_host_to_device(stream s, void* device, const void* host, size_t bytes) = 0;
+  virtual void copy_device_to_host(stream s, void* host, const void* device, size_t bytes) = 0;
+  virtual void copy_device_to_device(stream s, void* target, const void* source,
+                                     size_t bytes) = 0;
+  /// data[i] = value for i < count.
+  virtual void fill(stream s, float* data, float value, size_t count) = 0;
+
+  // ---- streams and events -------------------------------------------------------------------
+  /// The stream that work goes to when a caller has none of its own; never destroyed.
+  virtual stream default_stream() = 0;
+  virtual stream create_stream() = 0;
+  virtual void destroy_stream(stream s) = 0;
+  /// Blocks the calling thread until all work enqueued on `s` has finished.
+  virtual void synchronize(stream s) = 0;
+  virtual event create_event() = 0;
+  virtual void destroy_event(event e) = 0;
+  virtual void record_event(event e, stream s) = 0;
+  /// Work enqueued on `s` after this call starts only after `e` has completed.
+  virtual void wait_event(stream s, event e) = 0;
+  /// Blocks the calling thread until `e` has completed.
+  virtual void synchronize_event(event e) = 0;
+
+  // ---- linear algebra -----------------------------------------------------------------------
+  /// C = alpha * op(A) * op(B) + beta * C with op(A) m×k, op(B) k×n and C m×n, all row-major.
+  /// lda, ldb and ldc are the row strides of A, B and C as stored (before op). With beta == 0,
+  /// C is not read (it may hold NaN).
+  virtual void gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                    float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                    float* c, int ldc) = 0;
+  /// matrix[r][c] += vector[c] for a rows×cols matrix.
+  virtual void add_row_vector(stream s, float* matrix, const float* vector, int rows,
+                              int cols) = 0;
+  /// out[c] = beta * out[c] + sum over r of matrix[r][c]; with beta == 0, out is not read.
+  virtual void sum_rows(stream s, const float* matrix, int rows, int cols, float beta,
+                        float* out) = 0;
+  /// data[n][c][i] += vector[c] for a batch×channels×spatial array (a convolution's bias).
+  virtual void add_channel_vector(stream s, float* data, const float* vector, int batch,
+                                  int channels, int spatial) = 0;
+  /// out[c] = beta * out[c] + sum over n, i of data[n][c][i]; with beta == 0, out is not read.
+  virtual void sum_channels(stream s, const float* data, int batch, int channels, int spatial,
+                            float beta, float* out) = 0;
+  /// out[b][c][r] = in[b][r][c] for `batch` row-major rows×cols matrices (NHWC <-> NCHW).
+  virtual void transpose_batched(stream s, const float* in, float* out, int batch, int rows,
+                                 int cols) = 0;
+  /// y[i] += alpha * x[i].
+  virtual void axpy(stream s, float alpha, const float* x, float* y, size_t count) = 0;
+  /// out[i] = a[i] * b[i]; out may alias a or b.
+  virtual void multiply(stream s, const float* a, const float* b, float* out, size_t count) = 0;
+  /// out[0] = sum of x[i] (device memory; summed in a fixed order for a given count).
+  virtual void sum(stream s, const float* x, size_t count, float* out) = 0;
+
+  // ---- activations --------------------------------------------------------------------------
+  /// y = f(x); y may alias x.
+  virtual void activation_forward(stream s, activation f, const float* x, float* y,
+                                  size_t count) = 0;
+  /// dx = dy * f'(x), where y = f(x) is also given (ReLU and tanh use it); dx may alias dy.
+  virtual void activation_backward(stream s, activation f, const float* x, const float* y,
+                                   const float* dy, float* dx, size_t count) = 0;
+
+  // ---- loss ---------------------------------------------------------------------------------
+  /// Softmax cross-entropy over rows×cols logits with integer labels in [0, cols).
+  /// Writes the sum over rows of -log softmax(logits)[label] to loss_sum[0] and the number of
+  /// rows whose first maximal logit is the label to correct[0] (both device floats). When
+  /// `gradient` is not null it receives (softmax(logits) - onehot(label)) * gradient_scale.
+  virtual void softmax_cross_entropy(stream s, const float* logits, const int32_t* labels,
+                                     int rows, int cols, float gradient_scale, float* gradient,
+                                     float* loss_sum, float* correct) = 0;
+
+  // ---- convolution and pooling --------------------------------------------------------------
+  /// columns[(n*oh + y)*ow + x][(c*k + i)*k + j] = image[n][c][y*stride - pad + i][x*stride - pad + j]
+  /// (zero outside the image): a (batch*oh*ow) × (channels*k*k) row-major matrix.
+  virtual void im2col(stream s, const convolution_geometry& g, const float* image,
+                      float* columns) = 0;
+  /// The adjoint of im2col: image = sum of every column entry into the pixel it came from
+  /// (image is overwritten, not accumulated into).
+  virtual void col2im(stream s, const convolution_geometry& g, const float* columns,
+                      float* image) = 0;
+  /// y = max over each window; argmax receives the flat index (within its n, c plane) of the
+  /// first maximal input of each window.
+  virtual void max_pool_forward(stream s, const pooling_geometry& g, const float* x, float* y,
+                                int32_t* argmax) = 0;
+  /// dx = 0, then dx[argmax] += dy for every window.
+  virtual void max_pool_backward(stream s, const pooling_geometry& g, const float* dy,
+                                 const int32_t* argmax, float* dx) = 0;
+
+  // ---- dropout ------------------------------------------------------------------------------
+  /// mask[i] = keep(seed, offset + i) ? 1 / (1 - probability) : 0; y[i] = x[i] * mask[i].
+  /// keep() is the counter-based draw in random.h, so every backend draws the same mask and a
+  /// batch split into micro-batches (with matching offsets) draws the same mask as a whole.
+  virtual void dropout_forward(stream s, const float* x, float* y, float* mask, size_t count,
+                               float probability, uint64_t seed, uint64_t offset) = 0;
+
+  // ---- optimizers ---------------------------------------------------------------------------
+  /// One SGD step over `count` weights; velocity may be null when momentum == 0.
+  virtual void sgd_step(stream s, float* weights, const float* gradient, float* velocity,
+                        size_t count, const sgd_parameters& p) = 0;
+  /// One Adam step over `count` weights.
+  virtual void adam_step(stream s, float* weights, const float* gradient, float* first_moment,
+                         float* second_moment, size_t count, const adam_parameters& p) = 0;
+};
+
+}  // namespace troupe::layers

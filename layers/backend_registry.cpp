@@ -1,0 +1,64 @@
+#include "layers/backend_registry.h"
+
+#include <cstdlib>
+
+#include "layers/cpu/cpu_backend.h"
+#ifdef TROUPE_WITH_CUDA
+#include "layers/cuda/cuda_backend.h"
+#endif
+
+namespace troupe::layers {
+
+bool cuda_compiled() {
+#ifdef TROUPE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#ifdef TROUPE_WITH_CUDA
+  return cuda_runtime_device_count();
+#else
+  return 0;
+#endif
+}
+
+namespace {
+
+std::unique_ptr<backend> create_cuda(int index, std::string* error) {
+#ifdef TROUPE_WITH_CUDA
+  int count = cuda_runtime_device_count();
+  if (index < 0 || index >= count) {
+    *error = "device cuda:" + std::to_string(index) + " is not present (" +
+             std::to_string(count) + " CUDA device(s) found)";
+    return nullptr;
+  }
+  auto result = make_cuda_backend(index);
+  if (!result) *error = "device cuda:" + std::to_string(index) + " could not be opened";
+  return result;
+#else
+  (void)index;
+  *error = "this build of troupe has no CUDA backend (configure with nvcc available)";
+  return nullptr;
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<backend> create_backend(const std::string& device, int cpu_threads,
+                                        std::string* error) {
+  if (device == "cpu") return make_cpu_backend(cpu_threads);
+  if (device == "cuda") return create_cuda(0, error);
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string number = device.substr(5);
+    char* end = nullptr;
+    long index = std::strtol(number.c_str(), &end, 10);
+    if (!number.empty() && *end == '\0') return create_cuda(static_cast<int>(index), error);
+  }
+  *error = "unknown device '" + device + "' (expected \"cpu\", \"cuda\" or \"cuda:N\")";
+  return nullptr;
+}
+
+}  // namespace troupe::layers

@@ -1,0 +1,20 @@
+#pragma once
+
+// A model is described in the job file as a list of layer blocks; this is one block.
+
+#include <string>
+
+namespace troupe::layers {
+
+/// One block of `model.layers`. Fields a type does not use keep their defaults.
+struct layer_spec {
+  std::string type;       ///< linear, relu, tanh, gelu, conv2d, maxpool2d, flatten, dropout
+  int out = 0;            ///< linear: output features; conv2d: output channels
+  int kernel = 0;         ///< conv2d, maxpool2d: window size (maxpool2d default 2)
+  int stride = 0;         ///< conv2d default 1; maxpool2d default = kernel
+  int padding = 0;        ///< conv2d zero padding
+  float probability = 0;  ///< dropout: probability of zeroing an element
+  bool bias = true;       ///< linear, conv2d: whether to add a bias
+};
+
+}  // namespace troupe::layers
