@@ -1,1 +1,199 @@
-// placeholder
+// `troupe bench compute`: the backend's practical GEMM peak, the GEMMs of each linear layer of
+// the example MLP, and end-to-end training throughput as a fraction of that peak. Peak and
+// training are measured in alternating rounds of one run, so a machine that drifts between
+// fast and slow states affects both alike.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/sequential_trainer.h"
+#include "apps/commands.h"
+#include "layers/backend_registry.h"
+#include "layers/random.h"
+
+namespace troupe::apps {
+namespace {
+
+const std::vector<int> mlp_widths = {784, 1024, 1024, 1024, 10};
+const int rounds = 5;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Runs `work` repeatedly for about `budget` seconds (after one warm-up call); returns the
+/// mean seconds per call.
+double time_per_call(layers::backend& device, double budget, const std::function<void()>& work) {
+  work();
+  device.synchronize(device.default_stream());
+  int calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    work();
+    ++calls;
+    device.synchronize(device.default_stream());
+  } while (seconds_since(start) < budget);
+  return seconds_since(start) / calls;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64_t seed) {
+  layers::random_generator generator(seed);
+  std::vector<float> values(layers::element_count(dims));
+  for (float& v : values) v = generator.uniform(-1.0f, 1.0f);
+  return layers::tensor::from_host(device, device.default_stream(), dims, values);
+}
+
+/// GFLOP/s of C[m×n] = op(A) op(B) with inner dimension k.
+double gemm_gflops(layers::backend& device, layers::transpose ta, layers::transpose tb, int m,
+                   int n, int k, double budget) {
+  auto a = random_tensor(device, {m, k}, 1);
+  auto b = random_tensor(device, {k, n}, 2);
+  layers::tensor c(device, {m, n});
+  const int lda = ta == layers::transpose::no ? k : m;
+  const int ldb = tb == layers::transpose::no ? n : k;
+  const double seconds = time_per_call(device, budget, [&] {
+    device.gemm(device.default_stream(), ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
+                0.0f, c.data(), n);
+  });
+  return 2.0 * m * n * k / seconds / 1e9;
+}
+
+actors::job_config mlp_job(int64_t batch) {
+  actors::job_config config;
+  config.model.input_shape = {mlp_widths.front()};
+  for (size_t i = 1; i < mlp_widths.size(); ++i) {
+    layers::layer_spec linear;
+    linear.type = "linear";
+    linear.out = mlp_widths[i];
+    config.model.layers.push_back(linear);
+    if (i + 1 < mlp_widths.size()) config.model.layers.push_back({"relu"});
+  }
+  config.training.batch_size = batch;
+  config.training.optimizer = "sgd";
+  config.training.momentum = 0.9;
+  config.training.lr = 0.01;
+  return config;
+}
+
+/// GEMM flops of one training step: forward, weight gradients, and input gradients of every
+/// layer but the first (whose input gradient is never computed).
+double training_flops(int64_t batch) {
+  double flops = 0;
+  for (size_t i = 0; i + 1 < mlp_widths.size(); ++i) {
+    const double gemm = 2.0 * batch * mlp_widths[i] * mlp_widths[i + 1];
+    flops += (i == 0 ? 2.0 : 3.0) * gemm;
+  }
+  return flops;
+}
+
+struct training_probe {
+  int64_t batch;
+  std::unique_ptr<actors::sequential_trainer> trainer;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  int64_t step = 0;
+
+  training_probe(layers::backend& device, int64_t b)
+      : batch(b), trainer(std::make_unique<actors::sequential_trainer>(mlp_job(b), device)) {
+    layers::random_generator generator(7);
+    features.resize(batch * mlp_widths.front());
+    for (float& v : features) v = generator.uniform(-1.0f, 1.0f);
+    for (int64_t i = 0; i < batch; ++i) labels.push_back(static_cast<int32_t>(i % 10));
+  }
+
+  /// Samples per second of whole training steps (upload, forward, loss, backward, update).
+  double samples_per_second(layers::backend& device, double budget) {
+    const double seconds = time_per_call(device, budget, [&] {
+      trainer->train_step(features.data(), labels.data(), batch, step++, 0.001f);
+    });
+    return batch / seconds;
+  }
+};
+
+nlohmann::json layer_gemms(layers::backend& device, int64_t batch, double budget) {
+  using layers::transpose;
+  nlohmann::json layers_json = nlohmann::json::array();
+  const int b = static_cast<int>(batch);
+  for (size_t i = 0; i + 1 < mlp_widths.size(); ++i) {
+    const int in = mlp_widths[i], out = mlp_widths[i + 1];
+    nlohmann::json entry = {{"layer", "linear " + std::to_string(in) + "x" + std::to_string(out)},
+                            {"batch", batch}};
+    entry["forward_gflops"] = gemm_gflops(device, transpose::no, transpose::yes, b, out, in, budget);
+    entry["weight_gradient_gflops"] =
+        gemm_gflops(device, transpose::yes, transpose::no, out, in, b, budget);
+    entry["input_gradient_gflops"] =
+        gemm_gflops(device, transpose::no, transpose::no, b, in, out, budget);
+    std::printf("  %-22s batch %4lld  forward %7.1f  weight-grad %7.1f  input-grad %7.1f GFLOP/s\n",
+                entry["layer"].get<std::string>().c_str(), static_cast<long long>(batch),
+                entry["forward_gflops"].get<double>(), entry["weight_gradient_gflops"].get<double>(),
+                entry["input_gradient_gflops"].get<double>());
+    layers_json.push_back(entry);
+  }
+  return layers_json;
+}
+
+}  // namespace
+
+int run_bench(const bench_options& options) {
+  std::string error;
+  auto device = layers::create_backend(options.device, options.threads, &error);
+  if (!device) {
+    std::fprintf(stderr, "troupe: --device: %s\n", error.c_str());
+    return 2;
+  }
+  const double budget = options.seconds / rounds;
+  std::printf("troupe bench compute on %s (%d rounds of %.2f s per figure)\n",
+              device->name().c_str(), rounds, budget);
+  training_probe small(*device, 64), large(*device, 256);
+  std::vector<double> peaks, small_rates, large_rates;
+  for (int round = 0; round < rounds; ++round) {
+    peaks.push_back(gemm_gflops(*device, layers::transpose::no, layers::transpose::no, 2048, 2048,
+                                2048, budget));
+    small_rates.push_back(small.samples_per_second(*device, budget));
+    large_rates.push_back(large.samples_per_second(*device, budget));
+  }
+  const double peak = median(peaks);
+  std::printf("sgemm 2048x2048x2048: %.1f GFLOP/s (median of %d; min %.1f, max %.1f)\n", peak,
+              rounds, *std::min_element(peaks.begin(), peaks.end()),
+              *std::max_element(peaks.begin(), peaks.end()));
+  nlohmann::json result = {{"device", device->name()}, {"sgemm_2048_gflops", peak}};
+  std::printf("linear-layer GEMMs of the MLP 784-1024-1024-1024-10:\n");
+  result["layers"] = layer_gemms(*device, 64, budget);
+  for (auto& entry : layer_gemms(*device, 256, budget)) result["layers"].push_back(entry);
+  nlohmann::json training = nlohmann::json::array();
+  std::printf("end-to-end MLP training (SGD with momentum, whole steps):\n");
+  for (auto* rates : {&small_rates, &large_rates}) {
+    const int64_t batch = rates == &small_rates ? 64 : 256;
+    const double samples = median(*rates);
+    const double gflops = samples * training_flops(batch) / batch / 1e9;
+    std::printf("  batch %4lld: %8.0f samples/s  %6.1f GFLOP/s  = %.1f%% of sgemm peak\n",
+                static_cast<long long>(batch), samples, gflops, 100.0 * gflops / peak);
+    training.push_back({{"batch", batch},
+                        {"samples_per_s", samples},
+                        {"gflops", gflops},
+                        {"fraction_of_peak", gflops / peak}});
+  }
+  result["training"] = training;
+  if (!options.json_file.empty()) {
+    std::ofstream file(options.json_file);
+    file << result.dump(2) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "troupe: cannot write %s\n", options.json_file.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace troupe::apps

@@ -1,1 +1,72 @@
-// placeholder
+#include "apps/run_output.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace troupe::apps {
+
+bool make_directory(const std::string& directory, std::string* error) {
+  std::error_code code;
+  std::filesystem::create_directories(directory, code);
+  if (code) {
+    *error = "cannot create output directory " + directory + ": " + code.message();
+    return false;
+  }
+  return true;
+}
+
+bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error) {
+  const std::string temporary = path + ".tmp";
+  const std::string text = value.dump(2) + "\n";
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = "cannot write " + temporary + ": " + std::strerror(errno);
+    return false;
+  }
+  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  written = ::fsync(fd) == 0 && written;
+  ::close(fd);
+  if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    *error = "cannot write " + path + ": " + std::strerror(errno);
+    std::remove(temporary.c_str());
+    return false;
+  }
+  return true;
+}
+
+nlohmann::json to_json(const actors::metrics_record& record) {
+  nlohmann::json line = {{"step", record.step},
+                         {"epoch", record.epoch},
+                         {"loss", record.loss},
+                         {"lr", record.learning_rate},
+                         {"samples_per_s", record.samples_per_s},
+                         {"wall_s", record.wall_s}};
+  if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
+  if (record.test_loss) line["test_loss"] = *record.test_loss;
+  return line;
+}
+
+nlohmann::json to_json(const actors::training_summary& summary) {
+  nlohmann::json value = {{"final_test_accuracy", summary.final_test_accuracy},
+                          {"final_test_loss", summary.final_test_loss},
+                          {"epochs", summary.epochs},
+                          {"steps", summary.steps},
+                          {"samples_per_s", summary.samples_per_s},
+                          {"wall_s", summary.wall_s}};
+  value["time_to_target_s"] =
+      summary.time_to_target_s ? nlohmann::json(*summary.time_to_target_s) : nlohmann::json();
+  return value;
+}
+
+metrics_log::metrics_log(const std::string& path) : file_(path, std::ios::trunc) {}
+
+void metrics_log::append(const nlohmann::json& line) {
+  file_ << line.dump() << '\n';
+  file_.flush();
+}
+
+}  // namespace troupe::apps

@@ -1,1 +1,94 @@
-// placeholder
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "actors/sequential_trainer.h"
+#include "actors/training_loop.h"
+#include "apps/commands.h"
+#include "apps/progress.h"
+#include "apps/run_output.h"
+#include "layers/backend_registry.h"
+
+namespace troupe::apps {
+namespace {
+
+int bad_input(const std::string& message) {
+  std::fprintf(stderr, "troupe: %s\n", message.c_str());
+  return 2;
+}
+
+std::string default_out_directory(const std::string& job_file) {
+  return "runs/" + std::filesystem::path(job_file).stem().string();
+}
+
+/// Rejects what the single-stage engine cannot run yet, naming the key.
+bool check_supported(const actors::job_config& config, std::string* error) {
+  if (config.parallelism.stages != 1) {
+    *error = "parallelism.stages = " + std::to_string(config.parallelism.stages) +
+             ": this build trains a single stage; set parallelism.stages = 1";
+    return false;
+  }
+  if (config.training.precision != "fp32") {
+    *error = "training.precision = \"" + config.training.precision +
+             "\": only \"fp32\" is available in this build";
+    return false;
+  }
+  return true;
+}
+
+int classes_of(const actors::job_config& config) {
+  return config.data.dataset == "synthetic" ? config.data.classes : 10;
+}
+
+}  // namespace
+
+int run_train(const train_options& options) {
+  actors::job_error job_problem;
+  auto config = actors::load_job_file(options.job_file, options.overrides, &job_problem);
+  if (!config) return bad_input(job_problem.message);
+  std::string error;
+  if (!actors::check_model(*config, classes_of(*config), &error) ||
+      !check_supported(*config, &error)) {
+    return bad_input(options.job_file + ": " + error);
+  }
+  auto data = actors::load_job_data(*config, &error);
+  if (!data) return bad_input(error);
+  auto device = layers::create_backend(config->parallelism.devices.front(),
+                                       config->parallelism.threads, &error);
+  if (!device) return bad_input("parallelism.devices: " + error);
+
+  const std::string out = options.out_directory.empty() ? default_out_directory(options.job_file)
+                                                        : options.out_directory;
+  if (!make_directory(out, &error) ||
+      !write_json_file(out + "/config.json", actors::to_json(*config), &error)) {
+    return bad_input(error);
+  }
+  metrics_log log(out + "/metrics.jsonl");
+  if (!log.ok()) return bad_input("cannot write " + out + "/metrics.jsonl");
+
+  actors::sequential_trainer trainer(*config, *device);
+  const int64_t per_epoch = data->train.count() / config->training.batch_size;
+  std::fprintf(stderr, "troupe: training %s on %s: %lld parameters, %lld steps, output in %s\n",
+               options.job_file.c_str(), device->name().c_str(),
+               static_cast<long long>(trainer.model().parameter_count()),
+               static_cast<long long>(actors::planned_steps(*config, data->train.count())),
+               out.c_str());
+  const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
+  run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
+  steady_clock_source clock;
+  actors::training_summary summary =
+      actors::run_training(*config, trainer, data->train, data->test, clock, reporter);
+  if (!write_json_file(out + "/summary.json", to_json(summary), &error)) {
+    std::fprintf(stderr, "troupe: %s\n", error.c_str());
+    return 1;
+  }
+  std::printf("final_test_accuracy %.4f  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n",
+              summary.final_test_accuracy, static_cast<long long>(summary.steps),
+              static_cast<long long>(summary.epochs), summary.samples_per_s, summary.wall_s);
+  return 0;
+}
+
+}  // namespace troupe::apps

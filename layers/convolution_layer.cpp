@@ -1,1 +1,131 @@
-// placeholder
+#include <cmath>
+
+#include "layers/layer_kinds.h"
+#include "layers/random.h"
+
+namespace troupe::layers {
+namespace {
+
+struct convolution_context final : layer_context {
+  tensor columns;  // im2col of the input: [batch * out_height * out_width, channels * k * k]
+  int64_t batch = 0;
+};
+
+/// A 2-D convolution over NCHW images by im2col + GEMM. The weight is [out, in, k, k] as in
+/// PyTorch; the GEMM produces NHWC rows, which one transpose turns into NCHW.
+class convolution_layer final : public layer {
+ public:
+  convolution_layer(backend& device, stream s, const layer_spec& spec, const shape& input,
+                    const shape& output, uint64_t seed)
+      : layer(input, output) {
+    geometry_.channels = static_cast<int>(input[0]);
+    geometry_.height = static_cast<int>(input[1]);
+    geometry_.width = static_cast<int>(input[2]);
+    geometry_.kernel = spec.kernel;
+    geometry_.stride = spec.stride > 0 ? spec.stride : 1;
+    geometry_.padding = spec.padding;
+    geometry_.out_height = static_cast<int>(output[1]);
+    geometry_.out_width = static_cast<int>(output[2]);
+    out_channels_ = spec.out;
+    patch_ = geometry_.channels * spec.kernel * spec.kernel;
+    random_generator generator(seed);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(patch_));
+    weight_ = make_uniform_parameter(device, s, "weight",
+                                     {out_channels_, geometry_.channels, spec.kernel, spec.kernel},
+                                     bound, generator);
+    if (spec.bias) {
+      bias_ = make_uniform_parameter(device, s, "bias", {out_channels_}, bound, generator);
+    }
+  }
+
+  const char* type() const override { return "conv2d"; }
+
+  forward_result forward(const run_options& options, const tensor& input) override {
+    backend& device = input.device();
+    const stream s = options.work_stream;
+    const convolution_geometry g = geometry_for(input.rows());
+    const int pixels = g.out_height * g.out_width;
+    const int rows = g.batch * pixels;
+    auto context = std::make_unique<convolution_context>();
+    context->batch = input.rows();
+    context->columns = tensor(device, {rows, patch_});
+    device.im2col(s, g, input.data(), context->columns.data());
+    tensor rows_by_channel(device, {rows, out_channels_});
+    device.gemm(s, transpose::no, transpose::yes, rows, out_channels_, patch_, 1.0f,
+                context->columns.data(), patch_, weight_.value.data(), patch_, 0.0f,
+                rows_by_channel.data(), out_channels_);
+    tensor output(device, batched(input.rows(), output_shape()));
+    device.transpose_batched(s, rows_by_channel.data(), output.data(), g.batch, pixels,
+                             out_channels_);
+    if (!bias_.value.empty()) {
+      device.add_channel_vector(s, output.data(), bias_.value.data(), g.batch, out_channels_,
+                                pixels);
+    }
+    if (options.mode != pass_mode::training) context->columns = tensor();
+    return {output, std::move(context)};
+  }
+
+  tensor backward(const run_options& options, layer_context& context,
+                  const tensor& output_gradient, bool need_input_gradient) override {
+    auto& saved = static_cast<convolution_context&>(context);
+    backend& device = output_gradient.device();
+    const stream s = options.work_stream;
+    const convolution_geometry g = geometry_for(saved.batch);
+    const int pixels = g.out_height * g.out_width;
+    const int rows = g.batch * pixels;
+    tensor gradient_rows(device, {rows, out_channels_});
+    device.transpose_batched(s, output_gradient.data(), gradient_rows.data(), g.batch,
+                             out_channels_, pixels);
+    device.gemm(s, transpose::yes, transpose::no, out_channels_, patch_, rows, 1.0f,
+                gradient_rows.data(), out_channels_, saved.columns.data(), patch_,
+                weight_.accumulate_beta(), weight_.gradient.data(), patch_);
+    weight_.has_gradient = true;
+    if (!bias_.value.empty()) {
+      device.sum_channels(s, output_gradient.data(), g.batch, out_channels_, pixels,
+                          bias_.accumulate_beta(), bias_.gradient.data());
+      bias_.has_gradient = true;
+    }
+    if (!need_input_gradient) return tensor();
+    // The saved columns are not needed any more: their memory takes the column gradient.
+    tensor& column_gradient = saved.columns;
+    device.gemm(s, transpose::no, transpose::no, rows, patch_, out_channels_, 1.0f,
+                gradient_rows.data(), out_channels_, weight_.value.data(), patch_, 0.0f,
+                column_gradient.data(), patch_);
+    tensor input_gradient(device, batched(saved.batch, input_shape()));
+    device.col2im(s, g, column_gradient.data(), input_gradient.data());
+    return input_gradient;
+  }
+
+  std::vector<parameter*> parameters() override {
+    if (bias_.value.empty()) return {&weight_};
+    return {&weight_, &bias_};
+  }
+
+  double forward_flops(int64_t batch) const override {
+    return 2.0 * static_cast<double>(batch) * geometry_.out_height * geometry_.out_width *
+           patch_ * out_channels_;
+  }
+
+ private:
+  convolution_geometry geometry_for(int64_t batch) const {
+    convolution_geometry g = geometry_;
+    g.batch = static_cast<int>(batch);
+    return g;
+  }
+
+  convolution_geometry geometry_;
+  int out_channels_ = 0;
+  int patch_ = 0;
+  parameter weight_;
+  parameter bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<layer> make_convolution_layer(backend& device, stream s, const layer_spec& spec,
+                                              const shape& input, const shape& output,
+                                              uint64_t seed) {
+  return std::make_unique<convolution_layer>(device, s, spec, input, output, seed);
+}
+
+}  // namespace troupe::layers

@@ -1,1 +1,104 @@
-// placeholder
+#include <cmath>
+
+#include "layers/layer_kinds.h"
+#include "layers/random.h"
+
+namespace troupe::layers {
+
+parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
+                                 float bound, random_generator& generator) {
+  std::vector<float> values(element_count(dims));
+  for (float& v : values) v = generator.uniform(-bound, bound);
+  parameter result;
+  result.name = name;
+  result.value = tensor::from_host(device, s, dims, values);
+  result.gradient = tensor(device, std::move(dims));
+  return result;
+}
+
+namespace {
+
+struct linear_context final : layer_context {
+  tensor input;
+};
+
+/// y = x W^T + b with W stored [out, in] as in PyTorch.
+class linear_layer final : public layer {
+ public:
+  linear_layer(backend& device, stream s, const layer_spec& spec, const shape& input,
+               const shape& output, uint64_t seed)
+      : layer(input, output), inputs_(input[0]), outputs_(output[0]) {
+    // PyTorch's default initialization: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both tensors.
+    random_generator generator(seed);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(inputs_));
+    weight_ = make_uniform_parameter(device, s, "weight", {outputs_, inputs_}, bound, generator);
+    if (spec.bias) {
+      bias_ = make_uniform_parameter(device, s, "bias", {outputs_}, bound, generator);
+    }
+  }
+
+  const char* type() const override { return "linear"; }
+
+  forward_result forward(const run_options& options, const tensor& input) override {
+    backend& device = input.device();
+    const int batch = static_cast<int>(input.rows());
+    tensor output(device, {batch, outputs_});
+    device.gemm(options.work_stream, transpose::no, transpose::yes, batch, outputs_, inputs_,
+                1.0f, input.data(), inputs_, weight_.value.data(), inputs_, 0.0f, output.data(),
+                outputs_);
+    if (!bias_.value.empty()) {
+      device.add_row_vector(options.work_stream, output.data(), bias_.value.data(), batch,
+                            outputs_);
+    }
+    auto context = std::make_unique<linear_context>();
+    if (options.mode == pass_mode::training) context->input = input;
+    return {output, std::move(context)};
+  }
+
+  tensor backward(const run_options& options, layer_context& context,
+                  const tensor& output_gradient, bool need_input_gradient) override {
+    const tensor& input = static_cast<linear_context&>(context).input;
+    backend& device = input.device();
+    const stream s = options.work_stream;
+    const int batch = static_cast<int>(input.rows());
+    device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
+                output_gradient.data(), outputs_, input.data(), inputs_,
+                weight_.accumulate_beta(), weight_.gradient.data(), inputs_);
+    weight_.has_gradient = true;
+    if (!bias_.value.empty()) {
+      device.sum_rows(s, output_gradient.data(), batch, outputs_, bias_.accumulate_beta(),
+                      bias_.gradient.data());
+      bias_.has_gradient = true;
+    }
+    if (!need_input_gradient) return tensor();
+    tensor input_gradient(device, input.dims());
+    device.gemm(s, transpose::no, transpose::no, batch, inputs_, outputs_, 1.0f,
+                output_gradient.data(), outputs_, weight_.value.data(), inputs_, 0.0f,
+                input_gradient.data(), inputs_);
+    return input_gradient;
+  }
+
+  std::vector<parameter*> parameters() override {
+    if (bias_.value.empty()) return {&weight_};
+    return {&weight_, &bias_};
+  }
+
+  double forward_flops(int64_t batch) const override {
+    return 2.0 * static_cast<double>(batch) * inputs_ * outputs_;
+  }
+
+ private:
+  int inputs_;
+  int outputs_;
+  parameter weight_;
+  parameter bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<layer> make_linear_layer(backend& device, stream s, const layer_spec& spec,
+                                         const shape& input, const shape& output, uint64_t seed) {
+  return std::make_unique<linear_layer>(device, s, spec, input, output, seed);
+}
+
+}  // namespace troupe::layers

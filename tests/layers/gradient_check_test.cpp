@@ -1,1 +1,219 @@
-// placeholder
+// Finite-difference checks of every layer's input and weight gradients, and of the loss.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "layers/layer.h"
+#include "layers/loss.h"
+#include "tests/support/test_helpers.h"
+
+namespace troupe::layers {
+namespace {
+
+constexpr int batch = 3;
+constexpr float step_size = 1e-2f;
+
+double weighted_sum(const std::vector<float>& values, const std::vector<float>& weights) {
+  double sum = 0;
+  for (size_t i = 0; i < values.size(); ++i) sum += static_cast<double>(values[i]) * weights[i];
+  return sum;
+}
+
+/// Holds a layer, an input and the upstream weights r of the objective sum(r * layer(x)).
+class gradient_checker {
+ public:
+  /// distinct: inputs spaced 0.05 apart, so a finite-difference step cannot change a maximum.
+  gradient_checker(const layer_spec& spec, const shape& sample, float input_low = -1.0f,
+                   bool distinct = false)
+      : device_(testing::cpu_backend()), stream_(device_->default_stream()) {
+    layer_ = make_layer(*device_, stream_, spec, sample, 99, 4);
+    shape dims{batch};
+    dims.insert(dims.end(), sample.begin(), sample.end());
+    input_values_ = testing::random_values(element_count(dims), 5, input_low, 1.0f);
+    if (distinct) spread_apart(input_values_);
+    input_ = tensor::from_host(*device_, stream_, dims, input_values_);
+    options_ = run_options{stream_, pass_mode::training, 1234, 0};
+    auto result = layer_->forward(options_, input_);
+    upstream_ = testing::random_values(result.output.size(), 6);
+    output_dims_ = result.output.dims();
+  }
+
+  double objective() {
+    auto result = layer_->forward(options_, input_);
+    return weighted_sum(result.output.to_host(stream_), upstream_);
+  }
+
+  /// Runs backward once; returns the input gradient and records the parameter gradients.
+  std::vector<float> analytic_input_gradient() {
+    auto result = layer_->forward(options_, input_);
+    auto upstream = tensor::from_host(*device_, stream_, output_dims_, upstream_);
+    for (parameter* p : layer_->parameters()) p->has_gradient = false;
+    tensor gradient = layer_->backward(options_, *result.context, upstream, true);
+    return gradient.to_host(stream_);
+  }
+
+  /// Central difference of the objective with respect to element i of `values` (stored in t).
+  double numeric(tensor& t, std::vector<float>& values, size_t i) {
+    const float saved = values[i];
+    values[i] = saved + step_size;
+    t = tensor::from_host(*device_, stream_, t.dims(), values);
+    const double plus = objective();
+    values[i] = saved - step_size;
+    t = tensor::from_host(*device_, stream_, t.dims(), values);
+    const double minus = objective();
+    values[i] = saved;
+    t = tensor::from_host(*device_, stream_, t.dims(), values);
+    return (plus - minus) / (2.0 * step_size);
+  }
+
+  void check_input_gradient() {
+    std::vector<float> analytic = analytic_input_gradient();
+    ASSERT_EQ(analytic.size(), input_values_.size());
+    for (size_t i = 0; i < analytic.size(); ++i) {
+      const double expected = numeric(input_, input_values_, i);
+      EXPECT_NEAR(analytic[i], expected, 2e-3 + 1e-2 * std::fabs(expected))
+          << layer_->type() << " input element " << i;
+    }
+  }
+
+  void check_parameter_gradients() {
+    analytic_input_gradient();
+    for (parameter* p : layer_->parameters()) {
+      std::vector<float> analytic = p->gradient.to_host(stream_);
+      std::vector<float> values = p->value.to_host(stream_);
+      for (size_t i = 0; i < values.size(); ++i) {
+        const double expected = numeric(p->value, values, i);
+        EXPECT_NEAR(analytic[i], expected, 2e-3 + 1e-2 * std::fabs(expected))
+            << layer_->type() << " " << p->name << " element " << i;
+      }
+    }
+  }
+
+  layer& subject() { return *layer_; }
+
+ private:
+  static void spread_apart(std::vector<float>& values) {
+    std::vector<size_t> rank(values.size());
+    for (size_t i = 0; i < rank.size(); ++i) rank[i] = i;
+    std::sort(rank.begin(), rank.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+    for (size_t r = 0; r < rank.size(); ++r) values[rank[r]] = -1.0f + 0.05f * r;
+  }
+
+  std::unique_ptr<backend> device_;
+  stream stream_;
+  std::unique_ptr<layer> layer_;
+  std::vector<float> input_values_;
+  tensor input_;
+  run_options options_;
+  std::vector<float> upstream_;
+  shape output_dims_;
+};
+
+layer_spec spec_of(const std::string& type, int out = 0, int kernel = 0, int stride = 0,
+                   int padding = 0) {
+  layer_spec spec;
+  spec.type = type;
+  spec.out = out;
+  spec.kernel = kernel;
+  spec.stride = stride;
+  spec.padding = padding;
+  return spec;
+}
+
+TEST(GradientCheckTest, Linear) {
+  gradient_checker checker(spec_of("linear", 5), {7});
+  checker.check_input_gradient();
+  checker.check_parameter_gradients();
+}
+
+TEST(GradientCheckTest, LinearWithoutBias) {
+  layer_spec spec = spec_of("linear", 4);
+  spec.bias = false;
+  gradient_checker checker(spec, {6});
+  EXPECT_EQ(checker.subject().parameters().size(), 1u);
+  checker.check_input_gradient();
+  checker.check_parameter_gradients();
+}
+
+TEST(GradientCheckTest, Conv2dPadded) {
+  gradient_checker checker(spec_of("conv2d", 3, 3, 1, 1), {2, 5, 5});
+  checker.check_input_gradient();
+  checker.check_parameter_gradients();
+}
+
+TEST(GradientCheckTest, Conv2dStridedUnpadded) {
+  gradient_checker checker(spec_of("conv2d", 2, 3, 2, 0), {2, 7, 6});
+  checker.check_input_gradient();
+  checker.check_parameter_gradients();
+}
+
+TEST(GradientCheckTest, MaxPool) {
+  gradient_checker checker(spec_of("maxpool2d", 0, 2), {2, 4, 6}, -1.0f, true);
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, MaxPoolOverlappingWindows) {
+  gradient_checker checker(spec_of("maxpool2d", 0, 3, 2), {1, 7, 7}, -1.0f, true);
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, Relu) {
+  // Inputs kept away from the kink at 0, where the derivative is not defined.
+  gradient_checker checker(spec_of("relu"), {20}, 0.05f);
+  checker.check_input_gradient();
+  gradient_checker mixed(spec_of("relu"), {20});
+  std::vector<float> gradient = mixed.analytic_input_gradient();
+  EXPECT_TRUE(std::any_of(gradient.begin(), gradient.end(), [](float g) { return g == 0; }));
+}
+
+TEST(GradientCheckTest, Tanh) {
+  gradient_checker checker(spec_of("tanh"), {20});
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, Gelu) {
+  gradient_checker checker(spec_of("gelu"), {20});
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, Flatten) {
+  gradient_checker checker(spec_of("flatten"), {2, 3, 3});
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, Dropout) {
+  layer_spec spec = spec_of("dropout");
+  spec.probability = 0.3f;
+  gradient_checker checker(spec, {40});
+  checker.check_input_gradient();
+}
+
+TEST(GradientCheckTest, SoftmaxCrossEntropy) {
+  auto device = testing::cpu_backend();
+  stream s = device->default_stream();
+  const int rows = 4, classes = 5;
+  std::vector<float> logits = testing::random_values(rows * classes, 11, -2.0f, 2.0f);
+  std::vector<int32_t> label_values = {0, 3, 4, 1};
+  int_tensor labels(*device, rows);
+  labels.copy_from_host(s, label_values.data());
+  auto loss_of = [&](const std::vector<float>& values) {
+    auto t = tensor::from_host(*device, s, {rows, classes}, values);
+    return read_totals(s, softmax_cross_entropy(s, t, labels, 1.0f, false)).loss_sum;
+  };
+  auto t = tensor::from_host(*device, s, {rows, classes}, logits);
+  const float scale = 0.25f;
+  std::vector<float> analytic =
+      softmax_cross_entropy(s, t, labels, scale, true).gradient.to_host(s);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    std::vector<float> plus = logits, minus = logits;
+    plus[i] += step_size;
+    minus[i] -= step_size;
+    const double expected = scale * (loss_of(plus) - loss_of(minus)) / (2.0 * step_size);
+    EXPECT_NEAR(analytic[i], expected, 1e-3 + 1e-2 * std::fabs(expected)) << "logit " << i;
+  }
+}
+
+}  // namespace
+}  // namespace troupe::layers

@@ -1,0 +1,30 @@
+#pragma once
+
+// The subcommands of `troupe`. Each returns the process exit status: 0 on success, 2 on bad
+// input (job file, command line, data files), 1 on a failure while running.
+
+#include <string>
+#include <vector>
+
+namespace troupe::apps {
+
+struct train_options {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  std::string out_directory;  ///< empty: runs/<job file name>
+  bool quiet = false;
+};
+
+int run_train(const train_options& options);
+
+struct bench_options {
+  std::string what = "compute";
+  std::string device = "cpu";
+  std::string json_file;
+  int threads = 0;
+  double seconds = 2.0;  ///< time spent on each measurement
+};
+
+int run_bench(const bench_options& options);
+
+}  // namespace troupe::apps

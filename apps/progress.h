@@ -1,0 +1,45 @@
+#pragma once
+
+// How a run reports to the person watching it: a progress bar redrawn in place when stderr is
+// a terminal, plain log lines otherwise (CI, files, pipes); metrics.jsonl either way.
+
+#include <chrono>
+#include <cstdio>
+
+#include "actors/training_loop.h"
+#include "apps/run_output.h"
+
+namespace troupe::apps {
+
+/// The monotonic wall clock of a real run.
+class steady_clock_source final : public actors::clock_source {
+ public:
+  double now_seconds() override;
+};
+
+class run_reporter final : public actors::training_observer {
+ public:
+  /// `log` may be null (no metrics file). `interactive`: draw a progress bar on `terminal`.
+  run_reporter(metrics_log* log, std::FILE* terminal, bool interactive, int64_t steps_per_epoch,
+               int64_t epochs);
+
+  void on_step(int64_t step, int64_t total_steps, int64_t epoch, double loss,
+               double samples_per_s) override;
+  void on_metrics(const actors::metrics_record& record) override;
+
+ private:
+  void draw_bar(int64_t step, int64_t total_steps, int64_t epoch);
+  void clear_bar();
+
+  metrics_log* log_;
+  std::FILE* terminal_;
+  bool interactive_;
+  int64_t steps_per_epoch_;
+  int64_t epochs_;
+  double smoothed_loss_ = 0;
+  double smoothed_rate_ = 0;
+  bool bar_drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+}  // namespace troupe::apps

@@ -1,0 +1,94 @@
+#pragma once
+
+// Layers: forward() returns a per-instance context that backward() consumes, so a stage can
+// hold one context per key in flight. Weight gradients accumulate into the parameters until
+// an optimizer steps (which clears them).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/layer_spec.h"
+#include "layers/tensor.h"
+
+namespace troupe::layers {
+
+enum class pass_mode { training, evaluation };
+
+/// How one forward or backward call runs.
+struct run_options {
+  stream work_stream;
+  pass_mode mode = pass_mode::training;
+  /// Names this step's dropout stream; the same for every micro-batch of one optimizer step.
+  uint64_t seed = 0;
+  /// Index of the batch's first sample within the step, so micro-batches draw the masks that
+  /// the whole batch would.
+  uint64_t sample_offset = 0;
+};
+
+/// What forward() saved for backward(); one per instance in flight.
+class layer_context {
+ public:
+  virtual ~layer_context() = default;
+};
+
+/// A trainable tensor and the gradient accumulated since the last optimizer step.
+struct parameter {
+  std::string name;
+  tensor value;
+  tensor gradient;
+  /// False until the first backward since the last step; accumulation then overwrites
+  /// (beta = 0) instead of adding, which saves clearing the gradient after every step.
+  bool has_gradient = false;
+
+  float accumulate_beta() const { return has_gradient ? 1.0f : 0.0f; }
+};
+
+struct forward_result {
+  tensor output;
+  std::unique_ptr<layer_context> context;
+};
+
+class layer {
+ public:
+  layer(shape input_shape, shape output_shape)
+      : input_shape_(std::move(input_shape)), output_shape_(std::move(output_shape)) {}
+  virtual ~layer() = default;
+
+  virtual const char* type() const = 0;
+  /// Shape of one sample going in and coming out (without the batch dimension).
+  const shape& input_shape() const { return input_shape_; }
+  const shape& output_shape() const { return output_shape_; }
+
+  /// Runs the layer on a batch [N, input_shape...]; the context is what backward() needs.
+  virtual forward_result forward(const run_options& options, const tensor& input) = 0;
+  /// Adds this instance's weight gradients to the parameters and returns the gradient with
+  /// respect to the input (empty when !need_input_gradient). May overwrite output_gradient.
+  virtual tensor backward(const run_options& options, layer_context& context,
+                          const tensor& output_gradient, bool need_input_gradient) = 0;
+  virtual std::vector<parameter*> parameters() { return {}; }
+  /// Floating-point operations of one forward pass over `batch` samples (GEMMs only).
+  virtual double forward_flops(int64_t batch) const { return 0.0 * batch; }
+
+ protected:
+  /// [batch, sample...].
+  static shape batched(int64_t batch, const shape& sample);
+
+ private:
+  shape input_shape_;
+  shape output_shape_;
+};
+
+/// Per-sample output shape of `spec` applied to `input`, or nothing with `error` set (one
+/// line, without the block's name: the caller prefixes it).
+bool infer_output_shape(const layer_spec& spec, const shape& input, shape* output,
+                        std::string* error);
+
+/// Builds the layer for `spec` (whose shapes must chain: see infer_output_shape). Weights are
+/// drawn from `seed` alone, so a stage that builds only some layers gets the same weights as
+/// a run that builds them all. `layer_index` names the layer's dropout stream.
+std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& spec,
+                                  const shape& input, uint64_t seed, uint64_t layer_index);
+
+}  // namespace troupe::layers

@@ -1,0 +1,27 @@
+#pragma once
+
+// Factories for each kind of layer; make_layer() in layer.h is the public entry point.
+
+#include <memory>
+
+#include "layers/layer.h"
+
+namespace troupe::layers {
+
+std::unique_ptr<layer> make_linear_layer(backend& device, stream s, const layer_spec& spec,
+                                         const shape& input, const shape& output, uint64_t seed);
+std::unique_ptr<layer> make_convolution_layer(backend& device, stream s, const layer_spec& spec,
+                                              const shape& input, const shape& output,
+                                              uint64_t seed);
+std::unique_ptr<layer> make_pooling_layer(const layer_spec& spec, const shape& input,
+                                          const shape& output);
+std::unique_ptr<layer> make_flatten_layer(const shape& input, const shape& output);
+std::unique_ptr<layer> make_dropout_layer(const layer_spec& spec, const shape& input,
+                                          uint64_t layer_index);
+std::unique_ptr<layer> make_activation_layer(activation f, const shape& input);
+
+/// A parameter of `dims` filled from U(-bound, bound) drawn from `generator` on the host.
+parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
+                                 float bound, class random_generator& generator);
+
+}  // namespace troupe::layers

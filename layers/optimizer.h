@@ -1,0 +1,45 @@
+#pragma once
+
+// Optimizers over a fixed list of parameters, with PyTorch's update rules (see backend.h).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/layer.h"
+
+namespace troupe::layers {
+
+struct optimizer_settings {
+  std::string kind = "sgd";  ///< "sgd" or "adam"
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+class optimizer {
+ public:
+  /// State (velocity, moments) is allocated on the parameters' device, zeroed, on `s`.
+  optimizer(stream s, optimizer_settings settings, std::vector<parameter*> parameters);
+
+  /// Applies one update at `learning_rate` to every parameter that received gradients since
+  /// the last step, multiplying those gradients by `gradient_scale` first, then marks them
+  /// consumed (the next backward overwrites instead of adding).
+  void step(stream s, float learning_rate, float gradient_scale = 1.0f);
+
+  int64_t steps_taken() const { return steps_; }
+  const optimizer_settings& settings() const { return settings_; }
+  /// The state tensors of parameter i (velocity for SGD with momentum; two moments for Adam).
+  std::vector<tensor>& state(size_t i) { return state_[i]; }
+
+ private:
+  optimizer_settings settings_;
+  std::vector<parameter*> parameters_;
+  std::vector<std::vector<tensor>> state_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace troupe::layers

@@ -1,0 +1,34 @@
+#pragma once
+
+// Small helpers shared by the test suites.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/backend_registry.h"
+#include "layers/random.h"
+#include "layers/tensor.h"
+
+namespace troupe::testing {
+
+/// A one-thread CPU backend: the reference every test computes on.
+inline std::unique_ptr<layers::backend> cpu_backend() {
+  std::string error;
+  return layers::create_backend("cpu", 1, &error);
+}
+
+inline std::vector<float> random_values(size_t count, uint64_t seed, float low = -1.0f,
+                                        float high = 1.0f) {
+  layers::random_generator generator(seed);
+  std::vector<float> values(count);
+  for (float& v : values) v = generator.uniform(low, high);
+  return values;
+}
+
+inline layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64_t seed) {
+  auto values = random_values(layers::element_count(dims), seed);
+  return layers::tensor::from_host(device, device.default_stream(), dims, values);
+}
+
+}  // namespace troupe::testing
