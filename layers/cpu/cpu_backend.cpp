@@ -1,1 +1,180 @@
-// placeholder
+#include "layers/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "layers/check.h"
+#include "layers/cpu/cpu_kernels.h"
+
+namespace troupe::layers {
+
+namespace {
+
+constexpr size_t alignment = 64;
+
+// Streams and events carry no state on the CPU; their handles only need to be non-null.
+char stream_marker;
+char event_marker;
+
+CBLAS_TRANSPOSE to_cblas(transpose t) { return t == transpose::yes ? CblasTrans : CblasNoTrans; }
+
+int resolve_threads(int threads) {
+  TROUPE_CHECK(threads >= 0);
+  if (threads > 0) return threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void copy_bytes(void* target, const void* source, size_t bytes) {
+  if (bytes > 0 && target != source) std::memmove(target, source, bytes);
+}
+
+class cpu_backend final : public backend {
+ public:
+  /// Sets OpenBLAS's thread count, which is a process-wide setting.
+  explicit cpu_backend(int threads) : threads_(resolve_threads(threads)) {
+    openblas_set_num_threads(threads_);
+  }
+
+  std::string name() const override { return "cpu"; }
+  device_kind kind() const override { return device_kind::cpu; }
+
+  void* allocate(size_t bytes) override {
+    const size_t rounded = std::max(alignment, (bytes + alignment - 1) / alignment * alignment);
+    void* pointer = std::aligned_alloc(alignment, rounded);
+    TROUPE_CHECK(pointer != nullptr);
+    return pointer;
+  }
+  void deallocate(void* pointer) override { std::free(pointer); }
+  void copy_host_to_device(stream, void* device, const void* host, size_t bytes) override {
+    copy_bytes(device, host, bytes);
+  }
+  void copy_device_to_host(stream, void* host, const void* device, size_t bytes) override {
+    copy_bytes(host, device, bytes);
+  }
+  void copy_device_to_device(stream, void* target, const void* source, size_t bytes) override {
+    copy_bytes(target, source, bytes);
+  }
+  void fill(stream, float* data, float value, size_t count) override {
+    std::fill_n(data, count, value);
+  }
+
+  stream default_stream() override { return stream{&stream_marker}; }
+  stream create_stream() override { return stream{&stream_marker}; }
+  void destroy_stream(stream) override {}
+  void synchronize(stream) override {}
+  event create_event() override { return event{&event_marker}; }
+  void destroy_event(event) override {}
+  void record_event(event, stream) override {}
+  void wait_event(stream, event) override {}
+  void synchronize_event(event) override {}
+
+  void gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k, float alpha,
+            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+            int ldc) override;
+
+  void add_row_vector(stream, float* matrix, const float* vector, int rows, int cols) override {
+    cpu::add_row_vector(matrix, vector, rows, cols);
+  }
+  void sum_rows(stream, const float* matrix, int rows, int cols, float beta, float* out) override {
+    cpu::sum_rows(matrix, rows, cols, beta, out);
+  }
+  void add_channel_vector(stream, float* data, const float* vector, int batch, int channels,
+                          int spatial) override {
+    cpu::add_channel_vector(data, vector, batch, channels, spatial);
+  }
+  void sum_channels(stream, const float* data, int batch, int channels, int spatial, float beta,
+                    float* out) override {
+    cpu::sum_channels(data, batch, channels, spatial, beta, out);
+  }
+  void transpose_batched(stream, const float* in, float* out, int batch, int rows,
+                         int cols) override {
+    cpu::transpose_batched(in, out, batch, rows, cols);
+  }
+  void axpy(stream, float alpha, const float* x, float* y, size_t count) override {
+    cpu::axpy(alpha, x, y, count);
+  }
+  void multiply(stream, const float* a, const float* b, float* out, size_t count) override {
+    cpu::multiply(a, b, out, count);
+  }
+  void sum(stream, const float* x, size_t count, float* out) override { cpu::sum(x, count, out); }
+
+  void activation_forward(stream, activation f, const float* x, float* y, size_t count) override {
+    cpu::activation_forward(f, x, y, count);
+  }
+  void activation_backward(stream, activation f, const float* x, const float* y, const float* dy,
+                           float* dx, size_t count) override {
+    cpu::activation_backward(f, x, y, dy, dx, count);
+  }
+
+  void softmax_cross_entropy(stream, const float* logits, const int32_t* labels, int rows, int cols,
+                             float gradient_scale, float* gradient, float* loss_sum,
+                             float* correct) override {
+    cpu::softmax_cross_entropy(logits, labels, rows, cols, gradient_scale, gradient, loss_sum,
+                               correct);
+  }
+
+  void im2col(stream, const convolution_geometry& g, const float* image, float* columns) override {
+    cpu::im2col(g, image, columns);
+  }
+  void col2im(stream, const convolution_geometry& g, const float* columns, float* image) override {
+    cpu::col2im(g, columns, image);
+  }
+  void max_pool_forward(stream, const pooling_geometry& g, const float* x, float* y,
+                        int32_t* argmax) override {
+    cpu::max_pool_forward(g, x, y, argmax);
+  }
+  void max_pool_backward(stream, const pooling_geometry& g, const float* dy, const int32_t* argmax,
+                         float* dx) override {
+    cpu::max_pool_backward(g, dy, argmax, dx);
+  }
+
+  void dropout_forward(stream, const float* x, float* y, float* mask, size_t count,
+                       float probability, uint64_t seed, uint64_t offset) override {
+    cpu::dropout_forward(x, y, mask, count, probability, seed, offset);
+  }
+
+  void sgd_step(stream, float* weights, const float* gradient, float* velocity, size_t count,
+                const sgd_parameters& p) override {
+    cpu::sgd_step(weights, gradient, velocity, count, p);
+  }
+  void adam_step(stream, float* weights, const float* gradient, float* first_moment,
+                 float* second_moment, size_t count, const adam_parameters& p) override {
+    cpu::adam_step(weights, gradient, first_moment, second_moment, count, p);
+  }
+
+ private:
+  int threads_;
+};
+
+void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                       float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                       float* c, int ldc) {
+  TROUPE_CHECK(m >= 0 && n >= 0 && k >= 0);
+  // Row strides as stored: A is m×k (k×m when transposed), B is k×n (n×k when transposed).
+  TROUPE_CHECK(lda >= std::max(1, transpose_a == transpose::no ? k : m));
+  TROUPE_CHECK(ldb >= std::max(1, transpose_b == transpose::no ? n : k));
+  TROUPE_CHECK(ldc >= std::max(1, n));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // Nothing to multiply; C = beta * C without reading C when beta == 0.
+    for (int row = 0; row < m; ++row) {
+      float* line = c + size_t(row) * ldc;
+      for (int col = 0; col < n; ++col) line[col] = beta == 0.0f ? 0.0f : beta * line[col];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, n, k, alpha, a, lda,
+              b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+std::unique_ptr<backend> make_cpu_backend(int threads) {
+  return std::make_unique<cpu_backend>(threads);
+}
+
+}  // namespace troupe::layers

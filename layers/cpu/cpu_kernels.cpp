@@ -1,1 +1,577 @@
-// placeholder
+#include "layers/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "layers/check.h"
+#include "layers/random.h"
+
+// Every loop here is written so that GCC vectorizes it at -O3: one pass, no calls inside, the
+// branch on the operation hoisted out, and __restrict parameters where buffers cannot alias
+// (where the contract allows aliasing, the aliased case gets its own in-place loop). Sums use
+// a fixed number of interleaved partial sums, so they vectorize without -ffast-math and still
+// add in the same order on every run.
+
+namespace troupe::layers::cpu {
+
+namespace {
+
+constexpr size_t sum_lanes = 16;
+
+/// Sum of x[0, count) in a fixed order: `sum_lanes` interleaved partial sums, then the tail.
+template <typename Accumulator>
+Accumulator fixed_order_sum(const float* __restrict x, size_t count) {
+  Accumulator partial[sum_lanes] = {};
+  size_t i = 0;
+  for (; i + sum_lanes <= count; i += sum_lanes) {
+    for (size_t lane = 0; lane < sum_lanes; ++lane) partial[lane] += x[i + lane];
+  }
+  Accumulator total = 0;
+  for (; i < count; ++i) total += x[i];
+  for (size_t lane = 0; lane < sum_lanes; ++lane) total += partial[lane];
+  return total;
+}
+
+void add_in_place(float* __restrict target, const float* __restrict source, size_t count) {
+  for (size_t i = 0; i < count; ++i) target[i] += source[i];
+}
+
+void add_scalar(float* __restrict target, float value, size_t count) {
+  for (size_t i = 0; i < count; ++i) target[i] += value;
+}
+
+void scale_in_place(float* __restrict target, float factor, size_t count) {
+  for (size_t i = 0; i < count; ++i) target[i] *= factor;
+}
+
+template <typename Function>
+void map_in_place(float* __restrict data, size_t count, Function f) {
+  for (size_t i = 0; i < count; ++i) data[i] = f(data[i]);
+}
+
+template <typename Function>
+void map_separate(const float* __restrict in, float* __restrict out, size_t count, Function f) {
+  for (size_t i = 0; i < count; ++i) out[i] = f(in[i]);
+}
+
+/// out[i] = f(in[i]) where out may alias in.
+template <typename Function>
+void map(const float* in, float* out, size_t count, Function f) {
+  if (in == out) {
+    map_in_place(out, count, f);
+  } else {
+    map_separate(in, out, count, f);
+  }
+}
+
+template <typename Function>
+void gradient_in_place(const float* __restrict x, const float* __restrict y,
+                       float* __restrict gradient, size_t count, Function f) {
+  for (size_t i = 0; i < count; ++i) gradient[i] = f(x[i], y[i], gradient[i]);
+}
+
+template <typename Function>
+void gradient_separate(const float* __restrict x, const float* __restrict y,
+                       const float* __restrict dy, float* __restrict dx, size_t count, Function f) {
+  for (size_t i = 0; i < count; ++i) dx[i] = f(x[i], y[i], dy[i]);
+}
+
+/// dx[i] = f(x[i], y[i], dy[i]) where dx may alias dy.
+template <typename Function>
+void map_gradient(const float* x, const float* y, const float* dy, float* dx, size_t count,
+                  Function f) {
+  if (dx == dy) {
+    gradient_in_place(x, y, dx, count, f);
+  } else {
+    gradient_separate(x, y, dy, dx, count, f);
+  }
+}
+
+constexpr float inverse_sqrt2 = 0.70710678118654752440f;
+constexpr float inverse_sqrt_2pi = 0.39894228040143267794f;
+
+}  // namespace
+
+void add_row_vector(float* matrix, const float* vector, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) add_in_place(matrix + size_t(r) * cols, vector, cols);
+}
+
+void sum_rows(const float* matrix, int rows, int cols, float beta, float* out) {
+  // Columns in blocks that stay in L1 while every row streams through contiguously.
+  constexpr int block = 2048;
+  for (int begin = 0; begin < cols; begin += block) {
+    const int width = std::min(block, cols - begin);
+    float* target = out + begin;
+    if (beta == 0.0f) {
+      std::fill_n(target, width, 0.0f);
+    } else if (beta != 1.0f) {
+      scale_in_place(target, beta, width);
+    }
+    for (int r = 0; r < rows; ++r) add_in_place(target, matrix + size_t(r) * cols + begin, width);
+  }
+}
+
+void add_channel_vector(float* data, const float* vector, int batch, int channels, int spatial) {
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < channels; ++c) {
+      add_scalar(data + (size_t(n) * channels + c) * spatial, vector[c], spatial);
+    }
+  }
+}
+
+void sum_channels(const float* data, int batch, int channels, int spatial, float beta, float* out) {
+  for (int c = 0; c < channels; ++c) {
+    double total = 0.0;
+    for (int n = 0; n < batch; ++n) {
+      total += fixed_order_sum<float>(data + (size_t(n) * channels + c) * spatial, spatial);
+    }
+    out[c] = beta == 0.0f ? static_cast<float>(total) : static_cast<float>(beta * out[c] + total);
+  }
+}
+
+namespace {
+
+void transpose_tile(const float* __restrict in, float* __restrict out, int rows, int cols,
+                    int row_begin, int row_end, int col_begin, int col_end) {
+  for (int c = col_begin; c < col_end; ++c) {
+    for (int r = row_begin; r < row_end; ++r) out[size_t(c) * rows + r] = in[size_t(r) * cols + c];
+  }
+}
+
+}  // namespace
+
+void transpose_batched(const float* in, float* out, int batch, int rows, int cols) {
+  constexpr int tile = 32;
+  const size_t matrix = size_t(rows) * cols;
+  for (int b = 0; b < batch; ++b) {
+    for (int r = 0; r < rows; r += tile) {
+      for (int c = 0; c < cols; c += tile) {
+        transpose_tile(in + b * matrix, out + b * matrix, rows, cols, r, std::min(r + tile, rows),
+                       c, std::min(c + tile, cols));
+      }
+    }
+  }
+}
+
+namespace {
+
+void axpy_loop(float alpha, const float* __restrict x, float* __restrict y, size_t count) {
+  for (size_t i = 0; i < count; ++i) y[i] += alpha * x[i];
+}
+
+void multiply_in_place(float* __restrict target, const float* __restrict factor, size_t count) {
+  for (size_t i = 0; i < count; ++i) target[i] *= factor[i];
+}
+
+void multiply_separate(const float* __restrict a, const float* __restrict b, float* __restrict out,
+                       size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
+}
+
+void square_in_place(float* __restrict data, size_t count) {
+  for (size_t i = 0; i < count; ++i) data[i] *= data[i];
+}
+
+}  // namespace
+
+void axpy(float alpha, const float* x, float* y, size_t count) {
+  if (x == y) {
+    scale_in_place(y, 1.0f + alpha, count);
+  } else {
+    axpy_loop(alpha, x, y, count);
+  }
+}
+
+void multiply(const float* a, const float* b, float* out, size_t count) {
+  if (a == b && out == a) {
+    square_in_place(out, count);
+  } else if (out == a) {
+    multiply_in_place(out, b, count);
+  } else if (out == b) {
+    multiply_in_place(out, a, count);
+  } else {
+    multiply_separate(a, b, out, count);
+  }
+}
+
+void sum(const float* x, size_t count, float* out) {
+  out[0] = static_cast<float>(fixed_order_sum<double>(x, count));
+}
+
+void activation_forward(activation f, const float* x, float* y, size_t count) {
+  switch (f) {
+    case activation::relu:
+      map(x, y, count, [](float v) { return v > 0.0f ? v : 0.0f; });
+      return;
+    case activation::tanh:
+      map(x, y, count, [](float v) { return std::tanh(v); });
+      return;
+    case activation::gelu:
+      map(x, y, count, [](float v) { return 0.5f * v * (1.0f + std::erf(v * inverse_sqrt2)); });
+      return;
+  }
+}
+
+void activation_backward(activation f, const float* x, const float* y, const float* dy, float* dx,
+                         size_t count) {
+  switch (f) {
+    case activation::relu:
+      map_gradient(x, y, dy, dx, count,
+                   [](float in, float, float grad) { return in > 0.0f ? grad : 0.0f; });
+      return;
+    case activation::tanh:
+      map_gradient(x, y, dy, dx, count,
+                   [](float, float out, float grad) { return grad * (1.0f - out * out); });
+      return;
+    case activation::gelu:
+      // d/dx x·Φ(x) = Φ(x) + x·φ(x).
+      map_gradient(x, y, dy, dx, count, [](float in, float, float grad) {
+        const float cdf = 0.5f * (1.0f + std::erf(in * inverse_sqrt2));
+        const float pdf = inverse_sqrt_2pi * std::exp(-0.5f * in * in);
+        return grad * (cdf + in * pdf);
+      });
+      return;
+  }
+}
+
+namespace {
+
+/// Index of the first maximal entry of z[0, cols).
+int first_maximum(const float* z, int cols) {
+  int best = 0;
+  for (int c = 1; c < cols; ++c) {
+    if (z[c] > z[best]) best = c;
+  }
+  return best;
+}
+
+/// -log softmax(z)[label] of one row; writes the scaled gradient when `gradient` is not null.
+double softmax_row(const float* __restrict z, int cols, int label, float gradient_scale,
+                   float* __restrict gradient, float maximum) {
+  double exp_sum = 0.0;
+  for (int c = 0; c < cols; ++c) exp_sum += std::exp(static_cast<double>(z[c] - maximum));
+  const double log_sum = std::log(exp_sum);
+  if (gradient != nullptr) {
+    const double scale = gradient_scale / exp_sum;
+    for (int c = 0; c < cols; ++c) {
+      gradient[c] = static_cast<float>(std::exp(static_cast<double>(z[c] - maximum)) * scale);
+    }
+    gradient[label] -= gradient_scale;
+  }
+  return log_sum - static_cast<double>(z[label] - maximum);
+}
+
+}  // namespace
+
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int rows, int cols,
+                           float gradient_scale, float* gradient, float* loss_sum, float* correct) {
+  double loss = 0.0;
+  int hits = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* z = logits + size_t(r) * cols;
+    const int label = labels[r];
+    TROUPE_CHECK(label >= 0 && label < cols);
+    const int best = first_maximum(z, cols);
+    hits += best == label ? 1 : 0;
+    float* row_gradient = gradient == nullptr ? nullptr : gradient + size_t(r) * cols;
+    loss += softmax_row(z, cols, label, gradient_scale, row_gradient, z[best]);
+  }
+  loss_sum[0] = static_cast<float>(loss);
+  correct[0] = static_cast<float>(hits);
+}
+
+namespace {
+
+/// The part [begin, end) of a kernel's span [0, k) that falls inside [0, extent) when the span
+/// starts at `origin` in image coordinates.
+struct kernel_range {
+  int begin;
+  int end;
+};
+
+kernel_range inside(int origin, int k, int extent) {
+  const int begin = std::clamp(-origin, 0, k);
+  const int end = std::clamp(extent - origin, begin, k);
+  return {begin, end};
+}
+
+bool covers_kernel(kernel_range range, int k) { return range.begin == 0 && range.end == k; }
+
+/// gather_patch for a window that lies wholly inside the image: plain k×k copies per channel.
+template <int K>
+void gather_interior(const float* __restrict source, float* __restrict row, int k, int channels,
+                     size_t plane, int width) {
+  for (int c = 0; c < channels; ++c, source += plane) {
+    for (int i = 0; i < k; ++i, row += k) {
+      for (int j = 0; j < k; ++j) row[j] = source[ptrdiff_t(i) * width + j];
+    }
+  }
+}
+
+/// One row of the column matrix: the k×k patches of every channel at (top, left).
+/// K > 0 fixes the kernel size at compile time so the short inner loops unroll.
+template <int K>
+void gather_patch(const convolution_geometry& g, const float* __restrict image,
+                  float* __restrict row, int top, int left) {
+  const int k = K > 0 ? K : g.kernel;
+  const size_t plane = size_t(g.height) * g.width;
+  const kernel_range rows = inside(top, k, g.height);
+  const kernel_range cols = inside(left, k, g.width);
+  const ptrdiff_t corner = ptrdiff_t(top) * g.width + left;  // may lie outside the image
+  if (covers_kernel(rows, k) && covers_kernel(cols, k)) {
+    return gather_interior<K>(image + corner, row, k, g.channels, plane, g.width);
+  }
+  for (int c = 0; c < g.channels; ++c) {
+    for (int i = 0; i < k; ++i, row += k) {
+      if (i < rows.begin || i >= rows.end) {
+        for (int j = 0; j < k; ++j) row[j] = 0.0f;
+        continue;
+      }
+      const float* line = image + c * plane + corner + ptrdiff_t(i) * g.width;
+      for (int j = 0; j < cols.begin; ++j) row[j] = 0.0f;
+      for (int j = cols.begin; j < cols.end; ++j) row[j] = line[j];
+      for (int j = cols.end; j < k; ++j) row[j] = 0.0f;
+    }
+  }
+}
+
+/// The adjoint of gather_patch: adds one column-matrix row back into the image.
+template <int K>
+void scatter_patch(const convolution_geometry& g, const float* __restrict row,
+                   float* __restrict image, int top, int left) {
+  const int k = K > 0 ? K : g.kernel;
+  const size_t plane = size_t(g.height) * g.width;
+  const kernel_range rows = inside(top, k, g.height);
+  const kernel_range cols = inside(left, k, g.width);
+  float* target = image + (ptrdiff_t(top) * g.width + left);  // may lie outside the image
+  for (int c = 0; c < g.channels; ++c, row += k * k, target += plane) {
+    for (int i = rows.begin; i < rows.end; ++i) {
+      float* line = target + ptrdiff_t(i) * g.width;
+      const float* values = row + i * k;
+      for (int j = cols.begin; j < cols.end; ++j) line[j] += values[j];
+    }
+  }
+}
+
+template <int K>
+void im2col_fixed(const convolution_geometry& g, const float* image, float* columns) {
+  const size_t row_size = size_t(g.channels) * g.kernel * g.kernel;
+  const size_t image_size = size_t(g.channels) * g.height * g.width;
+  for (int n = 0; n < g.batch; ++n) {
+    for (int y = 0; y < g.out_height; ++y) {
+      for (int x = 0; x < g.out_width; ++x, columns += row_size) {
+        gather_patch<K>(g, image + n * image_size, columns, y * g.stride - g.padding,
+                        x * g.stride - g.padding);
+      }
+    }
+  }
+}
+
+template <int K>
+void col2im_fixed(const convolution_geometry& g, const float* columns, float* image) {
+  const size_t row_size = size_t(g.channels) * g.kernel * g.kernel;
+  const size_t image_size = size_t(g.channels) * g.height * g.width;
+  std::fill_n(image, g.batch * image_size, 0.0f);
+  for (int n = 0; n < g.batch; ++n) {
+    for (int y = 0; y < g.out_height; ++y) {
+      for (int x = 0; x < g.out_width; ++x, columns += row_size) {
+        scatter_patch<K>(g, columns, image + n * image_size, y * g.stride - g.padding,
+                         x * g.stride - g.padding);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void im2col(const convolution_geometry& g, const float* image, float* columns) {
+  switch (g.kernel) {
+    case 1:
+      return im2col_fixed<1>(g, image, columns);
+    case 3:
+      return im2col_fixed<3>(g, image, columns);
+    case 5:
+      return im2col_fixed<5>(g, image, columns);
+    default:
+      return im2col_fixed<0>(g, image, columns);
+  }
+}
+
+void col2im(const convolution_geometry& g, const float* columns, float* image) {
+  switch (g.kernel) {
+    case 1:
+      return col2im_fixed<1>(g, columns, image);
+    case 3:
+      return col2im_fixed<3>(g, columns, image);
+    case 5:
+      return col2im_fixed<5>(g, columns, image);
+    default:
+      return col2im_fixed<0>(g, columns, image);
+  }
+}
+
+namespace {
+
+/// Max of one window of a plane; `index` receives the flat index of its first maximum.
+float window_maximum(const pooling_geometry& g, const float* plane, int top, int left,
+                     int32_t* index) {
+  const int bottom = std::min(top + g.kernel, g.height);
+  const int right = std::min(left + g.kernel, g.width);
+  int32_t best = top * g.width + left;
+  float best_value = plane[best];
+  for (int i = top; i < bottom; ++i) {
+    for (int j = left; j < right; ++j) {
+      const float value = plane[i * g.width + j];
+      if (value > best_value) {
+        best_value = value;
+        best = i * g.width + j;
+      }
+    }
+  }
+  *index = best;
+  return best_value;
+}
+
+}  // namespace
+
+void max_pool_forward(const pooling_geometry& g, const float* x, float* y, int32_t* argmax) {
+  const size_t planes = size_t(g.batch) * g.channels;
+  const size_t in_plane = size_t(g.height) * g.width;
+  for (size_t p = 0; p < planes; ++p) {
+    const float* plane = x + p * in_plane;
+    for (int oy = 0; oy < g.out_height; ++oy) {
+      for (int ox = 0; ox < g.out_width; ++ox, ++y, ++argmax) {
+        *y = window_maximum(g, plane, oy * g.stride, ox * g.stride, argmax);
+      }
+    }
+  }
+}
+
+void max_pool_backward(const pooling_geometry& g, const float* dy, const int32_t* argmax,
+                       float* dx) {
+  const size_t planes = size_t(g.batch) * g.channels;
+  const size_t in_plane = size_t(g.height) * g.width;
+  const size_t out_plane = size_t(g.out_height) * g.out_width;
+  std::fill_n(dx, planes * in_plane, 0.0f);
+  for (size_t p = 0; p < planes; ++p) {
+    float* plane = dx + p * in_plane;
+    for (size_t o = 0; o < out_plane; ++o) plane[argmax[o]] += dy[o];
+    dy += out_plane;
+    argmax += out_plane;
+  }
+}
+
+void dropout_forward(const float* x, float* y, float* mask, size_t count, float probability,
+                     uint64_t seed, uint64_t offset) {
+  // With probability 1 nothing is kept; a zero scale keeps 0 * inf from making NaN.
+  const float scale = probability < 1.0f ? 1.0f / (1.0f - probability) : 0.0f;
+  for (size_t i = 0; i < count; ++i) {
+    // A product rather than a select: half the draws are dropped, so a branch would mispredict.
+    const float m = static_cast<float>(dropout_keep(seed, offset + i, probability)) * scale;
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+
+namespace {
+
+void sgd_plain(float* __restrict w, const float* __restrict grad, size_t count, float lr,
+               float decay, float scale) {
+  for (size_t i = 0; i < count; ++i) w[i] -= lr * (scale * grad[i] + decay * w[i]);
+}
+
+void sgd_momentum(float* __restrict w, const float* __restrict grad, float* __restrict v,
+                  size_t count, float lr, float momentum, float decay, float scale) {
+  for (size_t i = 0; i < count; ++i) {
+    const float velocity = momentum * v[i] + (scale * grad[i] + decay * w[i]);
+    v[i] = velocity;
+    w[i] -= lr * velocity;
+  }
+}
+
+}  // namespace
+
+void sgd_step(float* weights, const float* gradient, float* velocity, size_t count,
+              const sgd_parameters& p) {
+  if (p.momentum == 0.0f) {
+    sgd_plain(weights, gradient, count, p.learning_rate, p.weight_decay, p.gradient_scale);
+    return;
+  }
+  TROUPE_CHECK(velocity != nullptr);
+  sgd_momentum(weights, gradient, velocity, count, p.learning_rate, p.momentum, p.weight_decay,
+               p.gradient_scale);
+}
+
+namespace {
+
+struct adam_constants {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, decay, scale, step_size,
+      inverse_sqrt_correction2, epsilon;
+};
+
+/// One weight's Adam update; the SSE loop below performs the same operations in the same order.
+inline void adam_update(float& w, float grad, float& m, float& v, const adam_constants& k) {
+  const float g = k.scale * grad + k.decay * w;
+  m = k.beta1 * m + k.one_minus_beta1 * g;
+  v = k.beta2 * v + k.one_minus_beta2 * g * g;
+  w -= k.step_size * m / (std::sqrt(v) * k.inverse_sqrt_correction2 + k.epsilon);
+}
+
+// GCC does not vectorize std::sqrt unless -fno-math-errno is given for the whole file, so the
+// Adam loop uses SSE directly where it is available.
+#if defined(__SSE2__)
+size_t adam_sse(float* __restrict w, const float* __restrict grad, float* __restrict m,
+                float* __restrict v, size_t count, const adam_constants& k) {
+  const __m128 beta1 = _mm_set1_ps(k.beta1), one_minus_beta1 = _mm_set1_ps(k.one_minus_beta1);
+  const __m128 beta2 = _mm_set1_ps(k.beta2), one_minus_beta2 = _mm_set1_ps(k.one_minus_beta2);
+  const __m128 decay = _mm_set1_ps(k.decay), scale = _mm_set1_ps(k.scale);
+  const __m128 step_size = _mm_set1_ps(k.step_size), epsilon = _mm_set1_ps(k.epsilon);
+  const __m128 inverse_sqrt_correction2 = _mm_set1_ps(k.inverse_sqrt_correction2);
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const __m128 weight = _mm_loadu_ps(w + i);
+    const __m128 g =
+        _mm_add_ps(_mm_mul_ps(scale, _mm_loadu_ps(grad + i)), _mm_mul_ps(decay, weight));
+    const __m128 first =
+        _mm_add_ps(_mm_mul_ps(beta1, _mm_loadu_ps(m + i)), _mm_mul_ps(one_minus_beta1, g));
+    const __m128 second = _mm_add_ps(_mm_mul_ps(beta2, _mm_loadu_ps(v + i)),
+                                     _mm_mul_ps(_mm_mul_ps(one_minus_beta2, g), g));
+    const __m128 denominator =
+        _mm_add_ps(_mm_mul_ps(_mm_sqrt_ps(second), inverse_sqrt_correction2), epsilon);
+    _mm_storeu_ps(m + i, first);
+    _mm_storeu_ps(v + i, second);
+    _mm_storeu_ps(w + i, _mm_sub_ps(weight, _mm_div_ps(_mm_mul_ps(step_size, first), denominator)));
+  }
+  return i;
+}
+#else
+size_t adam_sse(float*, const float*, float*, float*, size_t, const adam_constants&) { return 0; }
+#endif
+
+}  // namespace
+
+void adam_step(float* weights, const float* gradient, float* first_moment, float* second_moment,
+               size_t count, const adam_parameters& p) {
+  TROUPE_CHECK(p.step >= 1);
+  // PyTorch's form: w -= (lr / c1) * m / (sqrt(v) / sqrt(c2) + eps) with c = 1 - beta^t.
+  const double correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
+  const double correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
+  const adam_constants k{p.beta1,
+                         1.0f - p.beta1,
+                         p.beta2,
+                         1.0f - p.beta2,
+                         p.weight_decay,
+                         p.gradient_scale,
+                         static_cast<float>(p.learning_rate / correction1),
+                         static_cast<float>(1.0 / std::sqrt(correction2)),
+                         p.epsilon};
+  size_t i = adam_sse(weights, gradient, first_moment, second_moment, count, k);
+  for (; i < count; ++i) adam_update(weights[i], gradient[i], first_moment[i], second_moment[i], k);
+}
+
+}  // namespace troupe::layers::cpu

@@ -1,1 +1,107 @@
-// placeholder
+// Rules of the repository itself: the README's two commands, CI running the second one
+// verbatim, and the layering of DESIGN.md (which folder may include what).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path source_dir = TROUPE_SOURCE_DIR;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+/// The lines inside the README's first fenced code block.
+std::vector<std::string> first_code_block() {
+  std::vector<std::string> block;
+  bool inside = false;
+  for (const std::string& line : lines_of(read_file(source_dir / "README.md"))) {
+    if (line.rfind("```", 0) == 0) {
+      if (inside) return block;
+      inside = true;
+    } else if (inside) {
+      block.push_back(line);
+    }
+  }
+  return {};
+}
+
+TEST(RepositoryTest, ReadmeOpensWithExactlyTwoCommands) {
+  auto block = first_code_block();
+  ASSERT_EQ(block.size(), 2u);
+  EXPECT_NE(block[0].find("apt-get install"), std::string::npos);
+  EXPECT_NE(block[0].find("troupe train apps/examples/fashion_mlp.toml"), std::string::npos);
+  EXPECT_NE(block[1].find("apt-get install"), std::string::npos);
+  EXPECT_NE(block[1].find("ctest"), std::string::npos);
+}
+
+TEST(RepositoryTest, CiRunsTheReadmeTestCommandVerbatim) {
+  auto block = first_code_block();
+  ASSERT_EQ(block.size(), 2u);
+  auto ci = lines_of(read_file(source_dir / ".ci" / "run"));
+  EXPECT_NE(std::find(ci.begin(), ci.end(), block[1]), ci.end())
+      << ".ci/run must contain the README's second command as one line";
+}
+
+/// Files under `folder` (relative to the source root) whose text matches `pattern`.
+std::vector<std::string> files_matching(const std::string& folder, const std::regex& pattern) {
+  std::vector<std::string> hits;
+  for (const auto& entry : fs::recursive_directory_iterator(source_dir / folder)) {
+    const std::string extension = entry.path().extension().string();
+    if (!entry.is_regular_file() ||
+        (extension != ".h" && extension != ".cpp" && extension != ".cu" && extension != ".cuh")) {
+      continue;
+    }
+    if (std::regex_search(read_file(entry.path()), pattern)) {
+      hits.push_back(fs::relative(entry.path(), source_dir).string());
+    }
+  }
+  return hits;
+}
+
+TEST(RepositoryTest, LayersIncludeNeitherCafNorZeroMq) {
+  const std::regex forbidden(R"(#include\s*[<"](caf/|zmq))");
+  EXPECT_TRUE(files_matching("layers", forbidden).empty());
+  const std::regex caf(R"(#include\s*[<"]caf/)");
+  EXPECT_TRUE(files_matching("transport", caf).empty());
+}
+
+TEST(RepositoryTest, CudaHeadersOnlyInLayersCuda) {
+  const std::regex cuda(R"(#include\s*[<"](cuda_runtime|cublas|cuda\.h|cuda_bf16|cuda_fp16))");
+  for (const char* folder : {"actors", "apps", "sim", "transport"}) {
+    EXPECT_TRUE(files_matching(folder, cuda).empty()) << folder;
+  }
+  for (const std::string& hit : files_matching("layers", cuda)) {
+    EXPECT_EQ(hit.rfind("layers/cuda/", 0), 0u) << hit;
+  }
+}
+
+TEST(RepositoryTest, OnlyTheRegistryTestsForCudaBuilds) {
+  const std::regex guard(R"(#if(def)?\s+(defined\()?TROUPE_WITH_CUDA)");
+  std::vector<std::string> hits;
+  for (const char* folder : {"actors", "apps", "layers", "sim", "transport"}) {
+    for (auto& hit : files_matching(folder, guard)) hits.push_back(hit);
+  }
+  EXPECT_EQ(hits, std::vector<std::string>{"layers/backend_registry.cpp"});
+}
+
+}  // namespace

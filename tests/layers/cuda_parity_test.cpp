@@ -1,1 +1,771 @@
-// placeholder
+// Parity of the CUDA backend with the CPU reference: every operation runs on both with the same
+// inputs and the results are compared (exactly where no rounding is involved). Every test skips
+// itself when no CUDA device is present, so this file builds and passes on CPU-only machines.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iomanip>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "layers/backend.h"
+#include "layers/backend_registry.h"
+#include "layers/random.h"
+
+namespace troupe::layers {
+namespace {
+
+/// The CPU reference and the CUDA device under test.
+struct backend_pair {
+  std::unique_ptr<backend> cpu;
+  std::unique_ptr<backend> cuda;
+  std::string error;
+};
+
+backend_pair open_backends() {
+  backend_pair pair;
+  pair.cpu = create_backend("cpu", 1, &pair.error);
+  if (pair.cpu) pair.cuda = create_backend("cuda", 0, &pair.error);
+  return pair;
+}
+
+/// `count` values of T in one backend's memory; freed, after its default stream drains, when
+/// the array goes. Uploads and downloads go through the default stream and wait for it.
+template <typename T>
+class device_array {
+ public:
+  device_array(backend& device, size_t count)
+      : device_(device),
+        count_(count),
+        data_(static_cast<T*>(device.allocate(count * sizeof(T)))) {}
+  device_array(backend& device, const std::vector<T>& values)
+      : device_array(device, values.size()) {
+    upload(values);
+  }
+  ~device_array() {
+    device_.synchronize(device_.default_stream());
+    device_.deallocate(data_);
+  }
+  device_array(const device_array&) = delete;
+  device_array& operator=(const device_array&) = delete;
+
+  T* data() const { return data_; }
+
+  void upload(const std::vector<T>& values) {
+    const stream s = device_.default_stream();
+    device_.copy_host_to_device(s, data_, values.data(), values.size() * sizeof(T));
+    device_.synchronize(s);
+  }
+
+  std::vector<T> download() const {
+    std::vector<T> values(count_);
+    const stream s = device_.default_stream();
+    device_.copy_device_to_host(s, values.data(), data_, count_ * sizeof(T));
+    device_.synchronize(s);
+    return values;
+  }
+
+ private:
+  backend& device_;
+  size_t count_;
+  T* data_;
+};
+
+using outputs = std::vector<std::vector<float>>;
+
+struct tolerance {
+  double relative = 0.0;
+  double absolute = 0.0;
+};
+constexpr tolerance exact{0.0, 0.0};
+/// Single roundings that may differ (fused multiply-add, transcendental functions).
+constexpr tolerance rounding{1e-5, 1e-6};
+/// Sums of `terms` values of magnitude about 1, added in different orders.
+tolerance summed(double terms) { return {1e-5, 1e-6 * std::max(1.0, terms)}; }
+
+const float nan_value = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_floats(size_t count, uint64_t seed, float low = -1.0f,
+                                 float high = 1.0f) {
+  random_generator generator(seed);
+  std::vector<float> values(count);
+  for (float& v : values) v = generator.uniform(low, high);
+  return values;
+}
+
+/// Values from {0, 0.5, 1, 1.5}, so that maxima tie often.
+std::vector<float> tied_floats(size_t count, uint64_t seed) {
+  std::vector<float> values = random_floats(count, seed, 0.0f, 4.0f);
+  for (float& v : values) v = std::floor(v) * 0.5f;
+  return values;
+}
+
+std::vector<float> as_floats(const std::vector<int32_t>& values) {
+  return std::vector<float>(values.begin(), values.end());
+}
+
+/// Expects |expected - actual| <= absolute + relative * |expected| everywhere (NaN matches NaN).
+void expect_close(const std::vector<float>& expected, const std::vector<float>& actual, tolerance t,
+                  const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  size_t mismatches = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double e = expected[i];
+    const double a = actual[i];
+    const bool close = (std::isnan(e) && std::isnan(a)) || e == a ||
+                       std::fabs(e - a) <= t.absolute + t.relative * std::fabs(e);
+    if (!close && ++mismatches <= 5) {
+      ADD_FAILURE() << what << " [" << i << "]: cpu " << std::setprecision(9) << e << ", cuda "
+                    << a;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << expected.size();
+}
+
+/// Runs `op` (backend& -> outputs) on both backends and compares every output.
+template <typename Op>
+void expect_parity(backend_pair& pair, const Op& op, tolerance t, const std::string& what) {
+  const outputs expected = op(*pair.cpu);
+  const outputs actual = op(*pair.cuda);
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    expect_close(expected[i], actual[i], t, what + " output " + std::to_string(i));
+  }
+}
+
+bool has_nan(const std::vector<float>& values) {
+  return std::any_of(values.begin(), values.end(), [](float v) { return std::isnan(v); });
+}
+
+int output_size(int size, int kernel, int stride, int padding) {
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+convolution_geometry make_convolution(int batch, int channels, int height, int width, int kernel,
+                                      int stride, int padding) {
+  convolution_geometry g{batch, channels, height, width, kernel, stride, padding};
+  g.out_height = output_size(height, kernel, stride, padding);
+  g.out_width = output_size(width, kernel, stride, padding);
+  return g;
+}
+
+pooling_geometry make_pooling(int batch, int channels, int height, int width, int kernel,
+                              int stride) {
+  pooling_geometry g{batch, channels, height, width, kernel, stride};
+  g.out_height = output_size(height, kernel, stride, 0);
+  g.out_width = output_size(width, kernel, stride, 0);
+  return g;
+}
+
+/// Labels that are the first maximal logit, the last maximal logit or random, in turn.
+std::vector<int32_t> labels_for(const std::vector<float>& logits, int rows, int cols) {
+  random_generator generator(92);
+  std::vector<int32_t> labels(rows);
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits.data() + size_t(r) * cols;
+    int first_max = 0, last_max = 0;
+    for (int c = 1; c < cols; ++c) {
+      if (row[c] > row[first_max]) first_max = c;
+      if (row[c] >= row[last_max]) last_max = c;
+    }
+    const int random = int(generator.below(cols));
+    labels[r] = r % 3 == 0 ? first_max : r % 3 == 1 ? last_max : random;
+  }
+  return labels;
+}
+
+#define TROUPE_REQUIRE_CUDA(pair)      \
+  backend_pair pair = open_backends(); \
+  ASSERT_TRUE(pair.cpu != nullptr && pair.cuda != nullptr) << pair.error
+
+TEST(CudaParityTest, NameKindAndDefaultStream) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  EXPECT_EQ(pair.cuda->name(), "cuda:0");
+  EXPECT_EQ(pair.cuda->kind(), device_kind::cuda);
+  EXPECT_NE(pair.cuda->default_stream().handle, nullptr);
+  std::string error;
+  EXPECT_EQ(create_backend("cuda:" + std::to_string(cuda_device_count()), 0, &error), nullptr);
+  EXPECT_FALSE(error.empty());
+}
+
+TEST(CudaParityTest, CopiesRoundTrip) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const std::vector<float> values = random_floats(1000, 1);
+  std::vector<float> expected(1000, -1.0f);
+  std::copy(values.begin(), values.begin() + 500, expected.begin() + 100);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> source(device, values);
+        device_array<float> target(device, 1000);
+        const stream s = device.default_stream();
+        device.fill(s, target.data(), -1.0f, 1000);
+        device.copy_device_to_device(s, target.data() + 100, source.data(), 500 * sizeof(float));
+        return outputs{source.download(), target.download()};
+      },
+      exact, "copies");
+  device_array<float> source(*pair.cuda, values);
+  EXPECT_EQ(source.download(), values);
+}
+
+TEST(CudaParityTest, FillCounts) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  for (size_t count : {size_t{0}, size_t{1}, size_t{255}, size_t{257}, size_t{1000003}}) {
+    std::vector<float> expected(count + 1, 3.5f);
+    expected[count] = 7.0f;  // a guard element that must stay untouched
+    const auto op = [&](backend& device) {
+      device_array<float> data(device, std::vector<float>(count + 1, 7.0f));
+      device.fill(device.default_stream(), data.data(), 3.5f, count);
+      return outputs{data.download()};
+    };
+    expect_close(expected, op(*pair.cuda)[0], exact, "fill " + std::to_string(count));
+    expect_parity(pair, op, exact, "fill " + std::to_string(count));
+  }
+}
+
+TEST(CudaParityTest, GemmAllTransposes) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  struct dims {
+    int m, n, k;
+  };
+  for (dims d : {dims{37, 29, 53}, dims{1, 1, 1}, dims{128, 96, 200}}) {
+    for (transpose ta : {transpose::no, transpose::yes}) {
+      for (transpose tb : {transpose::no, transpose::yes}) {
+        for (float beta : {0.0f, 0.5f}) {
+          // Leading dimensions larger than the rows so that strides are exercised.
+          const int lda = (ta == transpose::no ? d.k : d.m) + 3;
+          const int ldb = (tb == transpose::no ? d.n : d.k) + 2;
+          const int ldc = d.n + 4;
+          const int rows_a = ta == transpose::no ? d.m : d.k;
+          const int rows_b = tb == transpose::no ? d.k : d.n;
+          const auto a = random_floats(size_t(rows_a) * lda, 11);
+          const auto b = random_floats(size_t(rows_b) * ldb, 12);
+          // With beta == 0, C must not be read: NaN there must not leak into the result.
+          const auto c = beta == 0.0f ? std::vector<float>(size_t(d.m) * ldc, nan_value)
+                                      : random_floats(size_t(d.m) * ldc, 13);
+          const auto op = [&](backend& device) {
+            device_array<float> da(device, a), db(device, b), dc(device, c);
+            device.gemm(device.default_stream(), ta, tb, d.m, d.n, d.k, 0.75f, da.data(), lda,
+                        db.data(), ldb, beta, dc.data(), ldc);
+            return outputs{dc.download()};
+          };
+          const std::string what = "gemm " + std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                                   std::to_string(d.k) + " ta " + std::to_string(int(ta)) + " tb " +
+                                   std::to_string(int(tb)) + " beta " + std::to_string(beta);
+          expect_parity(pair, op, summed(d.k), what);
+          std::vector<float> result = op(*pair.cuda)[0];
+          for (int r = 0; r < d.m; ++r) {
+            for (int col = 0; col < d.n; ++col) {
+              ASSERT_FALSE(std::isnan(result[size_t(r) * ldc + col])) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaParityTest, GemmEmptyInnerDimension) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const int m = 5, n = 4, ldc = 6;
+  for (float beta : {0.0f, 2.0f}) {
+    const auto c =
+        beta == 0.0f ? std::vector<float>(m * ldc, nan_value) : random_floats(m * ldc, 3);
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> unused(device, 64), dc(device, c);
+          device.gemm(device.default_stream(), transpose::no, transpose::no, m, n, 0, 1.0f,
+                      unused.data(), 1, unused.data(), n, beta, dc.data(), ldc);
+          return outputs{dc.download()};
+        },
+        exact, "gemm k=0 beta " + std::to_string(beta));
+  }
+}
+
+TEST(CudaParityTest, RowAndChannelVectors) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const int rows = 67, cols = 130;
+  const auto matrix = random_floats(rows * cols, 21);
+  const auto vector = random_floats(cols, 22);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> dm(device, matrix), dv(device, vector);
+        device.add_row_vector(device.default_stream(), dm.data(), dv.data(), rows, cols);
+        return outputs{dm.download()};
+      },
+      exact, "add_row_vector");
+  const int batch = 3, channels = 5, spatial = 49;
+  const auto data = random_floats(batch * channels * spatial, 23);
+  const auto bias = random_floats(channels, 24);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> dd(device, data), db(device, bias);
+        device.add_channel_vector(device.default_stream(), dd.data(), db.data(), batch, channels,
+                                  spatial);
+        return outputs{dd.download()};
+      },
+      exact, "add_channel_vector");
+}
+
+TEST(CudaParityTest, SumRowsIsDeterministic) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  struct dims {
+    int rows, cols;
+  };
+  for (dims d : {dims{67, 130}, dims{1000, 3}, dims{1, 40}, dims{0, 5}}) {
+    for (float beta : {0.0f, 0.5f}) {
+      const auto matrix = random_floats(size_t(d.rows) * d.cols, 31);
+      const auto out =
+          beta == 0.0f ? std::vector<float>(d.cols, nan_value) : random_floats(d.cols, 32);
+      const auto op = [&](backend& device) {
+        device_array<float> dm(device, matrix), dout(device, out);
+        device.sum_rows(device.default_stream(), dm.data(), d.rows, d.cols, beta, dout.data());
+        return outputs{dout.download()};
+      };
+      const std::string what = "sum_rows " + std::to_string(d.rows) + "x" + std::to_string(d.cols) +
+                               " beta " + std::to_string(beta);
+      expect_parity(pair, op, summed(d.rows), what);
+      EXPECT_EQ(op(*pair.cuda), op(*pair.cuda)) << what;
+    }
+  }
+}
+
+TEST(CudaParityTest, SumChannelsIsDeterministic) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  struct dims {
+    int batch, channels, spatial;
+  };
+  for (dims d : {dims{3, 5, 49}, dims{64, 16, 196}, dims{2, 3, 1}}) {
+    for (float beta : {0.0f, 0.5f}) {
+      const auto data = random_floats(size_t(d.batch) * d.channels * d.spatial, 41);
+      const auto out =
+          beta == 0.0f ? std::vector<float>(d.channels, nan_value) : random_floats(d.channels, 42);
+      const auto op = [&](backend& device) {
+        device_array<float> dd(device, data), dout(device, out);
+        device.sum_channels(device.default_stream(), dd.data(), d.batch, d.channels, d.spatial,
+                            beta, dout.data());
+        return outputs{dout.download()};
+      };
+      const std::string what = "sum_channels " + std::to_string(d.batch) + "x" +
+                               std::to_string(d.channels) + "x" + std::to_string(d.spatial);
+      expect_parity(pair, op, summed(double(d.batch) * d.spatial), what);
+      EXPECT_EQ(op(*pair.cuda), op(*pair.cuda)) << what;
+    }
+  }
+}
+
+TEST(CudaParityTest, TransposeBatched) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  struct dims {
+    int batch, rows, cols;
+  };
+  for (dims d : {dims{3, 37, 45}, dims{2, 1, 100}, dims{1, 64, 64}, dims{5, 100, 1}}) {
+    const auto in = random_floats(size_t(d.batch) * d.rows * d.cols, 51);
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> din(device, in), dout(device, in.size());
+          device.transpose_batched(device.default_stream(), din.data(), dout.data(), d.batch,
+                                   d.rows, d.cols);
+          return outputs{dout.download()};
+        },
+        exact, "transpose_batched " + std::to_string(d.rows) + "x" + std::to_string(d.cols));
+  }
+}
+
+TEST(CudaParityTest, AxpyAndMultiply) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = 100003;
+  const auto x = random_floats(count, 61);
+  const auto y = random_floats(count, 62);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> dx(device, x), dy(device, y);
+        device.axpy(device.default_stream(), 0.3f, dx.data(), dy.data(), count);
+        return outputs{dy.download()};
+      },
+      rounding, "axpy");
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> dx(device, x), dy(device, y), dout(device, count);
+        device.multiply(device.default_stream(), dx.data(), dy.data(), dout.data(), count);
+        device.multiply(device.default_stream(), dx.data(), dy.data(), dx.data(), count);
+        return outputs{dout.download(), dx.download()};
+      },
+      exact, "multiply");
+}
+
+TEST(CudaParityTest, SumIsDeterministic) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  for (size_t count :
+       {size_t{0}, size_t{1}, size_t{1000}, size_t{2048}, size_t{2049}, size_t{(1 << 18) + 3}}) {
+    const auto x = random_floats(count, 71);
+    const auto op = [&](backend& device) {
+      device_array<float> dx(device, x), dout(device, 1);
+      device.sum(device.default_stream(), dx.data(), count, dout.data());
+      return outputs{dout.download()};
+    };
+    const std::string what = "sum " + std::to_string(count);
+    expect_parity(pair, op, {1e-5, 1e-7 * double(count) + 1e-5}, what);
+    EXPECT_EQ(op(*pair.cuda), op(*pair.cuda)) << what;
+  }
+}
+
+TEST(CudaParityTest, Activations) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = 10007;
+  const auto x = random_floats(count, 81, -4.0f, 4.0f);
+  const auto dy = random_floats(count, 82);
+  for (activation f : {activation::relu, activation::tanh, activation::gelu}) {
+    const tolerance t = f == activation::relu ? exact : rounding;
+    const std::string what = "activation " + std::to_string(int(f));
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> dx(device, x), dy_in(device, dy), y(device, count),
+              grad(device, count);
+          const stream s = device.default_stream();
+          device.activation_forward(s, f, dx.data(), y.data(), count);
+          device.activation_backward(s, f, dx.data(), y.data(), dy_in.data(), grad.data(), count);
+          outputs result{y.download(), grad.download()};
+          if (device.kind() != device_kind::cuda) return result;
+          // In place (y over x, dx over dy) the kernels give the same bits.
+          device.activation_backward(s, f, dx.data(), y.data(), dy_in.data(), dy_in.data(), count);
+          device.activation_forward(s, f, dx.data(), dx.data(), count);
+          EXPECT_EQ(dx.download(), result[0]);
+          EXPECT_EQ(dy_in.download(), result[1]);
+          return result;
+        },
+        t, what);
+  }
+}
+
+TEST(CudaParityTest, SoftmaxCrossEntropyWithTies) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  struct dims {
+    int rows, cols;
+    bool ties;
+  };
+  for (dims d :
+       {dims{67, 10, false}, dims{5, 1000, false}, dims{300, 33, true}, dims{1, 1, false}}) {
+    const auto logits = d.ties ? tied_floats(size_t(d.rows) * d.cols, 91)
+                               : random_floats(size_t(d.rows) * d.cols, 91, -5.0f, 5.0f);
+    const std::vector<int32_t> labels = labels_for(logits, d.rows, d.cols);
+    for (bool with_gradient : {true, false}) {
+      const auto op = [&](backend& device) {
+        device_array<float> dl(device, logits), totals(device, 2), gradient(device, logits.size());
+        device_array<int32_t> dlabels(device, labels);
+        device.softmax_cross_entropy(
+            device.default_stream(), dl.data(), dlabels.data(), d.rows, d.cols, 1.0f / d.rows,
+            with_gradient ? gradient.data() : nullptr, totals.data(), totals.data() + 1);
+        return outputs{totals.download(),
+                       with_gradient ? gradient.download() : outputs::value_type{}};
+      };
+      const std::string what =
+          "softmax_cross_entropy " + std::to_string(d.rows) + "x" + std::to_string(d.cols);
+      const outputs expected = op(*pair.cpu);
+      const outputs actual = op(*pair.cuda);
+      EXPECT_NEAR(expected[0][0], actual[0][0], 1e-5 * d.rows + 1e-5 * std::fabs(expected[0][0]))
+          << what << " loss";
+      EXPECT_EQ(expected[0][1], actual[0][1]) << what << " correct";
+      expect_close(expected[1], actual[1], {1e-5, 1e-7}, what + " gradient");
+      EXPECT_EQ(op(*pair.cuda), actual) << what << " is not deterministic";
+    }
+  }
+}
+
+TEST(CudaParityTest, Im2colAndCol2im) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  for (const convolution_geometry& g :
+       {make_convolution(2, 3, 7, 6, 3, 1, 1), make_convolution(2, 2, 9, 9, 3, 2, 0),
+        make_convolution(1, 4, 8, 7, 5, 2, 2), make_convolution(3, 1, 5, 5, 1, 1, 0),
+        make_convolution(1, 2, 6, 6, 2, 3, 1)}) {
+    const size_t image_size = size_t(g.batch) * g.channels * g.height * g.width;
+    const size_t columns_size =
+        size_t(g.batch) * g.out_height * g.out_width * g.channels * g.kernel * g.kernel;
+    const auto image = random_floats(image_size, 101);
+    const auto columns = random_floats(columns_size, 102);
+    const std::string what = "k" + std::to_string(g.kernel) + " s" + std::to_string(g.stride) +
+                             " p" + std::to_string(g.padding);
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> di(device, image);
+          device_array<float> dc(device, std::vector<float>(columns_size, nan_value));
+          device.im2col(device.default_stream(), g, di.data(), dc.data());
+          return outputs{dc.download()};
+        },
+        exact, "im2col " + what);
+    // col2im overwrites the image: NaN there must not survive.
+    const auto op = [&](backend& device) {
+      device_array<float> dc(device, columns);
+      device_array<float> di(device, std::vector<float>(image_size, nan_value));
+      device.col2im(device.default_stream(), g, dc.data(), di.data());
+      return outputs{di.download()};
+    };
+    expect_parity(pair, op, summed(g.kernel * g.kernel), "col2im " + what);
+    EXPECT_FALSE(has_nan(op(*pair.cuda)[0])) << "col2im " << what;
+  }
+}
+
+TEST(CudaParityTest, MaxPoolForwardAndBackward) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  for (const pooling_geometry& g :
+       {make_pooling(2, 3, 8, 8, 2, 2), make_pooling(2, 2, 9, 7, 3, 2),
+        make_pooling(1, 2, 7, 7, 3, 1), make_pooling(1, 1, 5, 5, 2, 3)}) {
+    const size_t in_size = size_t(g.batch) * g.channels * g.height * g.width;
+    const size_t out_size = size_t(g.batch) * g.channels * g.out_height * g.out_width;
+    const auto x = tied_floats(in_size, 111);
+    const auto dy = random_floats(out_size, 112);
+    const std::string what = "k" + std::to_string(g.kernel) + " s" + std::to_string(g.stride);
+    // Overlapping windows add several gradients into one pixel; the order may differ.
+    const tolerance t = g.stride < g.kernel ? tolerance{1e-6, 1e-7} : exact;
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> dx_in(device, x), y(device, out_size), ddy(device, dy);
+          device_array<int32_t> argmax(device, out_size);
+          device_array<float> dx(device, std::vector<float>(in_size, nan_value));
+          const stream s = device.default_stream();
+          device.max_pool_forward(s, g, dx_in.data(), y.data(), argmax.data());
+          device.max_pool_backward(s, g, ddy.data(), argmax.data(), dx.data());
+          return outputs{y.download(), as_floats(argmax.download()), dx.download()};
+        },
+        t, "max_pool " + what);
+  }
+}
+
+TEST(CudaParityTest, DropoutMasksMatchBitForBit) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = 10007;
+  const uint64_t seed = 1234, offset = 77;
+  const auto x = random_floats(count, 121);
+  for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
+    const auto op = [&](backend& device) {
+      device_array<float> dx(device, x), y(device, count), mask(device, count);
+      device.dropout_forward(device.default_stream(), dx.data(), y.data(), mask.data(), count, p,
+                             seed, offset);
+      return outputs{y.download(), mask.download()};
+    };
+    const std::string what = "dropout " + std::to_string(p);
+    expect_parity(pair, op, exact, what);
+    const outputs result = op(*pair.cuda);
+    const float scale = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(result[1][i], dropout_keep(seed, offset + i, p) ? scale : 0.0f) << what << " " << i;
+    }
+  }
+  // A batch split in two with matching offsets draws the same mask as the whole, in place.
+  device_array<float> whole(*pair.cuda, x), split(*pair.cuda, x), mask(*pair.cuda, count);
+  device_array<float> split_mask(*pair.cuda, count);
+  const stream s = pair.cuda->default_stream();
+  pair.cuda->dropout_forward(s, whole.data(), whole.data(), mask.data(), count, 0.3f, seed, 0);
+  pair.cuda->dropout_forward(s, split.data(), split.data(), split_mask.data(), 400, 0.3f, seed, 0);
+  pair.cuda->dropout_forward(s, split.data() + 400, split.data() + 400, split_mask.data() + 400,
+                             count - 400, 0.3f, seed, 400);
+  EXPECT_EQ(whole.download(), split.download());
+  EXPECT_EQ(mask.download(), split_mask.download());
+}
+
+TEST(CudaParityTest, SgdSteps) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = 5003;
+  const auto weights = random_floats(count, 131);
+  sgd_parameters plain;
+  plain.learning_rate = 0.1f;
+  sgd_parameters momentum;
+  momentum.learning_rate = 0.05f;
+  momentum.momentum = 0.9f;
+  momentum.weight_decay = 1e-3f;
+  momentum.gradient_scale = 0.5f;
+  for (const sgd_parameters& p : {plain, momentum}) {
+    expect_parity(
+        pair,
+        [&](backend& device) {
+          device_array<float> w(device, weights), g(device, count);
+          device_array<float> v(device, std::vector<float>(count, 0.0f));
+          for (uint64_t step = 0; step < 3; ++step) {
+            g.upload(random_floats(count, 140 + step));
+            device.sgd_step(device.default_stream(), w.data(), g.data(),
+                            p.momentum == 0.0f ? nullptr : v.data(), count, p);
+          }
+          return outputs{w.download(), v.download()};
+        },
+        rounding, "sgd momentum " + std::to_string(p.momentum));
+  }
+}
+
+TEST(CudaParityTest, AdamSteps) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = 5003;
+  const auto weights = random_floats(count, 151);
+  adam_parameters p;
+  p.learning_rate = 1e-3f;
+  p.weight_decay = 0.01f;
+  p.gradient_scale = 0.25f;
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> w(device, weights), g(device, count);
+        device_array<float> m(device, std::vector<float>(count, 0.0f));
+        device_array<float> v(device, std::vector<float>(count, 0.0f));
+        adam_parameters step = p;
+        for (step.step = 1; step.step <= 5; ++step.step) {
+          g.upload(random_floats(count, 160 + step.step));
+          device.adam_step(device.default_stream(), w.data(), g.data(), m.data(), v.data(), count,
+                           step);
+        }
+        return outputs{w.download(), m.download(), v.download()};
+      },
+      {1e-5, 1e-7}, "adam");
+}
+
+// ---- streams, events and memory ---------------------------------------------------------------
+
+TEST(CudaParityTest, EventsOrderStreams) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const size_t count = size_t{1} << 22;
+  for (backend* device : {pair.cpu.get(), pair.cuda.get()}) {
+    device_array<float> ones(*device, count), total(*device, count), copy(*device, count);
+    const stream producer = device->create_stream();
+    const stream consumer = device->create_stream();
+    const event produced = device->create_event();
+    // A long chain on the producer; the consumer copies the result only after the event.
+    device->fill(producer, ones.data(), 1.0f, count);
+    device->fill(producer, total.data(), 0.0f, count);
+    for (int i = 0; i < 20; ++i) device->axpy(producer, 1.0f, ones.data(), total.data(), count);
+    device->record_event(produced, producer);
+    device->wait_event(consumer, produced);
+    device->copy_device_to_device(consumer, copy.data(), total.data(), count * sizeof(float));
+    std::vector<float> copied(count);
+    device->copy_device_to_host(consumer, copied.data(), copy.data(), count * sizeof(float));
+    device->synchronize(consumer);
+    EXPECT_EQ(copied, std::vector<float>(count, 20.0f)) << device->name();
+    // The host waits for an event, then reads on another stream without synchronizing.
+    device->axpy(producer, 1.0f, ones.data(), total.data(), count);
+    device->record_event(produced, producer);
+    device->synchronize_event(produced);
+    EXPECT_EQ(total.download(), std::vector<float>(count, 21.0f)) << device->name();
+    device->synchronize(producer);
+    device->destroy_event(produced);
+    device->destroy_stream(consumer);
+    device->destroy_stream(producer);
+  }
+}
+
+void* address(uintptr_t value) { return reinterpret_cast<void*>(value); }
+
+TEST(CudaParityTest, ManyAllocations) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  backend& device = *pair.cuda;
+  const stream s = device.default_stream();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::pair<uintptr_t, size_t>> buffers;
+    for (size_t i = 0; i < 1000; ++i) {
+      const size_t bytes = i % 97 == 0 ? 0 : (i * 7919 + round * 131) % 100000 + 1;
+      auto* pointer = static_cast<char*>(device.allocate(bytes));
+      ASSERT_NE(pointer, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(pointer) % 64, 0u);
+      device.fill(s, reinterpret_cast<float*>(pointer), float(i), bytes / sizeof(float));
+      buffers.emplace_back(reinterpret_cast<uintptr_t>(pointer), bytes);
+    }
+    // Each buffer still holds its own value, so no two overlap.
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const size_t floats = buffers[i].second / sizeof(float);
+      if (floats == 0) continue;
+      float first = -1.0f, last = -1.0f;
+      device.copy_device_to_host(s, &first, address(buffers[i].first), sizeof(float));
+      device.copy_device_to_host(s, &last, address(buffers[i].first + (floats - 1) * sizeof(float)),
+                                 sizeof(float));
+      device.synchronize(s);
+      ASSERT_EQ(first, float(i));
+      ASSERT_EQ(last, float(i));
+    }
+    std::sort(buffers.begin(), buffers.end());
+    for (size_t i = 1; i < buffers.size(); ++i) {
+      EXPECT_LE(buffers[i - 1].first + buffers[i - 1].second, buffers[i].first);
+    }
+    for (size_t i = 0; i < buffers.size(); i += 2) device.deallocate(address(buffers[i].first));
+    for (size_t i = 1; i < buffers.size(); i += 2) device.deallocate(address(buffers[i].first));
+  }
+  void* large = device.allocate(size_t{1} << 30);
+  device.fill(s, static_cast<float*>(large), 1.0f, (size_t{1} << 30) / sizeof(float));
+  device.synchronize(s);
+  device.deallocate(large);
+}
+
+TEST(CudaParityTest, ConcurrentStreamsFromThreads) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const int n = 96;
+  const auto a = random_floats(n * n, 171);
+  const auto b = random_floats(n * n, 172);
+  // Each stage-like thread runs GEMM and a reduction on its own stream of the same backend.
+  const auto run = [&](backend& device, std::vector<float>* result) {
+    const stream s = device.create_stream();
+    const size_t bytes = size_t(n) * n * sizeof(float);
+    auto* da = static_cast<float*>(device.allocate(bytes));
+    auto* db = static_cast<float*>(device.allocate(bytes));
+    auto* dc = static_cast<float*>(device.allocate(bytes + sizeof(float)));  // C, then the sum
+    device.copy_host_to_device(s, da, a.data(), bytes);
+    device.copy_host_to_device(s, db, b.data(), bytes);
+    for (int repeat = 0; repeat < 20; ++repeat) {
+      device.gemm(s, transpose::no, transpose::yes, n, n, n, 1.0f, da, n, db, n, 0.0f, dc, n);
+      device.sum(s, dc, size_t(n) * n, dc + n * n);
+    }
+    result->resize(size_t(n) * n + 1);
+    device.copy_device_to_host(s, result->data(), dc, bytes + sizeof(float));
+    device.synchronize(s);
+    device.destroy_stream(s);
+    for (float* pointer : {da, db, dc}) device.deallocate(pointer);
+  };
+  std::vector<float> expected;
+  run(*pair.cpu, &expected);
+  std::vector<std::vector<float>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& result : results) threads.emplace_back(run, std::ref(*pair.cuda), &result);
+  for (auto& thread : threads) thread.join();
+  for (const auto& result : results) {
+    expect_close(std::vector<float>(expected.begin(), expected.end() - 1),
+                 std::vector<float>(result.begin(), result.end() - 1), summed(n), "gemm");
+    EXPECT_NEAR(expected.back(), result.back(), 1e-3) << "sum";
+    EXPECT_EQ(result, results[0]) << "streams disagree bit for bit";
+  }
+}
+
+}  // namespace
+}  // namespace troupe::layers
