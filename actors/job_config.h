@@ -27,14 +27,14 @@ struct data_config {
   int64_t test_samples = 0;        ///< use only the first N test samples (0: all)
   int64_t synthetic_train = 8192;  ///< synthetic data set sizes
   int64_t synthetic_test = 1024;
-  int classes = 10;                ///< synthetic data set classes
+  int classes = 10;  ///< synthetic data set classes
 };
 
 struct parallelism_config {
   int stages = 1;
   std::string partition = "balanced";  ///< "balanced", "uniform" or cut points "3,7"
   std::vector<std::string> devices{"cpu"};
-  std::string mode = "sync";      ///< "sync" or "async"
+  std::string mode = "sync";       ///< "sync" or "async"
   std::string schedule = "gpipe";  ///< "gpipe" or "1f1b" (sync mode)
   int micro_batches = 1;
   int max_active_keys = 0;      ///< 0: the number of stages
@@ -47,7 +47,7 @@ struct parallelism_config {
 struct training_config {
   int64_t batch_size = 64;
   int64_t epochs = 1;
-  int64_t max_steps = 0;  ///< 0: no limit
+  int64_t max_steps = 0;          ///< 0: no limit
   std::string optimizer = "sgd";  ///< "sgd" or "adam"
   double lr = 0.01;
   double momentum = 0.0;

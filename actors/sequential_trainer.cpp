@@ -25,10 +25,10 @@ sequential_trainer::sequential_trainer(const job_config& config, layers::backend
     : device_(device), stream_(device.default_stream()), seed_(config.training.seed) {
   const auto& specs = config.model.layers;
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
-  model_ = std::make_unique<layers::sequential>(device, stream_, specs, input, 0, specs.size(),
-                                                seed_);
-  optimizer_ = std::make_unique<layers::optimizer>(
-      stream_, optimizer_settings_of(config.training), model_->parameters());
+  model_ =
+      std::make_unique<layers::sequential>(device, stream_, specs, input, 0, specs.size(), seed_);
+  optimizer_ = std::make_unique<layers::optimizer>(stream_, optimizer_settings_of(config.training),
+                                                   model_->parameters());
 }
 
 void sequential_trainer::upload(const float* features, const int32_t* labels, int64_t samples) {

@@ -29,10 +29,14 @@ class loop {
  public:
   loop(const job_config& config, sequential_trainer& trainer, const layers::dataset& train,
        const layers::dataset& test, clock_source& clock, training_observer& observer)
-      : config_(config), trainer_(trainer), train_(train), test_(test), clock_(clock),
+      : config_(config),
+        trainer_(trainer),
+        train_(train),
+        test_(test),
+        clock_(clock),
         observer_(observer),
-        order_(train.count(), config.training.batch_size, config.training.seed,
-               config.data.shuffle, true) {}
+        order_(train.count(), config.training.batch_size, config.training.seed, config.data.shuffle,
+               true) {}
 
   training_summary run() {
     start_ = clock_.now_seconds();
@@ -77,7 +81,8 @@ class loop {
   }
 
   void evaluate(int64_t epochs_done) {
-    batch_totals totals = trainer_.evaluate(test_, std::max<int64_t>(config_.training.batch_size, 256));
+    batch_totals totals =
+        trainer_.evaluate(test_, std::max<int64_t>(config_.training.batch_size, 256));
     summary_.final_test_accuracy = totals.accuracy();
     summary_.final_test_loss = totals.mean_loss();
     const double target = config_.training.target_accuracy;

@@ -63,8 +63,8 @@ double gemm_gflops(layers::backend& device, layers::transpose ta, layers::transp
   const int lda = ta == layers::transpose::no ? k : m;
   const int ldb = tb == layers::transpose::no ? n : k;
   const double seconds = time_per_call(device, budget, [&] {
-    device.gemm(device.default_stream(), ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
-                0.0f, c.data(), n);
+    device.gemm(device.default_stream(), ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                c.data(), n);
   });
   return 2.0 * m * n * k / seconds / 1e9;
 }
@@ -129,14 +129,16 @@ nlohmann::json layer_gemms(layers::backend& device, int64_t batch, double budget
     const int in = mlp_widths[i], out = mlp_widths[i + 1];
     nlohmann::json entry = {{"layer", "linear " + std::to_string(in) + "x" + std::to_string(out)},
                             {"batch", batch}};
-    entry["forward_gflops"] = gemm_gflops(device, transpose::no, transpose::yes, b, out, in, budget);
+    entry["forward_gflops"] =
+        gemm_gflops(device, transpose::no, transpose::yes, b, out, in, budget);
     entry["weight_gradient_gflops"] =
         gemm_gflops(device, transpose::yes, transpose::no, out, in, b, budget);
     entry["input_gradient_gflops"] =
         gemm_gflops(device, transpose::no, transpose::no, b, in, out, budget);
     std::printf("  %-22s batch %4lld  forward %7.1f  weight-grad %7.1f  input-grad %7.1f GFLOP/s\n",
                 entry["layer"].get<std::string>().c_str(), static_cast<long long>(batch),
-                entry["forward_gflops"].get<double>(), entry["weight_gradient_gflops"].get<double>(),
+                entry["forward_gflops"].get<double>(),
+                entry["weight_gradient_gflops"].get<double>(),
                 entry["input_gradient_gflops"].get<double>());
     layers_json.push_back(entry);
   }

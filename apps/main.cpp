@@ -10,12 +10,12 @@ namespace {
 void add_train(CLI::App& app, troupe::apps::train_options& options) {
   CLI::App* train = app.add_subcommand("train", "Train the model a job file describes");
   train->add_option("job", options.job_file, "Job file (TOML)")->required();
-  train->add_option("--set", options.overrides,
-                    "Override a job-file key: section.key=value (value in TOML syntax)")
+  train
+      ->add_option("--set", options.overrides,
+                   "Override a job-file key: section.key=value (value in TOML syntax)")
       ->take_all()
       ->allow_extra_args(false);
-  train->add_option("--out", options.out_directory,
-                    "Output directory (default: runs/<job name>)");
+  train->add_option("--out", options.out_directory, "Output directory (default: runs/<job name>)");
   train->add_flag("--quiet", options.quiet, "No progress bar; log lines only");
 }
 

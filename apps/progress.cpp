@@ -11,8 +11,11 @@ double steady_clock_source::now_seconds() {
 
 run_reporter::run_reporter(metrics_log* log, std::FILE* terminal, bool interactive,
                            int64_t steps_per_epoch, int64_t epochs)
-    : log_(log), terminal_(terminal), interactive_(interactive),
-      steps_per_epoch_(steps_per_epoch > 0 ? steps_per_epoch : 1), epochs_(epochs) {}
+    : log_(log),
+      terminal_(terminal),
+      interactive_(interactive),
+      steps_per_epoch_(steps_per_epoch > 0 ? steps_per_epoch : 1),
+      epochs_(epochs) {}
 
 void run_reporter::on_step(int64_t step, int64_t total_steps, int64_t epoch, double loss,
                            double samples_per_s) {
@@ -35,8 +38,8 @@ void run_reporter::draw_bar(int64_t step, int64_t total_steps, int64_t epoch) {
   bar.resize(width, '.');
   std::fprintf(terminal_, "\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s",
                static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
-               static_cast<long long>(step), static_cast<long long>(total_steps),
-               smoothed_loss_, smoothed_rate_);
+               static_cast<long long>(step), static_cast<long long>(total_steps), smoothed_loss_,
+               smoothed_rate_);
   std::fflush(terminal_);
   bar_drawn_ = true;
 }

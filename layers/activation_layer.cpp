@@ -26,8 +26,8 @@ class activation_layer final : public layer {
 
   forward_result forward(const run_options& options, const tensor& input) override {
     tensor output(input.device(), input.dims());
-    input.device().activation_forward(options.work_stream, function_, input.data(),
-                                      output.data(), input.size());
+    input.device().activation_forward(options.work_stream, function_, input.data(), output.data(),
+                                      input.size());
     auto context = std::make_unique<activation_context>();
     if (options.mode == pass_mode::training) {
       context->input = input;
@@ -36,8 +36,8 @@ class activation_layer final : public layer {
     return {output, std::move(context)};
   }
 
-  tensor backward(const run_options& options, layer_context& context,
-                  const tensor& output_gradient, bool need_input_gradient) override {
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
     if (!need_input_gradient) return tensor();
     auto& saved = static_cast<activation_context&>(context);
     // The incoming gradient is ours alone, so the input gradient overwrites it in place.

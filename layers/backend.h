@@ -95,8 +95,7 @@ class backend {
   virtual void deallocate(void* pointer) = 0;
   virtual void copy_host_to_device(stream s, void* device, const void* host, size_t bytes) = 0;
   virtual void copy_device_to_host(stream s, void* host, const void* device, size_t bytes) = 0;
-  virtual void copy_device_to_device(stream s, void* target, const void* source,
-                                     size_t bytes) = 0;
+  virtual void copy_device_to_device(stream s, void* target, const void* source, size_t bytes) = 0;
   /// data[i] = value for i < count.
   virtual void fill(stream s, float* data, float value, size_t count) = 0;
 
@@ -123,8 +122,7 @@ class backend {
                     float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                     float* c, int ldc) = 0;
   /// matrix[r][c] += vector[c] for a rows×cols matrix.
-  virtual void add_row_vector(stream s, float* matrix, const float* vector, int rows,
-                              int cols) = 0;
+  virtual void add_row_vector(stream s, float* matrix, const float* vector, int rows, int cols) = 0;
   /// out[c] = beta * out[c] + sum over r of matrix[r][c]; with beta == 0, out is not read.
   virtual void sum_rows(stream s, const float* matrix, int rows, int cols, float beta,
                         float* out) = 0;
@@ -157,13 +155,13 @@ class backend {
   /// Writes the sum over rows of -log softmax(logits)[label] to loss_sum[0] and the number of
   /// rows whose first maximal logit is the label to correct[0] (both device floats). When
   /// `gradient` is not null it receives (softmax(logits) - onehot(label)) * gradient_scale.
-  virtual void softmax_cross_entropy(stream s, const float* logits, const int32_t* labels,
-                                     int rows, int cols, float gradient_scale, float* gradient,
+  virtual void softmax_cross_entropy(stream s, const float* logits, const int32_t* labels, int rows,
+                                     int cols, float gradient_scale, float* gradient,
                                      float* loss_sum, float* correct) = 0;
 
   // ---- convolution and pooling --------------------------------------------------------------
-  /// columns[(n*oh + y)*ow + x][(c*k + i)*k + j] = image[n][c][y*stride - pad + i][x*stride - pad + j]
-  /// (zero outside the image): a (batch*oh*ow) × (channels*k*k) row-major matrix.
+  /// columns[(n*oh + y)*ow + x][(c*k + i)*k + j] = image[n][c][y*stride - pad + i][x*stride - pad +
+  /// j] (zero outside the image): a (batch*oh*ow) × (channels*k*k) row-major matrix.
   virtual void im2col(stream s, const convolution_geometry& g, const float* image,
                       float* columns) = 0;
   /// The adjoint of im2col: image = sum of every column entry into the pixel it came from

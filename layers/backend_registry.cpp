@@ -31,8 +31,8 @@ std::unique_ptr<backend> create_cuda(int index, std::string* error) {
 #ifdef TROUPE_WITH_CUDA
   int count = cuda_runtime_device_count();
   if (index < 0 || index >= count) {
-    *error = "device cuda:" + std::to_string(index) + " is not present (" +
-             std::to_string(count) + " CUDA device(s) found)";
+    *error = "device cuda:" + std::to_string(index) + " is not present (" + std::to_string(count) +
+             " CUDA device(s) found)";
     return nullptr;
   }
   auto result = make_cuda_backend(index);

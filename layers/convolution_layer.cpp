@@ -65,8 +65,8 @@ class convolution_layer final : public layer {
     return {output, std::move(context)};
   }
 
-  tensor backward(const run_options& options, layer_context& context,
-                  const tensor& output_gradient, bool need_input_gradient) override {
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
     auto& saved = static_cast<convolution_context&>(context);
     backend& device = output_gradient.device();
     const stream s = options.work_stream;
@@ -102,8 +102,8 @@ class convolution_layer final : public layer {
   }
 
   double forward_flops(int64_t batch) const override {
-    return 2.0 * static_cast<double>(batch) * geometry_.out_height * geometry_.out_width *
-           patch_ * out_channels_;
+    return 2.0 * static_cast<double>(batch) * geometry_.out_height * geometry_.out_width * patch_ *
+           out_channels_;
   }
 
  private:

@@ -26,14 +26,14 @@ class dropout_layer final : public layer {
     tensor output(device, input.dims());
     context->mask = tensor(device, input.dims());
     const uint64_t offset = options.sample_offset * static_cast<uint64_t>(input.row_size());
-    device.dropout_forward(options.work_stream, input.data(), output.data(),
-                           context->mask.data(), input.size(), probability_,
-                           derive_seed(options.seed, layer_index_), offset);
+    device.dropout_forward(options.work_stream, input.data(), output.data(), context->mask.data(),
+                           input.size(), probability_, derive_seed(options.seed, layer_index_),
+                           offset);
     return {output, std::move(context)};
   }
 
-  tensor backward(const run_options& options, layer_context& context,
-                  const tensor& output_gradient, bool need_input_gradient) override {
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
     if (!need_input_gradient) return tensor();
     const tensor& mask = static_cast<dropout_context&>(context).mask;
     if (mask.empty()) return output_gradient;

@@ -61,8 +61,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
   }
   if (t == "conv2d") {
     if (spec.out < 1 || spec.kernel < 1) return fail(error, "out and kernel must be at least 1");
-    return image_output(spec, input, spec.out, spec.kernel, std::max(spec.stride, 1),
-                        spec.padding, output, error);
+    return image_output(spec, input, spec.out, spec.kernel, std::max(spec.stride, 1), spec.padding,
+                        output, error);
   }
   if (t == "maxpool2d") {
     const int kernel = spec.kernel > 0 ? spec.kernel : 2;

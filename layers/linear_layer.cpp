@@ -43,8 +43,8 @@ class linear_layer final : public layer {
     backend& device = input.device();
     const int batch = static_cast<int>(input.rows());
     tensor output(device, {batch, outputs_});
-    device.gemm(options.work_stream, transpose::no, transpose::yes, batch, outputs_, inputs_,
-                1.0f, input.data(), inputs_, weight_.value.data(), inputs_, 0.0f, output.data(),
+    device.gemm(options.work_stream, transpose::no, transpose::yes, batch, outputs_, inputs_, 1.0f,
+                input.data(), inputs_, weight_.value.data(), inputs_, 0.0f, output.data(),
                 outputs_);
     if (!bias_.value.empty()) {
       device.add_row_vector(options.work_stream, output.data(), bias_.value.data(), batch,
@@ -55,15 +55,15 @@ class linear_layer final : public layer {
     return {output, std::move(context)};
   }
 
-  tensor backward(const run_options& options, layer_context& context,
-                  const tensor& output_gradient, bool need_input_gradient) override {
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
     const tensor& input = static_cast<linear_context&>(context).input;
     backend& device = input.device();
     const stream s = options.work_stream;
     const int batch = static_cast<int>(input.rows());
     device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
-                output_gradient.data(), outputs_, input.data(), inputs_,
-                weight_.accumulate_beta(), weight_.gradient.data(), inputs_);
+                output_gradient.data(), outputs_, input.data(), inputs_, weight_.accumulate_beta(),
+                weight_.gradient.data(), inputs_);
     weight_.has_gradient = true;
     if (!bias_.value.empty()) {
       device.sum_rows(s, output_gradient.data(), batch, outputs_, bias_.accumulate_beta(),

@@ -24,14 +24,13 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale) {
     if (!p.has_gradient) continue;
     backend& device = p.value.device();
     if (settings_.kind == "sgd") {
-      sgd_parameters sgd{learning_rate, settings_.momentum, settings_.weight_decay,
-                         gradient_scale};
+      sgd_parameters sgd{learning_rate, settings_.momentum, settings_.weight_decay, gradient_scale};
       float* velocity = state_[i].empty() ? nullptr : state_[i][0].data();
       device.sgd_step(s, p.value.data(), p.gradient.data(), velocity, p.value.size(), sgd);
     } else {
-      adam_parameters adam{learning_rate,          settings_.beta1, settings_.beta2,
-                           settings_.epsilon,      settings_.weight_decay, gradient_scale,
-                           steps_};
+      adam_parameters adam{
+          learning_rate,          settings_.beta1, settings_.beta2, settings_.epsilon,
+          settings_.weight_decay, gradient_scale,  steps_};
       device.adam_step(s, p.value.data(), p.gradient.data(), state_[i][0].data(),
                        state_[i][1].data(), p.value.size(), adam);
     }

@@ -36,16 +36,16 @@ class pooling_layer final : public layer {
     return {output, std::move(context)};
   }
 
-  tensor backward(const run_options& options, layer_context& context,
-                  const tensor& output_gradient, bool need_input_gradient) override {
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
     if (!need_input_gradient) return tensor();
     auto& saved = static_cast<pooling_context&>(context);
     backend& device = output_gradient.device();
     pooling_geometry g = geometry_;
     g.batch = static_cast<int>(saved.batch);
     tensor input_gradient(device, batched(saved.batch, input_shape()));
-    device.max_pool_backward(options.work_stream, g, output_gradient.data(),
-                             saved.argmax.data(), input_gradient.data());
+    device.max_pool_backward(options.work_stream, g, output_gradient.data(), saved.argmax.data(),
+                             input_gradient.data());
     return input_gradient;
   }
 

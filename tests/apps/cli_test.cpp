@@ -34,9 +34,8 @@ class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     directory_ = fs::temp_directory_path() /
-                 ("troupe_cli_" + std::string(::testing::UnitTest::GetInstance()
-                                                  ->current_test_info()
-                                                  ->name()));
+                 ("troupe_cli_" +
+                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(directory_);
     fs::create_directories(directory_);
   }
@@ -45,8 +44,8 @@ class CliTest : public ::testing::Test {
   /// Runs `troupe ARGUMENTS` with stdout and stderr captured to files.
   run_result troupe(const std::string& arguments) {
     const fs::path out = directory_ / "stdout.txt", err = directory_ / "stderr.txt";
-    const std::string command = std::string(TROUPE_BINARY) + " " + arguments + " >" +
-                                out.string() + " 2>" + err.string();
+    const std::string command =
+        std::string(TROUPE_BINARY) + " " + arguments + " >" + out.string() + " 2>" + err.string();
     const int raw = std::system(command.c_str());
     run_result result;
     result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -97,12 +96,13 @@ TEST_F(CliTest, TrainsAndWritesOutputs) {
   ASSERT_EQ(result.status, 0) << result.errors;
   auto config = nlohmann::json::parse(read_file(out / "config.json"));
   EXPECT_EQ(config["training"]["batch_size"], 32);
-  for (const char* section : {"model", "data", "parallelism", "training", "checkpoint", "metrics"}) {
+  for (const char* section :
+       {"model", "data", "parallelism", "training", "checkpoint", "metrics"}) {
     EXPECT_TRUE(config.contains(section)) << section;
   }
   auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
-  for (const char* key : {"final_test_accuracy", "epochs", "steps", "samples_per_s", "wall_s",
-                          "time_to_target_s"}) {
+  for (const char* key :
+       {"final_test_accuracy", "epochs", "steps", "samples_per_s", "wall_s", "time_to_target_s"}) {
     EXPECT_TRUE(summary.contains(key)) << key;
   }
   EXPECT_EQ(summary["steps"], 32);
@@ -126,9 +126,9 @@ TEST_F(CliTest, TrainsAndWritesOutputs) {
 
 TEST_F(CliTest, SetOverridesTheJobFile) {
   const fs::path out = directory_ / "run";
-  run_result result = troupe("train " + tiny_job().string() +
-                             " --set training.epochs=1 --set training.optimizer=adam --out " +
-                             out.string());
+  run_result result =
+      troupe("train " + tiny_job().string() +
+             " --set training.epochs=1 --set training.optimizer=adam --out " + out.string());
   ASSERT_EQ(result.status, 0) << result.errors;
   auto config = nlohmann::json::parse(read_file(out / "config.json"));
   EXPECT_EQ(config["training"]["optimizer"], "adam");
@@ -156,17 +156,17 @@ TEST_F(CliTest, ShapesThatDoNotChain) {
 }
 
 TEST_F(CliTest, LastLayerMustMatchClasses) {
-  expect_one_line(troupe("train " + tiny_job().string() +
-                         " --set 'model.layers=[{type=\"linear\",out=3}]'"),
-                  "per class");
+  expect_one_line(
+      troupe("train " + tiny_job().string() + " --set 'model.layers=[{type=\"linear\",out=3}]'"),
+      "per class");
 }
 
 TEST_F(CliTest, MissingDataFiles) {
-  expect_one_line(troupe("train " + tiny_job().string() +
-                         " --set data.dataset=fashion-mnist --set data.path=" +
-                         (directory_ / "nowhere").string() + " --set 'model.input_shape=[1,28,28]'" +
-                         " --set 'model.layers=[{type=\"flatten\"},{type=\"linear\",out=10}]'"),
-                  "nowhere");
+  expect_one_line(
+      troupe("train " + tiny_job().string() + " --set data.dataset=fashion-mnist --set data.path=" +
+             (directory_ / "nowhere").string() + " --set 'model.input_shape=[1,28,28]'" +
+             " --set 'model.layers=[{type=\"flatten\"},{type=\"linear\",out=10}]'"),
+      "nowhere");
 }
 
 TEST_F(CliTest, CorruptIdxHeader) {

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "layers/random.h"
@@ -117,7 +119,7 @@ void check_gemm(bool ta, bool tb, int m, int n, int k, float beta, uint64_t seed
   naive_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, beta, c, ldc);
   const std::vector<float> actual = dc.host();
   for (size_t i = 0; i < c.size(); ++i) {
-    ASSERT_NEAR(actual[i], c[i], 1e-4f * (1 + k)) << "ta=" << ta << " tb=" << tb << " i=" << i;
+    ASSERT_NEAR(actual[i], c[i], 2e-6f * (k + 1)) << "ta=" << ta << " tb=" << tb << " i=" << i;
   }
 }
 
@@ -224,47 +226,64 @@ TEST(CpuBackendTest, ElementwiseOpsMatchNaive) {
   EXPECT_NEAR(total.host()[0], reference, 1e-4);
 }
 
-float activation_reference(activation f, float x) {
+double activation_exact(activation f, double x) {
   switch (f) {
     case activation::relu:
       return x > 0 ? x : 0;
     case activation::tanh:
-      return float(std::tanh(double(x)));
+      return std::tanh(x);
     case activation::gelu:
-      return float(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   }
   return 0;
 }
 
-TEST(CpuBackendTest, ActivationsMatchFormulasAndFiniteDifferences) {
-  const size_t count = 517;
-  const std::vector<float> x = random_values(count, 71, -3.0f, 3.0f);
-  const std::vector<float> dy = random_values(count, 72);
-  for (activation f : {activation::relu, activation::tanh, activation::gelu}) {
-    floats dx_in(x), dy_out(count, nan_value), grad(dy), in_place(x);
-    cpu().activation_forward(s(), f, dx_in.data(), dy_out.data(), count);
+std::vector<float> activation_inputs() {
+  std::vector<float> x = random_values(517, 71, -3.0f, 3.0f);
+  // Zero, tanh's branch points (0.625 and 9) and saturation.
+  for (float v : {0.0f, 0.625f, -0.625f, 0.6249f, 8.99f, -9.01f, -12.0f, 40.0f}) x.push_back(v);
+  return x;
+}
+
+const activation all_activations[] = {activation::relu, activation::tanh, activation::gelu};
+
+TEST(CpuBackendTest, ActivationsMatchFormulas) {
+  const std::vector<float> x = activation_inputs();
+  const size_t count = x.size();
+  for (activation f : all_activations) {
+    floats in(x), out(count, nan_value), in_place(x);
+    cpu().activation_forward(s(), f, in.data(), out.data(), count);
     cpu().activation_forward(s(), f, in_place.data(), in_place.data(), count);
     std::vector<float> expected(count);
-    for (size_t i = 0; i < count; ++i) expected[i] = activation_reference(f, x[i]);
-    expect_near_all(dy_out.host(), expected, 1e-6f);
-    expect_near_all(in_place.host(), expected, 1e-6f);
+    for (size_t i = 0; i < count; ++i) expected[i] = float(activation_exact(f, x[i]));
+    expect_near_all(out.host(), expected, 5e-7f);
+    EXPECT_EQ(in_place.host(), out.host());
+  }
+  floats not_a_number(1, nan_value);
+  cpu().activation_forward(s(), activation::tanh, not_a_number.data(), not_a_number.data(), 1);
+  EXPECT_TRUE(std::isnan(not_a_number.host()[0]));
+}
 
-    // dx aliases dy here; the reference derivative is a central difference in double.
-    cpu().activation_backward(s(), f, dx_in.data(), dy_out.data(), grad.data(), grad.data(), count);
-    const double h = 1e-3;
+TEST(CpuBackendTest, ActivationGradientsMatchFiniteDifferences) {
+  const std::vector<float> x = activation_inputs();
+  const size_t count = x.size();
+  const std::vector<float> dy = random_values(count, 72);
+  for (activation f : all_activations) {
+    floats in(x), out(count), gradient(dy), dx(count, nan_value);
+    cpu().activation_forward(s(), f, in.data(), out.data(), count);
+    cpu().activation_backward(s(), f, in.data(), out.data(), gradient.data(), dx.data(), count);
+    std::vector<float> expected(count);
+    const double h = 1e-5;
     for (size_t i = 0; i < count; ++i) {
-      if (f == activation::relu && std::fabs(x[i]) < h) continue;
-      double plus = f == activation::relu ? std::max(0.0, x[i] + h)
-                    : f == activation::tanh
-                        ? std::tanh(x[i] + h)
-                        : 0.5 * (x[i] + h) * (1.0 + std::erf((x[i] + h) / std::sqrt(2.0)));
-      double minus = f == activation::relu ? std::max(0.0, x[i] - h)
-                     : f == activation::tanh
-                         ? std::tanh(x[i] - h)
-                         : 0.5 * (x[i] - h) * (1.0 + std::erf((x[i] - h) / std::sqrt(2.0)));
-      expected[i] = float(dy[i] * (plus - minus) / (2 * h));
+      const double slope =
+          (activation_exact(f, x[i] + h) - activation_exact(f, x[i] - h)) / (2 * h);
+      expected[i] = std::fabs(x[i]) < h && f == activation::relu ? 0.0f : float(dy[i] * slope);
     }
-    expect_near_all(grad.host(), expected, 1e-4f);
+    expect_near_all(dx.host(), expected, 1e-5f);
+    // dx may alias dy.
+    cpu().activation_backward(s(), f, in.data(), out.data(), gradient.data(), gradient.data(),
+                              count);
+    EXPECT_EQ(gradient.host(), dx.host());
   }
 }
 
@@ -377,45 +396,62 @@ TEST(CpuBackendTest, Im2colMatchesNaiveAndCol2imIsItsAdjoint) {
   }
 }
 
-TEST(CpuBackendTest, MaxPoolPicksFirstMaximumAndRoutesGradient) {
+pooling_geometry make_pooling(int height, int width, int kernel, int stride) {
   pooling_geometry g;
   g.batch = 2;
   g.channels = 3;
-  g.height = 5;
-  g.width = 6;
-  g.kernel = 2;
-  g.stride = 2;
-  g.out_height = 2;
-  g.out_width = 3;
+  g.height = height;
+  g.width = width;
+  g.kernel = kernel;
+  g.stride = stride;
+  g.out_height = (height - kernel) / stride + 1;
+  g.out_width = (width - kernel) / stride + 1;
+  return g;
+}
+
+/// Index within its plane of the first maximal input of one window, by the contract.
+int naive_window_argmax(const pooling_geometry& g, const float* plane, int oy, int ox) {
+  int best = -1;
+  for (int i = 0; i < g.kernel; ++i) {
+    for (int j = 0; j < g.kernel; ++j) {
+      const int index = (oy * g.stride + i) * g.width + ox * g.stride + j;
+      if (best < 0 || plane[index] > plane[best]) best = index;
+    }
+  }
+  return best;
+}
+
+void check_max_pool(const pooling_geometry& g, uint64_t seed) {
   const size_t plane = size_t(g.height) * g.width, planes = size_t(g.batch) * g.channels;
-  std::vector<float> x = random_values(planes * plane, 101);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::round(x[i] * 2.0f);  // many ties
-  floats dx(x), y(planes * 6, nan_value), dy_in(random_values(planes * 6, 102));
-  device_array<int32_t> argmax(planes * 6, -1);
+  const size_t out_plane = size_t(g.out_height) * g.out_width;
+  std::vector<float> x = random_values(planes * plane, seed);
+  for (float& v : x) v = std::round(v * 2.0f);  // many ties
+  const std::vector<float> dy = random_values(planes * out_plane, seed + 1);
+  floats dx(x), y(planes * out_plane, nan_value), ddy(dy), grad(x.size(), nan_value);
+  device_array<int32_t> argmax(planes * out_plane, -1);
   cpu().max_pool_forward(s(), g, dx.data(), y.data(), argmax.data());
+  cpu().max_pool_backward(s(), g, ddy.data(), argmax.data(), grad.data());
   const std::vector<float> pooled = y.host();
   const std::vector<int32_t> indices = argmax.host();
-  std::vector<float> expected_dx(x.size(), 0.0f);
-  const std::vector<float> dy = dy_in.host();
+  std::vector<float> expected_grad(x.size(), 0.0f);
   for (size_t p = 0; p < planes; ++p) {
     for (int oy = 0; oy < g.out_height; ++oy) {
       for (int ox = 0; ox < g.out_width; ++ox) {
-        int best = -1;
-        for (int i = 0; i < g.kernel; ++i)
-          for (int j = 0; j < g.kernel; ++j) {
-            const int index = (oy * g.stride + i) * g.width + ox * g.stride + j;
-            if (best < 0 || x[p * plane + index] > x[p * plane + best]) best = index;
-          }
-        const size_t o = p * 6 + oy * g.out_width + ox;
-        ASSERT_EQ(indices[o], best);
+        const int best = naive_window_argmax(g, &x[p * plane], oy, ox);
+        const size_t o = p * out_plane + size_t(oy) * g.out_width + ox;
+        ASSERT_EQ(indices[o], best) << "window " << o;
         ASSERT_EQ(pooled[o], x[p * plane + best]);
-        expected_dx[p * plane + best] += dy[o];
+        expected_grad[p * plane + best] += dy[o];
       }
     }
   }
-  floats grad(x.size(), nan_value);
-  cpu().max_pool_backward(s(), g, dy_in.data(), argmax.data(), grad.data());
-  EXPECT_EQ(grad.host(), expected_dx);
+  EXPECT_EQ(grad.host(), expected_grad);
+}
+
+TEST(CpuBackendTest, MaxPoolPicksFirstMaximumAndRoutesGradient) {
+  check_max_pool(make_pooling(5, 6, 2, 2), 101);  // the last row is left out
+  check_max_pool(make_pooling(7, 8, 3, 2), 103);  // overlapping windows share inputs
+  check_max_pool(make_pooling(4, 4, 2, 1), 105);
 }
 
 TEST(CpuBackendTest, DropoutMaskIsReproducibleAndSplitConsistent) {
@@ -444,6 +480,13 @@ TEST(CpuBackendTest, DropoutMaskIsReproducibleAndSplitConsistent) {
   EXPECT_EQ(y2.host(), whole_y);
   cpu().dropout_forward(s(), dx.data(), y2.data(), mask2.data(), count, p, 43, 7);
   EXPECT_NE(mask2.host(), whole_mask);
+
+  cpu().dropout_forward(s(), dx.data(), y2.data(), mask2.data(), count, 0.0f, 42, 7);
+  EXPECT_EQ(mask2.host(), std::vector<float>(count, 1.0f));
+  EXPECT_EQ(y2.host(), x);
+  cpu().dropout_forward(s(), dx.data(), y2.data(), mask2.data(), count, 1.0f, 42, 7);
+  EXPECT_EQ(mask2.host(), std::vector<float>(count, 0.0f));
+  EXPECT_EQ(y2.host(), std::vector<float>(count, 0.0f));
 }
 
 TEST(CpuBackendTest, SgdStepMatchesHandLoop) {

@@ -25,8 +25,8 @@ layer_spec block(const std::string& type, int out = 0, int kernel = 0, int paddi
 std::vector<layer_spec> small_cnn() {
   layer_spec dropout = block("dropout");
   dropout.probability = 0.25f;
-  return {block("conv2d", 4, 3, 1), block("relu"), block("maxpool2d"), block("flatten"),
-          dropout, block("linear", 6), block("gelu"), block("linear", 3)};
+  return {block("conv2d", 4, 3, 1), block("relu"), block("maxpool2d"), block("flatten"), dropout,
+          block("linear", 6),       block("gelu"), block("linear", 3)};
 }
 
 TEST(LayerShapeTest, InfersEveryBlock) {
