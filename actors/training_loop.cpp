@@ -73,9 +73,11 @@ class loop {
   }
 
   void record(const batch_totals& totals, double seconds) {
-    interval_.loss_sum += totals.loss_sum;
-    interval_.samples += totals.samples;
-    interval_.train_seconds += seconds;
+    for (interval* each : {&interval_, &epoch_}) {
+      each->loss_sum += totals.loss_sum;
+      each->samples += totals.samples;
+      each->train_seconds += seconds;
+    }
     train_samples_ += totals.samples;
     train_seconds_ += seconds;
   }
@@ -90,22 +92,24 @@ class loop {
       summary_.time_to_target_s = clock_.now_seconds() - start_;
     }
     emit(epochs_done, totals);
+    epoch_.reset();
   }
 
+  /// A log-interval record covers the steps since the previous one; an evaluation record
+  /// covers the whole epoch.
   void emit(int64_t epoch, std::optional<batch_totals> test) {
+    const interval& span = test ? epoch_ : interval_;
     metrics_record record;
     record.step = step_;
     record.epoch = epoch;
-    record.loss = interval_.samples ? interval_.loss_sum / interval_.samples : last_loss_;
+    record.loss = span.samples ? span.loss_sum / span.samples : 0.0;
     record.learning_rate = learning_rate_;
-    record.samples_per_s =
-        interval_.train_seconds > 0 ? interval_.samples / interval_.train_seconds : 0.0;
+    record.samples_per_s = span.train_seconds > 0 ? span.samples / span.train_seconds : 0.0;
     record.wall_s = clock_.now_seconds() - start_;
     if (test) {
       record.test_accuracy = test->accuracy();
       record.test_loss = test->mean_loss();
     }
-    last_loss_ = record.loss;
     observer_.on_metrics(record);
     interval_.reset();
   }
@@ -126,12 +130,12 @@ class loop {
   std::vector<float> features_;
   std::vector<int32_t> labels_;
   interval interval_;
+  interval epoch_;
   training_summary summary_;
   int64_t step_ = 0;
   int64_t train_samples_ = 0;
   double train_seconds_ = 0;
   double learning_rate_ = 0;
-  double last_loss_ = 0;
   double start_ = 0;
 };
 

@@ -24,9 +24,9 @@ class clock_source {
 struct metrics_record {
   int64_t step = 0;   ///< optimizer steps taken so far
   int64_t epoch = 0;  ///< epochs completed (fractional progress is step / steps_per_epoch)
-  double loss = 0;    ///< mean training loss since the previous record
+  double loss = 0;    ///< mean training loss since the previous record (evaluations: the epoch)
   double learning_rate = 0;
-  double samples_per_s = 0;  ///< training samples per second since the previous record
+  double samples_per_s = 0;  ///< training samples per second over the same span
   double wall_s = 0;         ///< since the run started
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;

@@ -78,6 +78,15 @@ struct adam_parameters {
   int64_t step = 1;
 };
 
+/// Whether GEMM sizes are non-negative and the row strides as stored can hold their rows: A
+/// is m×k (k×m when transposed), B is k×n (n×k when transposed), C is m×n.
+inline bool gemm_arguments_valid(transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                                 int lda, int ldb, int ldc) {
+  auto at_least = [](int stride, int row) { return stride >= (row > 1 ? row : 1); };
+  return m >= 0 && n >= 0 && k >= 0 && at_least(lda, transpose_a == transpose::no ? k : m) &&
+         at_least(ldb, transpose_b == transpose::no ? n : k) && at_least(ldc, n);
+}
+
 class backend {
  public:
   virtual ~backend() = default;

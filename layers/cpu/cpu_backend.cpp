@@ -153,11 +153,7 @@ class cpu_backend final : public backend {
 void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k,
                        float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                        float* c, int ldc) {
-  TROUPE_CHECK(m >= 0 && n >= 0 && k >= 0);
-  // Row strides as stored: A is m×k (k×m when transposed), B is k×n (n×k when transposed).
-  TROUPE_CHECK(lda >= std::max(1, transpose_a == transpose::no ? k : m));
-  TROUPE_CHECK(ldb >= std::max(1, transpose_b == transpose::no ? n : k));
-  TROUPE_CHECK(ldc >= std::max(1, n));
+  TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
   if (m == 0 || n == 0) return;
   if (k == 0) {
     // Nothing to multiply; C = beta * C without reading C when beta == 0.

@@ -353,11 +353,7 @@ void cuda_backend::synchronize_event(event e) {
 void cuda_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
                         float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                         float* c, int ldc) {
-  TROUPE_CHECK(m >= 0 && n >= 0 && k >= 0);
-  // Row strides as stored: A is m×k (k×m when transposed), B is k×n (n×k when transposed).
-  TROUPE_CHECK(lda >= std::max(1, transpose_a == transpose::no ? k : m));
-  TROUPE_CHECK(ldb >= std::max(1, transpose_b == transpose::no ? n : k));
-  TROUPE_CHECK(ldc >= std::max(1, n));
+  TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
   cudaStream_t cs = enter(s);
   if (m == 0 || n == 0) return;
   if (k == 0) {

@@ -104,6 +104,7 @@ TEST(SequentialTrainerTest, LearnsTheSyntheticTask) {
 TEST(SequentialTrainerTest, LoopReportsStepsEpochsAndEvaluations) {
   job_config config = synthetic_job();
   config.training.target_accuracy = 0.01;
+  config.metrics.log_interval = 16;
   finished_run run = train(config);
   EXPECT_EQ(run.summary.steps, 3 * (1024 / 32));
   EXPECT_EQ(run.summary.epochs, 3);
@@ -113,6 +114,8 @@ TEST(SequentialTrainerTest, LoopReportsStepsEpochsAndEvaluations) {
     if (record.test_accuracy) {
       ++evaluations;
       EXPECT_EQ(record.step % 32, 0);
+      // Evaluation lines cover their whole epoch, even right after a log-interval line.
+      EXPECT_NEAR(record.samples_per_s, 32.0, 1e-9);
     }
   }
   EXPECT_EQ(evaluations, 3);
