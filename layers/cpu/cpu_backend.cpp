@@ -9,6 +9,7 @@
 
 #include "layers/check.h"
 #include "layers/cpu/cpu_kernels.h"
+#include "layers/cpu/cpu_thread_pool.h"
 
 namespace troupe::layers {
 
@@ -32,11 +33,17 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
   if (bytes > 0 && target != source) std::memmove(target, source, bytes);
 }
 
+/// Below this many multiply-adds a GEMM runs on one thread: splitting costs more than it saves.
+constexpr double parallel_gemm_threshold = 1 << 21;
+/// Elementwise work is split only when each thread gets at least this many elements.
+constexpr size_t parallel_elements_threshold = 1 << 16;
+
 class cpu_backend final : public backend {
  public:
-  /// Sets OpenBLAS's thread count, which is a process-wide setting.
-  explicit cpu_backend(int threads) : threads_(resolve_threads(threads)) {
-    openblas_set_num_threads(threads_);
+  /// OpenBLAS itself always runs single-threaded (a process-wide setting); this backend's own
+  /// pool splits operations over `threads` cores.
+  explicit cpu_backend(int threads) : pool_(resolve_threads(threads)) {
+    openblas_set_num_threads(1);
   }
 
   std::string name() const override { return "cpu"; }
@@ -118,10 +125,14 @@ class cpu_backend final : public backend {
   }
 
   void im2col(stream, const convolution_geometry& g, const float* image, float* columns) override {
-    cpu::im2col(g, image, columns);
+    for_each_sub_batch(g, [&](const convolution_geometry& part, size_t first) {
+      cpu::im2col(part, image + first * image_size(g), columns + first * column_size(g));
+    });
   }
   void col2im(stream, const convolution_geometry& g, const float* columns, float* image) override {
-    cpu::col2im(g, columns, image);
+    for_each_sub_batch(g, [&](const convolution_geometry& part, size_t first) {
+      cpu::col2im(part, columns + first * column_size(g), image + first * image_size(g));
+    });
   }
   void max_pool_forward(stream, const pooling_geometry& g, const float* x, float* y,
                         int32_t* argmax) override {
@@ -139,15 +150,52 @@ class cpu_backend final : public backend {
 
   void sgd_step(stream, float* weights, const float* gradient, float* velocity, size_t count,
                 const sgd_parameters& p) override {
-    cpu::sgd_step(weights, gradient, velocity, count, p);
+    for_each_range(count, [&](size_t begin, size_t end) {
+      cpu::sgd_step(weights + begin, gradient + begin, velocity ? velocity + begin : nullptr,
+                    end - begin, p);
+    });
   }
   void adam_step(stream, float* weights, const float* gradient, float* first_moment,
                  float* second_moment, size_t count, const adam_parameters& p) override {
-    cpu::adam_step(weights, gradient, first_moment, second_moment, count, p);
+    for_each_range(count, [&](size_t begin, size_t end) {
+      cpu::adam_step(weights + begin, gradient + begin, first_moment + begin, second_moment + begin,
+                     end - begin, p);
+    });
   }
 
  private:
-  int threads_;
+  static size_t image_size(const convolution_geometry& g) {
+    return size_t(g.channels) * g.height * g.width;
+  }
+  static size_t column_size(const convolution_geometry& g) {
+    return size_t(g.out_height) * g.out_width * g.channels * g.kernel * g.kernel;
+  }
+
+  /// Runs f(begin, end) over parts of [0, count) on the pool, or whole when count is small.
+  template <typename Function>
+  void for_each_range(size_t count, const Function& f) {
+    const int parts =
+        static_cast<int>(std::min<size_t>(pool_.threads(), count / parallel_elements_threshold));
+    if (parts <= 1) return f(0, count);
+    pool_.run(parts, [&](int part) {
+      f(cpu::split_point(count, parts, part, 16), cpu::split_point(count, parts, part + 1, 16));
+    });
+  }
+
+  /// Runs f(sub-geometry, first image) over parts of a batch of independent images.
+  template <typename Function>
+  void for_each_sub_batch(const convolution_geometry& g, const Function& f) {
+    const int parts = std::min(pool_.threads(), g.batch);
+    if (parts <= 1) return f(g, 0);
+    pool_.run(parts, [&](int part) {
+      const size_t first = cpu::split_point(g.batch, parts, part, 1);
+      convolution_geometry piece = g;
+      piece.batch = static_cast<int>(cpu::split_point(g.batch, parts, part + 1, 1) - first);
+      f(piece, first);
+    });
+  }
+
+  cpu::thread_pool pool_;
 };
 
 void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k,
@@ -163,8 +211,30 @@ void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, n, k, alpha, a, lda,
-              b, ldb, beta, c, ldc);
+  const int parts = pool_.threads();
+  if (parts == 1 || double(m) * n * k < parallel_gemm_threshold) {
+    cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
+    return;
+  }
+  // Each part computes a block of C's columns (or rows, when C is taller than wide) with a
+  // single-threaded GEMM; every element still sums over k in the same order.
+  const bool split_columns = n >= m;
+  pool_.run(parts, [&](int part) {
+    const int total = split_columns ? n : m;
+    const int begin = static_cast<int>(cpu::split_point(total, parts, part, 16));
+    const int end = static_cast<int>(cpu::split_point(total, parts, part + 1, 16));
+    if (begin == end) return;
+    if (split_columns) {
+      const float* b_part = transpose_b == transpose::no ? b + begin : b + size_t(begin) * ldb;
+      cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, end - begin, k,
+                  alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
+    } else {
+      const float* a_part = transpose_a == transpose::no ? a + size_t(begin) * lda : a + begin;
+      cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), end - begin, n, k,
+                  alpha, a_part, lda, b, ldb, beta, c + size_t(begin) * ldc, ldc);
+    }
+  });
 }
 
 }  // namespace
