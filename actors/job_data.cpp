@@ -1,5 +1,7 @@
 #include "actors/job_data.h"
 
+#include <unistd.h>
+
 #include "layers/model.h"
 
 namespace troupe::actors {
@@ -57,9 +59,39 @@ std::optional<job_data> load_job_data(const job_config& config, std::string* err
   return result;
 }
 
+namespace {
+
+/// Bytes of physical memory on this machine.
+double physical_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+/// Rejects a model whose weights, gradients and optimizer state cannot fit in memory, before
+/// anything is allocated.
+bool check_model_size(const job_config& config, const std::vector<layers::shape>& shapes,
+                      std::string* error) {
+  double parameters = 0;
+  layers::shape input = input_shape_of(config);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    parameters += static_cast<double>(layers::parameter_count(config.model.layers[i], input));
+    input = shapes[i];
+  }
+  // Weights, gradients and up to two optimizer tensors, four bytes each.
+  const double bytes = parameters * 4 * 4;
+  if (bytes > physical_memory_bytes()) {
+    *error = "model.layers: " + std::to_string(static_cast<int64_t>(parameters)) +
+             " parameters need " + std::to_string(static_cast<int64_t>(bytes / 1e9)) +
+             " GB for weights, gradients and optimizer state, more than this machine's memory";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool check_model(const job_config& config, int classes, std::string* error) {
   auto shapes = layers::infer_shapes(config.model.layers, input_shape_of(config), error);
-  if (!shapes) return false;
+  if (!shapes || !check_model_size(config, *shapes, error)) return false;
   const layers::shape& last = shapes->back();
   if (last.size() != 1 || last[0] != classes) {
     *error = "model.layers: the last block must output one score per class, [" +

@@ -56,6 +56,11 @@ int run_train(const train_options& options) {
   }
   auto data = actors::load_job_data(*config, &error);
   if (!data) return bad_input(error);
+  if (data->train.count() < config->training.batch_size) {
+    return bad_input(options.job_file + ": training.batch_size = " +
+                     std::to_string(config->training.batch_size) + " is larger than the " +
+                     std::to_string(data->train.count()) + " training samples");
+  }
   auto device = layers::create_backend(config->parallelism.devices.front(),
                                        config->parallelism.threads, &error);
   if (!device) return bad_input("parallelism.devices: " + error);

@@ -73,6 +73,15 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
   return fail(error, "unknown layer type '" + t + "'");
 }
 
+int64_t parameter_count(const layer_spec& spec, const shape& input) {
+  const int64_t bias = spec.bias ? spec.out : 0;
+  if (spec.type == "linear") return element_count(input) * spec.out + bias;
+  if (spec.type == "conv2d") {
+    return (input.empty() ? 0 : input[0]) * spec.kernel * spec.kernel * spec.out + bias;
+  }
+  return 0;
+}
+
 std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& spec,
                                   const shape& input, uint64_t seed, uint64_t layer_index) {
   shape output;

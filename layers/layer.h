@@ -85,6 +85,10 @@ class layer {
 bool infer_output_shape(const layer_spec& spec, const shape& input, shape* output,
                         std::string* error);
 
+/// Number of trainable values the block `spec` holds when fed per-sample `input` (whose shape
+/// must chain).
+int64_t parameter_count(const layer_spec& spec, const shape& input);
+
 /// Builds the layer for `spec` (whose shapes must chain: see infer_output_shape). Weights are
 /// drawn from `seed` alone, so a stage that builds only some layers gets the same weights as
 /// a run that builds them all. `layer_index` names the layer's dropout stream.

@@ -36,7 +36,7 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
 /// Below this many multiply-adds a GEMM runs on one thread: splitting costs more than it saves.
 constexpr double parallel_gemm_threshold = 1 << 21;
 /// Elementwise work is split only when each thread gets at least this many elements.
-constexpr size_t parallel_elements_threshold = 1 << 16;
+constexpr size_t parallel_elements_threshold = 1 << 14;
 
 class cpu_backend final : public backend {
  public:
@@ -145,7 +145,11 @@ class cpu_backend final : public backend {
 
   void dropout_forward(stream, const float* x, float* y, float* mask, size_t count,
                        float probability, uint64_t seed, uint64_t offset) override {
-    cpu::dropout_forward(x, y, mask, count, probability, seed, offset);
+    // Each element's draw depends only on its counter, so the parts draw what the whole would.
+    for_each_range(count, [&](size_t begin, size_t end) {
+      cpu::dropout_forward(x + begin, y + begin, mask + begin, end - begin, probability, seed,
+                           offset + begin);
+    });
   }
 
   void sgd_step(stream, float* weights, const float* gradient, float* velocity, size_t count,

@@ -161,6 +161,18 @@ TEST_F(CliTest, LastLayerMustMatchClasses) {
       "per class");
 }
 
+TEST_F(CliTest, ModelTooLargeForMemory) {
+  expect_one_line(troupe("train " + tiny_job().string() +
+                         " --set 'model.layers=[{type=\"linear\",out=2000000000},"
+                         "{type=\"linear\",out=4}]'"),
+                  "more than this machine's memory");
+}
+
+TEST_F(CliTest, BatchLargerThanTrainingSet) {
+  expect_one_line(troupe("train " + tiny_job().string() + " --set training.batch_size=1024"),
+                  "training.batch_size");
+}
+
 TEST_F(CliTest, MissingDataFiles) {
   expect_one_line(
       troupe("train " + tiny_job().string() + " --set data.dataset=fashion-mnist --set data.path=" +

@@ -79,7 +79,7 @@ TEST(CpuThreadPoolTest, SplitGemmEqualsSingleThreadedGemm) {
   }
 }
 
-TEST(CpuThreadPoolTest, SplitOptimizerAndIm2colEqualSingleThreaded) {
+TEST(CpuThreadPoolTest, SplitElementwiseWorkEqualsSingleThreadedExactly) {
   std::string error;
   auto one = create_backend("cpu", 1, &error);
   auto two = create_backend("cpu", 2, &error);
@@ -98,7 +98,10 @@ TEST(CpuThreadPoolTest, SplitOptimizerAndIm2colEqualSingleThreaded) {
     device.im2col(s, geometry, image.data(), columns.data());
     tensor back(device, {5, 3, 9, 9});
     device.col2im(s, geometry, columns.data(), back.data());
-    return std::make_tuple(w.to_host(s), v.to_host(s), columns.to_host(s), back.to_host(s));
+    tensor dropped(device, {n}), mask(device, {n});
+    device.dropout_forward(s, g.data(), dropped.data(), mask.data(), n, 0.3f, 11, 5);
+    return std::make_tuple(w.to_host(s), v.to_host(s), columns.to_host(s), back.to_host(s),
+                           dropped.to_host(s));
   };
   EXPECT_TRUE(run(*one) == run(*two));
 }
