@@ -205,16 +205,20 @@ int run_bench(const bench_options& options) {
   std::printf("peak (the higher of the two): %.1f GFLOP/s\n", peak);
   result["sgemm_2048_gflops"] = peak;
   std::printf("linear-layer GEMMs of the MLP 784-1024-1024-1024-10:\n");
-  result["layers"] = layer_gemms(*device, 64, budget);
-  for (auto& entry : layer_gemms(*device, 256, budget)) result["layers"].push_back(entry);
+  result["layers"] = layer_gemms(*device, 64, budget / 2);
+  for (auto& entry : layer_gemms(*device, 256, budget / 2)) result["layers"].push_back(entry);
   nlohmann::json training = nlohmann::json::array();
   std::printf("end-to-end MLP training (SGD with momentum, whole steps):\n");
   for (auto* rates : {&small_rates, &large_rates}) {
     const int64_t batch = rates == &small_rates ? 64 : 256;
     const double samples = median(*rates);
     const double gflops = samples * training_flops(batch) / batch / 1e9;
-    std::printf("  batch %4lld: %8.0f samples/s  %6.1f GFLOP/s  = %.1f%% of sgemm peak\n",
-                static_cast<long long>(batch), samples, gflops, 100.0 * gflops / peak);
+    std::printf(
+        "  batch %4lld: %8.0f samples/s  %6.1f GFLOP/s  = %.1f%% of sgemm peak"
+        "  (rounds: %.0f to %.0f samples/s)\n",
+        static_cast<long long>(batch), samples, gflops, 100.0 * gflops / peak,
+        *std::min_element(rates->begin(), rates->end()),
+        *std::max_element(rates->begin(), rates->end()));
     training.push_back({{"batch", batch},
                         {"samples_per_s", samples},
                         {"gflops", gflops},

@@ -22,7 +22,7 @@ struct bench_options {
   std::string device = "cpu";
   std::string json_file;
   int threads = 0;
-  double seconds = 2.0;  ///< time spent on each measurement
+  double seconds = 10.0;  ///< time spent on each measurement, over all rounds
 };
 
 int run_bench(const bench_options& options);

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -221,22 +222,27 @@ void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int
                 b, ldb, beta, c, ldc);
     return;
   }
-  // Each part computes a block of C's columns (or rows, when C is taller than wide) with a
-  // single-threaded GEMM; every element still sums over k in the same order.
+  // C is cut into blocks of columns (or rows, when C is taller than wide), a few per thread,
+  // which the threads take in turn: a thread slowed by something else on the machine takes
+  // fewer blocks instead of holding the others up. Each block is a single-threaded GEMM.
   const bool split_columns = n >= m;
-  pool_.run(parts, [&](int part) {
-    const int total = split_columns ? n : m;
-    const int begin = static_cast<int>(cpu::split_point(total, parts, part, 16));
-    const int end = static_cast<int>(cpu::split_point(total, parts, part + 1, 16));
-    if (begin == end) return;
-    if (split_columns) {
-      const float* b_part = transpose_b == transpose::no ? b + begin : b + size_t(begin) * ldb;
-      cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, end - begin, k,
-                  alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
-    } else {
-      const float* a_part = transpose_a == transpose::no ? a + size_t(begin) * lda : a + begin;
-      cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), end - begin, n, k,
-                  alpha, a_part, lda, b, ldb, beta, c + size_t(begin) * ldc, ldc);
+  const int total = split_columns ? n : m;
+  const int blocks = parts * 4;
+  std::atomic<int> next{0};
+  pool_.run(parts, [&](int) {
+    for (int block = next++; block < blocks; block = next++) {
+      const int begin = static_cast<int>(cpu::split_point(total, blocks, block, 16));
+      const int end = static_cast<int>(cpu::split_point(total, blocks, block + 1, 16));
+      if (begin == end) continue;
+      if (split_columns) {
+        const float* b_part = transpose_b == transpose::no ? b + begin : b + size_t(begin) * ldb;
+        cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, end - begin, k,
+                    alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
+      } else {
+        const float* a_part = transpose_a == transpose::no ? a + size_t(begin) * lda : a + begin;
+        cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), end - begin, n, k,
+                    alpha, a_part, lda, b, ldb, beta, c + size_t(begin) * ldc, ldc);
+      }
     }
   });
 }
