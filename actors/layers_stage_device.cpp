@@ -1,0 +1,116 @@
+#include <map>
+#include <unordered_map>
+
+#include "actors/sequential_trainer.h"
+#include "actors/stage_device.h"
+#include "layers/check.h"
+#include "layers/loss.h"
+#include "layers/model.h"
+#include "layers/optimizer.h"
+
+namespace troupe::actors {
+namespace {
+
+/// A stage's blocks of the model on a backend, with one forward context per key in flight.
+class layers_stage_device final : public stage_device {
+ public:
+  layers_stage_device(const job_config& config, stage_range range, layers::backend& device)
+      : device_(device), stream_(device.default_stream()), seed_(config.training.seed) {
+    layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
+    model_ = std::make_unique<layers::sequential>(device, stream_, config.model.layers, input,
+                                                  range.first, range.last, seed_);
+    optimizer_ = std::make_unique<layers::optimizer>(
+        stream_, optimizer_settings_of(config.training), model_->parameters());
+  }
+
+  layers::tensor forward(const key_message& message, bool training) override {
+    layers::run_options options = options_for(message, training);
+    if (!training) return model_->forward(options, message.payload, nullptr);
+    layers::sequential_context& context = contexts_[message.key];
+    return model_->forward(options, message.payload, &context);
+  }
+
+  loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels, float scale,
+                   bool want_gradient) override {
+    layers::int_tensor label_tensor(device_, static_cast<int64_t>(labels.size()));
+    label_tensor.copy_from_host(stream_, labels.data());
+    layers::loss_output output =
+        layers::softmax_cross_entropy(stream_, logits, label_tensor, scale, want_gradient);
+    layers::loss_totals totals = layers::read_totals(stream_, output);
+    return {output.gradient, totals.loss_sum, totals.correct};
+  }
+
+  layers::tensor backward(const key_message& message, bool need_input_gradient) override {
+    auto found = contexts_.find(message.key);
+    TROUPE_CHECK(found != contexts_.end());
+    std::vector<layers::tensor> current = swap_in_stashed_weights();
+    layers::tensor gradient = model_->backward(options_for(message, true), found->second,
+                                               message.payload, need_input_gradient);
+    if (!current.empty()) restore(current);
+    contexts_.erase(found);
+    return gradient;
+  }
+
+  void step(float learning_rate) override { optimizer_->step(stream_, learning_rate); }
+
+  void stash_weights(int64_t version) override {
+    std::vector<layers::tensor>& copies = stash_[version];
+    copies.clear();
+    for (layers::parameter* p : model_->parameters()) copies.push_back(p->value.clone(stream_));
+  }
+
+  void use_weights(int64_t version) override { next_backward_version_ = version; }
+
+  void release_weights_before(int64_t version) override {
+    stash_.erase(stash_.begin(), stash_.lower_bound(version));
+  }
+
+  size_t held_contexts() const override { return contexts_.size(); }
+
+  std::vector<layers::parameter*> parameters() override { return model_->parameters(); }
+
+ private:
+  layers::run_options options_for(const key_message& message, bool training) const {
+    return {stream_, training ? layers::pass_mode::training : layers::pass_mode::evaluation,
+            step_seed(seed_, message.step), static_cast<uint64_t>(message.sample_offset)};
+  }
+
+  /// Puts the stashed weights of the version named by use_weights() in place; returns the
+  /// current ones to restore (empty when nothing was swapped).
+  std::vector<layers::tensor> swap_in_stashed_weights() {
+    std::vector<layers::tensor> current;
+    if (next_backward_version_ < 0) return current;
+    auto found = stash_.find(next_backward_version_);
+    next_backward_version_ = -1;
+    if (found == stash_.end()) return current;
+    auto parameters = model_->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      current.push_back(parameters[i]->value);
+      parameters[i]->value = found->second[i];
+    }
+    return current;
+  }
+
+  void restore(const std::vector<layers::tensor>& current) {
+    auto parameters = model_->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) parameters[i]->value = current[i];
+  }
+
+  layers::backend& device_;
+  layers::stream stream_;
+  uint64_t seed_;
+  std::unique_ptr<layers::sequential> model_;
+  std::unique_ptr<layers::optimizer> optimizer_;
+  std::unordered_map<uint64_t, layers::sequential_context> contexts_;
+  std::map<int64_t, std::vector<layers::tensor>> stash_;
+  int64_t next_backward_version_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<stage_device> make_layers_stage_device(const job_config& config, stage_range range,
+                                                       layers::backend& device) {
+  return std::make_unique<layers_stage_device>(config, range, device);
+}
+
+}  // namespace troupe::actors

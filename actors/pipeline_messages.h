@@ -1,0 +1,42 @@
+#pragma once
+
+// What travels between the coordinator and the stages, as the state machines see it. The
+// hosts translate these to and from transport frames (real runs) or event-queue entries
+// (the simulator).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "layers/tensor.h"
+
+namespace troupe::actors {
+
+enum class key_kind { forward, backward, evaluate };
+
+/// One key (a micro-batch) at one point of its trip through the pipeline.
+struct key_message {
+  key_kind kind = key_kind::forward;
+  uint64_t key = 0;
+  /// The optimizer step whose batch the key belongs to (names its dropout stream).
+  int64_t step = 0;
+  /// Index of the key's first sample within its step's batch.
+  int64_t sample_offset = 0;
+  /// forward/evaluate: the stage's input; backward: the gradient of the stage's output.
+  layers::tensor payload;
+  /// The key's labels, carried along to the last stage.
+  std::shared_ptr<const std::vector<int32_t>> labels;
+};
+
+/// What a stage asks its host to do after handling a message.
+struct stage_output {
+  enum class kind { to_next_stage, to_previous_stage, retired, loss_report };
+  kind what = kind::to_next_stage;
+  key_message message;
+  /// loss_report: totals of the key's samples.
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t samples = 0;
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,55 @@
+#pragma once
+
+// The device work of one stage, behind an interface so that the stage state machine never
+// touches a backend itself: the real host runs it on a CPU or GPU backend, the simulator
+// charges its time (and may also run it for numerics).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/partition.h"
+#include "actors/pipeline_messages.h"
+#include "layers/backend.h"
+#include "layers/layer.h"
+
+namespace troupe::actors {
+
+struct loss_result {
+  layers::tensor gradient;
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+
+class stage_device {
+ public:
+  virtual ~stage_device() = default;
+
+  /// Runs the stage's layers on a key's input and keeps what backward needs (training only).
+  virtual layers::tensor forward(const key_message& message, bool training) = 0;
+  /// Loss of the last stage's output against the key's labels, gradient scaled by `scale`.
+  virtual loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels,
+                           float scale, bool want_gradient) = 0;
+  /// Backward of `key` (whose forward ran here): accumulates weight gradients and returns the
+  /// gradient of the stage's input (empty on the first stage).
+  virtual layers::tensor backward(const key_message& message, bool need_input_gradient) = 0;
+  /// One optimizer step with the gradients accumulated since the last.
+  virtual void step(float learning_rate) = 0;
+  /// Weight stashing: remember the current weights as `version` (before a step changes them).
+  virtual void stash_weights(int64_t version) = 0;
+  /// Weight stashing: run the next backward with the weights of `version`, or the current ones.
+  virtual void use_weights(int64_t version) = 0;
+  /// Drops stashed weights older than `version`.
+  virtual void release_weights_before(int64_t version) = 0;
+  /// Number of forward contexts held (keys between their forward and backward here).
+  virtual size_t held_contexts() const = 0;
+  /// The stage's trainable parameters, in layer order.
+  virtual std::vector<layers::parameter*> parameters() = 0;
+};
+
+/// The device work of blocks `range` of `config`'s model on `device`, with the job's optimizer.
+std::unique_ptr<stage_device> make_layers_stage_device(const job_config& config, stage_range range,
+                                                       layers::backend& device);
+
+}  // namespace troupe::actors

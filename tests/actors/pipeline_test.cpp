@@ -1,0 +1,234 @@
+// The pipeline state machines against the sequential reference: sync mode (GPipe and 1F1B)
+// and async mode with one active key reproduce sequential training; async staleness never
+// exceeds its bound, over many seeded message interleavings.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "actors/job_data.h"
+#include "actors/learning_rate.h"
+#include "actors/local_pipeline.h"
+#include "actors/sequential_trainer.h"
+#include "layers/backend_registry.h"
+
+namespace troupe::actors {
+namespace {
+
+layers::layer_spec block(const std::string& type, int out = 0) {
+  layers::layer_spec spec;
+  spec.type = type;
+  spec.out = out;
+  return spec;
+}
+
+job_config small_job(int stages, int micro_batches, const std::string& mode,
+                     const std::string& schedule) {
+  job_config config;
+  config.model.input_shape = {12};
+  layers::layer_spec dropout = block("dropout");
+  dropout.probability = 0.2f;
+  config.model.layers = {block("linear", 24), block("tanh"),     dropout,
+                         block("linear", 20), block("relu"),     block("linear", 16),
+                         block("gelu"),       block("linear", 4)};
+  config.data.dataset = "synthetic";
+  config.data.synthetic_train = 640;
+  config.data.synthetic_test = 64;
+  config.data.classes = 4;
+  config.training.batch_size = 16;
+  config.training.lr = 0.05;
+  config.training.momentum = 0.9;
+  config.training.weight_decay = 0.001;
+  config.training.lr_schedule = "cosine";
+  config.parallelism.stages = stages;
+  config.parallelism.micro_batches = micro_batches;
+  config.parallelism.mode = mode;
+  config.parallelism.schedule = schedule;
+  config.parallelism.partition = "uniform";
+  return config;
+}
+
+std::unique_ptr<layers::backend> cpu() {
+  std::string error;
+  return layers::create_backend("cpu", 1, &error);
+}
+
+using weights = std::vector<std::vector<float>>;
+
+/// The sequential trainer's weights after `steps` steps with the whole batch.
+weights sequential_weights(job_config config, const layers::dataset& data, int64_t steps) {
+  config.parallelism.stages = 1;
+  config.parallelism.micro_batches = 1;
+  auto device = cpu();
+  sequential_trainer trainer(config, *device);
+  layers::batch_order order(data.count(), config.training.batch_size, config.training.seed,
+                            config.data.shuffle, true);
+  const int64_t per_epoch = order.batches_per_epoch();
+  std::vector<float> features(config.training.batch_size * data.sample_size());
+  std::vector<int32_t> labels(config.training.batch_size);
+  for (int64_t step = 0; step < steps; ++step) {
+    if (step % per_epoch == 0) order.start_epoch(step / per_epoch);
+    order.gather(data, step % per_epoch, features.data(), labels.data());
+    const double rate = learning_rate_at(config.training, step, per_epoch, steps);
+    trainer.train_step(features.data(), labels.data(), config.training.batch_size, step,
+                       static_cast<float>(rate));
+  }
+  weights result;
+  for (auto* p : trainer.model().parameters())
+    result.push_back(p->value.to_host(trainer.work_stream()));
+  return result;
+}
+
+weights pipeline_weights(local_pipeline& pipeline, layers::backend& device) {
+  weights result;
+  for (int s = 0; s < pipeline.stage_count(); ++s) {
+    for (auto* p : pipeline.device_of(s).parameters()) {
+      result.push_back(p->value.to_host(device.default_stream()));
+    }
+  }
+  return result;
+}
+
+/// Largest |a - b| over a tensor relative to the tensor's largest |b|.
+double max_relative_difference(const weights& a, const weights& b) {
+  double worst = 0;
+  for (size_t t = 0; t < b.size(); ++t) {
+    double scale = 0, difference = 0;
+    for (size_t i = 0; i < b[t].size(); ++i) {
+      scale = std::max(scale, std::fabs(static_cast<double>(b[t][i])));
+      difference = std::max(difference, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+    }
+    worst = std::max(worst, difference / scale);
+  }
+  return worst;
+}
+
+layers::dataset training_set(const job_config& config) {
+  std::string error;
+  auto data = load_job_data(config, &error);
+  EXPECT_TRUE(data.has_value()) << error;
+  return data->train;
+}
+
+void expect_matches_sequential(const job_config& config, uint64_t order_seed) {
+  const int64_t steps = 50;
+  const layers::dataset data = training_set(config);
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), steps, order_seed);
+  pipeline.train(data, steps);
+  const weights expected = sequential_weights(config, data, steps);
+  const weights actual = pipeline_weights(pipeline, *device);
+  ASSERT_EQ(actual.size(), expected.size());
+  EXPECT_LE(max_relative_difference(actual, expected), 1e-5)
+      << config.parallelism.mode << " " << config.parallelism.schedule
+      << " S=" << config.parallelism.stages << " M=" << config.parallelism.micro_batches;
+  for (int s = 0; s < pipeline.stage_count(); ++s) {
+    EXPECT_EQ(pipeline.stage(s).version(), steps);
+    EXPECT_EQ(pipeline.stage(s).staleness_histogram().size(), 1u) << "sync keys are never stale";
+  }
+}
+
+TEST(PipelineExactnessTest, SyncGpipeEqualsSequential) {
+  for (int stages : {1, 2, 4}) {
+    for (int micro_batches : {1, 4}) {
+      expect_matches_sequential(small_job(stages, micro_batches, "sync", "gpipe"), 0);
+    }
+  }
+}
+
+TEST(PipelineExactnessTest, SyncOneForwardOneBackwardEqualsSequential) {
+  for (int stages : {2, 4}) {
+    expect_matches_sequential(small_job(stages, 8, "sync", "1f1b"), 0);
+  }
+}
+
+TEST(PipelineExactnessTest, SyncEqualsSequentialUnderShuffledDelivery) {
+  expect_matches_sequential(small_job(4, 4, "sync", "gpipe"), 99);
+  expect_matches_sequential(small_job(4, 4, "sync", "1f1b"), 7);
+}
+
+TEST(PipelineExactnessTest, AsyncWithOneActiveKeyEqualsSequential) {
+  job_config config = small_job(4, 2, "async", "gpipe");
+  config.parallelism.max_active_keys = 1;
+  expect_matches_sequential(config, 0);
+  expect_matches_sequential(config, 5);
+}
+
+TEST(PipelineExactnessTest, StaleAsyncTrainingDiffersFromSequential) {
+  // The control: with several keys in flight the weights must differ, or the comparison
+  // above could not tell pipelines apart.
+  job_config config = small_job(4, 2, "async", "gpipe");
+  config.parallelism.max_active_keys = 4;
+  const int64_t steps = 50;
+  const layers::dataset data = training_set(config);
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), steps, 0);
+  pipeline.train(data, steps);
+  EXPECT_GT(max_relative_difference(pipeline_weights(pipeline, *device),
+                                    sequential_weights(config, data, steps)),
+            1e-3);
+}
+
+TEST(PipelineExactnessTest, OneForwardOneBackwardHoldsAtMostStagesContexts) {
+  job_config config = small_job(4, 8, "sync", "1f1b");
+  const layers::dataset data = training_set(config);
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), 4, 3);
+  pipeline.train(data, 4);
+  EXPECT_LE(pipeline.peak_active(), 4);
+  for (int s = 0; s < 4; ++s) EXPECT_LE(pipeline.stage(s).peak_contexts(), 4u);
+}
+
+int64_t max_staleness_seen(local_pipeline& pipeline, bool weights_used) {
+  int64_t worst = 0;
+  for (int s = 0; s < pipeline.stage_count(); ++s) {
+    const auto& histogram = weights_used ? pipeline.stage(s).weight_staleness_histogram()
+                                         : pipeline.stage(s).staleness_histogram();
+    worst = std::max<int64_t>(worst, static_cast<int64_t>(histogram.size()) - 1);
+  }
+  return worst;
+}
+
+TEST(PipelineStalenessTest, AsyncNeverExceedsTheBound) {
+  layers::random_generator random(2024);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int stages = 2 + static_cast<int>(random.below(3));
+    job_config config = small_job(stages, 2, "async", "gpipe");
+    config.parallelism.max_active_keys = 1 + static_cast<int>(random.below(8));
+    config.parallelism.min_update_interval = 1 + static_cast<int>(random.below(3));
+    const bool bounded = random.below(2) == 0;
+    if (bounded) config.parallelism.max_staleness = static_cast<int>(random.below(3));
+    config.parallelism.weight_stashing = random.below(2) == 0;
+    const layers::dataset data = training_set(config);
+    auto device = cpu();
+    local_pipeline pipeline(config, *device, data.count(), 6, 1 + random.below(1000));
+    pipeline.train(data, 6);
+    const int mak = config.parallelism.max_active_keys;
+    const int mui = config.parallelism.min_update_interval;
+    const int64_t bound = (mak - 1 + mui - 1) / mui;
+    const int64_t seen = max_staleness_seen(pipeline, false);
+    EXPECT_LE(seen, bound) << "trial " << trial << " MAK " << mak << " MUI " << mui;
+    if (bounded) EXPECT_LE(seen, config.parallelism.max_staleness) << "trial " << trial;
+    if (config.parallelism.weight_stashing) EXPECT_EQ(max_staleness_seen(pipeline, true), 0);
+    EXPECT_LE(pipeline.peak_active(), mak);
+    for (int s = 0; s < stages; ++s) {
+      EXPECT_LE(pipeline.stage(s).peak_contexts(), static_cast<size_t>(mak));
+    }
+  }
+}
+
+TEST(PipelineStalenessTest, AsyncWithManyKeysIsActuallyStale) {
+  job_config config = small_job(4, 2, "async", "gpipe");
+  config.parallelism.max_active_keys = 4;
+  config.parallelism.min_update_interval = 1;
+  const layers::dataset data = training_set(config);
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), 8, 0);
+  pipeline.train(data, 8);
+  EXPECT_GE(max_staleness_seen(pipeline, false), 1);
+  EXPECT_EQ(pipeline.peak_active(), 4);
+}
+
+}  // namespace
+}  // namespace troupe::actors
