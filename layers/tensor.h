@@ -59,6 +59,8 @@ class tensor {
   int64_t row_size() const { return rows() == 0 ? 0 : size() / rows(); }
   float* data() const { return static_cast<float*>(buffer_->data()); }
   backend& device() const { return buffer_->device(); }
+  /// The buffer's owner, to keep the data alive while something else (a send) reads it.
+  std::shared_ptr<const void> storage() const { return buffer_; }
 
   /// The same data seen with another shape of equal element count (aborts otherwise).
   tensor reshaped(shape dims) const;

@@ -209,8 +209,12 @@ TEST(PipelineStalenessTest, AsyncNeverExceedsTheBound) {
     const int64_t bound = (mak - 1 + mui - 1) / mui;
     const int64_t seen = max_staleness_seen(pipeline, false);
     EXPECT_LE(seen, bound) << "trial " << trial << " MAK " << mak << " MUI " << mui;
-    if (bounded) EXPECT_LE(seen, config.parallelism.max_staleness) << "trial " << trial;
-    if (config.parallelism.weight_stashing) EXPECT_EQ(max_staleness_seen(pipeline, true), 0);
+    if (bounded) {
+      EXPECT_LE(seen, config.parallelism.max_staleness) << "trial " << trial;
+    }
+    if (config.parallelism.weight_stashing) {
+      EXPECT_EQ(max_staleness_seen(pipeline, true), 0);
+    }
     EXPECT_LE(pipeline.peak_active(), mak);
     for (int s = 0; s < stages; ++s) {
       EXPECT_LE(pipeline.stage(s).peak_contexts(), static_cast<size_t>(mak));

@@ -1,0 +1,50 @@
+#pragma once
+
+// The real host of a pipelined run in one process: one C++ Actor Framework actor per stage and
+// one for the coordinator, the stage and coordinator state machines inside them, and ZeroMQ
+// inproc:// sockets between them (the same frames that ipc:// and tcp:// will carry). No CAF
+// or ZeroMQ type appears in this header.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/job_data.h"
+#include "actors/trace_recorder.h"
+#include "actors/training_loop.h"
+
+namespace troupe::actors {
+
+struct pipeline_options {
+  /// Copy every stage's final weights into the report (for tests and exports).
+  bool collect_weights = false;
+  /// Record the timeline here when not null.
+  trace_recorder* trace = nullptr;
+};
+
+/// What the stages report at the end of a run.
+struct stage_report {
+  std::vector<int64_t> staleness_histogram;
+  std::vector<int64_t> weight_staleness_histogram;
+  size_t peak_contexts = 0;
+  int64_t version = 0;
+  std::vector<std::vector<float>> weights;
+};
+
+struct pipeline_report {
+  training_summary summary;
+  std::vector<stage_report> stages;
+  /// Frames the receivers dropped as undecodable (0 in a healthy run).
+  uint64_t dropped_frames = 0;
+};
+
+/// Trains `config`'s model on `data` with its [parallelism] settings. The observer is called
+/// from the coordinator actor's thread; `clock` must be safe to read from several threads.
+/// Returns nothing with `error` set when the job cannot be set up (bad partition or device).
+std::optional<pipeline_report> run_pipeline(const job_config& config, const job_data& data,
+                                            training_observer& observer, clock_source& clock,
+                                            const pipeline_options& options, std::string* error);
+
+}  // namespace troupe::actors

@@ -1,0 +1,122 @@
+#include "actors/trace_recorder.h"
+
+#include <algorithm>
+#include <fstream>
+
+namespace troupe::actors {
+namespace {
+
+constexpr double microseconds = 1e6;
+
+/// Chrome's thread id of a track: the coordinator gets 0, stage s gets s + 1.
+int thread_of(int track) { return track + 1; }
+
+nlohmann::json complete_event(const std::string& name, const char* category, int track,
+                              double start_s, double duration_s) {
+  return {{"name", name},
+          {"cat", category},
+          {"ph", "X"},
+          {"pid", 0},
+          {"tid", thread_of(track)},
+          {"ts", start_s * microseconds},
+          {"dur", duration_s * microseconds}};
+}
+
+}  // namespace
+
+trace_recorder::trace_recorder(int stages) : stages_(stages) {}
+
+void trace_recorder::span(int track, const std::string& name, int64_t key, double start_s,
+                          double duration_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  spans_.push_back({track, name, key, start_s, duration_s});
+}
+
+void trace_recorder::flow(int from_track, int to_track, int64_t key, double sent_s,
+                          double received_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  flows_.push_back({from_track, to_track, key, sent_s, received_s});
+}
+
+void trace_recorder::add_track_names(nlohmann::json* events) const {
+  for (int track = -1; track < stages_; ++track) {
+    const std::string name = track < 0 ? "coordinator" : "stage " + std::to_string(track);
+    events->push_back({{"name", "thread_name"},
+                       {"ph", "M"},
+                       {"pid", 0},
+                       {"tid", thread_of(track)},
+                       {"args", {{"name", name}}}});
+    events->push_back({{"name", "thread_sort_index"},
+                       {"ph", "M"},
+                       {"pid", 0},
+                       {"tid", thread_of(track)},
+                       {"args", {{"sort_index", thread_of(track)}}}});
+  }
+}
+
+void trace_recorder::add_spans(nlohmann::json* events) const {
+  std::vector<span_record> sorted = spans_;
+  std::sort(sorted.begin(), sorted.end(), [](const span_record& a, const span_record& b) {
+    return a.track != b.track ? a.track < b.track : a.start_s < b.start_s;
+  });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const span_record& s = sorted[i];
+    nlohmann::json event = complete_event(s.name, "work", s.track, s.start_s, s.duration_s);
+    if (s.key >= 0) event["args"] = {{"key", s.key}};
+    events->push_back(event);
+    // The gap up to the same track's next span is idle time (the pipeline's bubble).
+    if (i + 1 < sorted.size() && sorted[i + 1].track == s.track && s.track >= 0) {
+      const double end = s.start_s + s.duration_s;
+      if (sorted[i + 1].start_s > end) {
+        events->push_back(
+            complete_event("idle", "idle", s.track, end, sorted[i + 1].start_s - end));
+      }
+    }
+  }
+}
+
+void trace_recorder::add_flows(nlohmann::json* events) const {
+  uint64_t id = 0;
+  for (const flow_record& f : flows_) {
+    ++id;
+    const nlohmann::json args = {{"key", f.key}};
+    events->push_back({{"name", "message"},
+                       {"cat", "message"},
+                       {"ph", "s"},
+                       {"id", id},
+                       {"pid", 0},
+                       {"tid", thread_of(f.from_track)},
+                       {"ts", f.sent_s * microseconds},
+                       {"args", args}});
+    events->push_back({{"name", "message"},
+                       {"cat", "message"},
+                       {"ph", "f"},
+                       {"bp", "e"},
+                       {"id", id},
+                       {"pid", 0},
+                       {"tid", thread_of(f.to_track)},
+                       {"ts", f.received_s * microseconds},
+                       {"args", args}});
+  }
+}
+
+nlohmann::json trace_recorder::to_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json events = nlohmann::json::array();
+  add_track_names(&events);
+  add_spans(&events);
+  add_flows(&events);
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+bool trace_recorder::write(const std::string& path, std::string* error) const {
+  std::ofstream file(path, std::ios::trunc);
+  file << to_json().dump() << "\n";
+  if (!file) {
+    *error = "cannot write " + path;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,59 @@
+#pragma once
+
+// A run's timeline in Chrome's trace format (opens in Perfetto and chrome://tracing): one
+// track per stage with forward, backward and optimizer-step spans, idle spans filling the gaps,
+// and flow arrows for the messages between stages — the Gantt chart of the pipelining papers.
+// Times are given by the caller (seconds from the run's start), so the recorder reads no clock.
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace troupe::actors {
+
+class trace_recorder {
+ public:
+  /// Track -1 is the coordinator; tracks 0.. are stages.
+  explicit trace_recorder(int stages);
+
+  /// A span of work on `track` (name: "forward", "backward", "step", "evaluate"); `key` is -1
+  /// for spans that belong to no key. Safe to call from any thread.
+  void span(int track, const std::string& name, int64_t key, double start_s, double duration_s);
+  /// A message leaving `from_track` at `sent_s` for `to_track`, arriving at `received_s`.
+  void flow(int from_track, int to_track, int64_t key, double sent_s, double received_s);
+
+  /// The trace as Chrome trace JSON, with idle spans between each track's work spans.
+  nlohmann::json to_json() const;
+  /// Writes to_json() to `path`; false with `error` set on failure.
+  bool write(const std::string& path, std::string* error) const;
+
+ private:
+  struct span_record {
+    int track;
+    std::string name;
+    int64_t key;
+    double start_s;
+    double duration_s;
+  };
+  struct flow_record {
+    int from_track;
+    int to_track;
+    int64_t key;
+    double sent_s;
+    double received_s;
+  };
+
+  void add_track_names(nlohmann::json* events) const;
+  void add_spans(nlohmann::json* events) const;
+  void add_flows(nlohmann::json* events) const;
+
+  int stages_;
+  mutable std::mutex mutex_;
+  std::vector<span_record> spans_;
+  std::vector<flow_record> flows_;
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,179 @@
+#include "actors/training_run.h"
+
+#include <algorithm>
+
+#include "layers/check.h"
+
+namespace troupe::actors {
+namespace {
+
+constexpr int64_t evaluation_batch = 256;
+
+}  // namespace
+
+training_run::training_run(const job_config& config, const layers::dataset& train,
+                           const layers::dataset& test, layers::backend& host,
+                           training_observer& observer)
+    : config_(config),
+      train_(train),
+      test_(test),
+      host_(host),
+      observer_(observer),
+      order_(train.count(), config.training.batch_size, config.training.seed, config.data.shuffle,
+             true),
+      steps_per_epoch_(order_.batches_per_epoch()),
+      total_steps_(planned_steps(config, train.count())) {}
+
+std::vector<key_message> training_run::start(double now_s) {
+  start_s_ = now_s;
+  if (total_steps_ == 0) {
+    finished_ = true;
+    return {};
+  }
+  return start_epoch(now_s);
+}
+
+std::vector<key_message> training_run::start_epoch(double now_s) {
+  order_.start_epoch(epoch_);
+  admission_settings settings = admission_settings::of(config_, total_steps_);
+  settings.first_step = epoch_ * steps_per_epoch_;
+  settings.total_steps = std::min(total_steps_, (epoch_ + 1) * steps_per_epoch_);
+  admission_ = std::make_unique<coordinator_logic>(settings);
+  epoch_start_s_ = now_s;
+  last_log_s_ = now_s;
+  epoch_totals_ = batch_totals();
+  return admit_training();
+}
+
+std::vector<key_message> training_run::admit_training() {
+  std::vector<key_message> messages;
+  for (const admission& entry : admission_->admit()) messages.push_back(training_key(entry));
+  return messages;
+}
+
+key_message training_run::training_key(const admission& entry) {
+  const int64_t micro = config_.training.batch_size / config_.parallelism.micro_batches;
+  const int64_t first =
+      (entry.step % steps_per_epoch_) * config_.training.batch_size + entry.sample_offset;
+  std::vector<int64_t> samples(order_.order().begin() + first,
+                               order_.order().begin() + first + micro);
+  key_message message = message_for(key_kind::forward, entry.key, samples, train_);
+  message.step = entry.step;
+  message.sample_offset = entry.sample_offset;
+  return message;
+}
+
+key_message training_run::message_for(key_kind kind, uint64_t key,
+                                      const std::vector<int64_t>& samples,
+                                      const layers::dataset& data) {
+  const int64_t size = data.sample_size();
+  const int64_t count = static_cast<int64_t>(samples.size());
+  layers::shape dims{count};
+  dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
+  key_message message;
+  message.kind = kind;
+  message.key = key;
+  message.payload = layers::tensor(host_, dims);
+  auto labels = std::make_shared<std::vector<int32_t>>(count);
+  std::vector<float> features(count * size);
+  for (int64_t i = 0; i < count; ++i) {
+    std::copy_n(data.features.begin() + samples[i] * size, size, features.begin() + i * size);
+    (*labels)[i] = data.labels[samples[i]];
+  }
+  message.payload.copy_from_host(host_.default_stream(), features.data());
+  host_.synchronize(host_.default_stream());
+  message.labels = labels;
+  return message;
+}
+
+std::vector<key_message> training_run::handle(const stage_output& report, double now_s) {
+  if (report.message.key >= first_evaluation_key) return handle_evaluation(report, now_s);
+  if (report.what == stage_output::kind::retired) return handle_retired(report.message.key, now_s);
+  TROUPE_CHECK(report.what == stage_output::kind::loss_report);
+  for (batch_totals* totals : {&interval_, &epoch_totals_}) {
+    totals->loss_sum += report.loss_sum;
+    totals->correct += report.correct;
+    totals->samples += report.samples;
+  }
+  return {};
+}
+
+std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s) {
+  admission_->retired(key);
+  const int64_t micro_batches = config_.parallelism.micro_batches;
+  const int64_t retired = admission_->retired_count();
+  if (retired % micro_batches == 0) {
+    const int64_t step = retired / micro_batches;
+    observer_.on_step(step, total_steps_, epoch_, interval_.mean_loss(),
+                      interval_.samples / std::max(1e-9, now_s - last_log_s_));
+    if (config_.metrics.log_interval > 0 && step % config_.metrics.log_interval == 0) {
+      emit_metrics(epoch_, std::nullopt, now_s);
+    }
+  }
+  if (!admission_->finished()) return admit_training();
+  const double epoch_s = now_s - epoch_start_s_;
+  train_s_ += epoch_s;
+  train_samples_ += epoch_totals_.samples;
+  return start_evaluation(now_s);
+}
+
+std::vector<key_message> training_run::start_evaluation(double now_s) {
+  (void)now_s;
+  evaluation_ = batch_totals();
+  evaluation_reports_ = 0;
+  evaluation_batches_ = (test_.count() + evaluation_batch - 1) / evaluation_batch;
+  std::vector<key_message> messages;
+  for (int64_t b = 0; b < evaluation_batches_; ++b) {
+    std::vector<int64_t> samples;
+    for (int64_t i = b * evaluation_batch; i < std::min(test_.count(), (b + 1) * evaluation_batch);
+         ++i) {
+      samples.push_back(i);
+    }
+    messages.push_back(message_for(key_kind::evaluate, first_evaluation_key + b, samples, test_));
+  }
+  return messages;
+}
+
+std::vector<key_message> training_run::handle_evaluation(const stage_output& report, double now_s) {
+  evaluation_.loss_sum += report.loss_sum;
+  evaluation_.correct += report.correct;
+  evaluation_.samples += report.samples;
+  if (++evaluation_reports_ < evaluation_batches_) return {};
+  ++epoch_;
+  summary_.epochs = epoch_;
+  summary_.final_test_accuracy = evaluation_.accuracy();
+  summary_.final_test_loss = evaluation_.mean_loss();
+  const double target = config_.training.target_accuracy;
+  if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
+    summary_.time_to_target_s = now_s - start_s_;
+  }
+  emit_metrics(epoch_, evaluation_, now_s);
+  if (epoch_ * steps_per_epoch_ < total_steps_) return start_epoch(now_s);
+  summary_.steps = total_steps_;
+  summary_.wall_s = now_s - start_s_;
+  summary_.samples_per_s = train_s_ > 0 ? train_samples_ / train_s_ : 0.0;
+  finished_ = true;
+  return {};
+}
+
+void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s) {
+  // A log-interval record covers the steps since the previous one; an evaluation record
+  // covers the whole epoch.
+  const batch_totals& span = test ? epoch_totals_ : interval_;
+  const double seconds = test ? now_s - epoch_start_s_ : now_s - last_log_s_;
+  metrics_record record;
+  record.step = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0;
+  record.epoch = epoch;
+  record.loss = span.mean_loss();
+  record.samples_per_s = seconds > 0 ? span.samples / seconds : 0.0;
+  record.wall_s = now_s - start_s_;
+  if (test) {
+    record.test_accuracy = test->accuracy();
+    record.test_loss = test->mean_loss();
+  }
+  observer_.on_metrics(record);
+  interval_ = batch_totals();
+  last_log_s_ = now_s;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,154 @@
+#include "actors/wire_format.h"
+
+#include <cstring>
+
+namespace troupe::actors {
+namespace {
+
+transport::message_kind kind_on_wire(key_kind kind) {
+  switch (kind) {
+    case key_kind::forward:
+      return transport::message_kind::forward;
+    case key_kind::backward:
+      return transport::message_kind::backward;
+    case key_kind::evaluate:
+      return transport::message_kind::evaluate;
+  }
+  return transport::message_kind::control;
+}
+
+transport::message_header header_for(transport::message_kind kind, uint64_t key,
+                                     const wire_route& route) {
+  transport::message_header header;
+  header.kind = kind;
+  header.job_id = route.job_id;
+  header.key = key;
+  header.source_stage = route.source_stage;
+  header.target_stage = route.target_stage;
+  header.weight_version = static_cast<uint64_t>(route.weight_version);
+  header.metrics["sent_s"] = route.sent_s;
+  return header;
+}
+
+/// A frame reading the tensor's memory in place (CPU) or a host copy of it (other devices).
+transport::frame frame_of(const layers::tensor& tensor) {
+  const size_t bytes = static_cast<size_t>(tensor.size()) * sizeof(float);
+  if (tensor.device().kind() == layers::device_kind::cpu) {
+    return transport::frame{tensor.storage(), tensor.data(), bytes};
+  }
+  auto copy =
+      std::make_shared<const std::vector<float>>(tensor.to_host(tensor.device().default_stream()));
+  return transport::make_frame(std::move(copy));
+}
+
+}  // namespace
+
+transport::message to_wire(const key_message& message, const wire_route& route) {
+  transport::message result;
+  result.header = header_for(kind_on_wire(message.kind), message.key, route);
+  result.header.step = message.step;
+  result.header.sample_offset = message.sample_offset;
+  if (!message.payload.empty()) {
+    result.header.frames.push_back({transport::element_type::float32, message.payload.dims()});
+    result.payloads.push_back(frame_of(message.payload));
+  }
+  if (message.labels) {
+    transport::add_payload(result, {static_cast<int64_t>(message.labels->size())}, message.labels);
+  }
+  return result;
+}
+
+transport::message report_to_wire(const stage_output& report, const wire_route& route) {
+  const bool loss = report.what == stage_output::kind::loss_report;
+  transport::message result;
+  result.header =
+      header_for(loss ? transport::message_kind::loss_report : transport::message_kind::control,
+                 report.message.key, route);
+  result.header.step = report.message.step;
+  if (loss) {
+    result.header.metrics["loss_sum"] = report.loss_sum;
+    result.header.metrics["correct"] = static_cast<double>(report.correct);
+    result.header.metrics["samples"] = static_cast<double>(report.samples);
+  } else {
+    result.header.metrics["retired"] = 1;
+  }
+  return result;
+}
+
+std::optional<key_message> key_from_wire(const transport::message& message, layers::backend& device,
+                                         std::string* error) {
+  key_message result;
+  switch (message.header.kind) {
+    case transport::message_kind::forward:
+      result.kind = key_kind::forward;
+      break;
+    case transport::message_kind::backward:
+      result.kind = key_kind::backward;
+      break;
+    case transport::message_kind::evaluate:
+      result.kind = key_kind::evaluate;
+      break;
+    default:
+      *error = std::string("a stage cannot handle a ") + transport::to_string(message.header.kind) +
+               " message";
+      return std::nullopt;
+  }
+  result.key = message.header.key;
+  result.step = message.header.step;
+  result.sample_offset = message.header.sample_offset;
+  for (size_t i = 0; i < message.payloads.size(); ++i) {
+    const transport::tensor_frame_info& info = message.header.frames[i];
+    const transport::frame& frame = message.payloads[i];
+    if (info.dtype == transport::element_type::float32 && result.payload.empty()) {
+      result.payload = layers::tensor(device, info.dims);
+      result.payload.copy_from_host(device.default_stream(), static_cast<const float*>(frame.data));
+    } else if (info.dtype == transport::element_type::int32 && !result.labels) {
+      const auto* begin = static_cast<const int32_t*>(frame.data);
+      result.labels = std::make_shared<const std::vector<int32_t>>(
+          begin, begin + frame.bytes / sizeof(int32_t));
+    } else {
+      *error = "unexpected payload frame " + std::to_string(i) + " in a key message";
+      return std::nullopt;
+    }
+  }
+  if (result.payload.empty() || (result.kind != key_kind::backward && !result.labels)) {
+    *error = "a key message needs a payload (and labels unless it is a backward message)";
+    return std::nullopt;
+  }
+  return result;
+}
+
+std::optional<stage_output> report_from_wire(const transport::message& message,
+                                             std::string* error) {
+  const auto& metrics = message.header.metrics;
+  stage_output report;
+  report.message.key = message.header.key;
+  report.message.step = message.header.step;
+  if (message.header.kind == transport::message_kind::loss_report) {
+    const auto loss = metrics.find("loss_sum"), correct = metrics.find("correct"),
+               samples = metrics.find("samples");
+    if (loss == metrics.end() || correct == metrics.end() || samples == metrics.end()) {
+      *error = "a loss report needs loss_sum, correct and samples";
+      return std::nullopt;
+    }
+    report.what = stage_output::kind::loss_report;
+    report.loss_sum = loss->second;
+    report.correct = static_cast<int64_t>(correct->second);
+    report.samples = static_cast<int64_t>(samples->second);
+    return report;
+  }
+  if (message.header.kind == transport::message_kind::control && metrics.count("retired")) {
+    report.what = stage_output::kind::retired;
+    return report;
+  }
+  *error = std::string("the coordinator cannot handle a ") +
+           transport::to_string(message.header.kind) + " message";
+  return std::nullopt;
+}
+
+double sent_time(const transport::message& message) {
+  auto found = message.header.metrics.find("sent_s");
+  return found == message.header.metrics.end() ? 0.0 : found->second;
+}
+
+}  // namespace troupe::actors
