@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actors/learning_rate.h"
 #include "layers/check.h"
 
 namespace troupe::actors {
@@ -165,6 +166,8 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
   record.step = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0;
   record.epoch = epoch;
   record.loss = span.mean_loss();
+  record.learning_rate =
+      learning_rate_at(config_.training, record.step, steps_per_epoch_, total_steps_);
   record.samples_per_s = seconds > 0 ? span.samples / seconds : 0.0;
   record.wall_s = now_s - start_s_;
   if (test) {

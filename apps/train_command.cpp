@@ -5,6 +5,8 @@
 
 #include "actors/job_data.h"
 #include "actors/job_file.h"
+#include "actors/partition.h"
+#include "actors/pipeline_host.h"
 #include "actors/sequential_trainer.h"
 #include "actors/training_loop.h"
 #include "apps/commands.h"
@@ -24,13 +26,8 @@ std::string default_out_directory(const std::string& job_file) {
   return "runs/" + std::filesystem::path(job_file).stem().string();
 }
 
-/// Rejects what the single-stage engine cannot run yet, naming the key.
+/// Rejects what this build cannot run yet, naming the key.
 bool check_supported(const actors::job_config& config, std::string* error) {
-  if (config.parallelism.stages != 1) {
-    *error = "parallelism.stages = " + std::to_string(config.parallelism.stages) +
-             ": this build trains a single stage; set parallelism.stages = 1";
-    return false;
-  }
   if (config.training.precision != "fp32") {
     *error = "training.precision = \"" + config.training.precision +
              "\": only \"fp32\" is available in this build";
@@ -43,6 +40,47 @@ int classes_of(const actors::job_config& config) {
   return config.data.dataset == "synthetic" ? config.data.classes : 10;
 }
 
+/// Whether the job needs the actor engine rather than the sequential reference trainer.
+bool pipelined(const actors::job_config& config) {
+  const auto& p = config.parallelism;
+  return p.stages > 1 || p.micro_batches > 1 || p.mode == "async";
+}
+
+nlohmann::json stages_json(const actors::pipeline_report& report) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& stage : report.stages) {
+    stages.push_back({{"staleness_histogram", stage.staleness_histogram},
+                      {"weight_staleness_histogram", stage.weight_staleness_histogram},
+                      {"peak_contexts", stage.peak_contexts},
+                      {"optimizer_steps", stage.version}});
+  }
+  return stages;
+}
+
+struct run_outcome {
+  actors::training_summary summary;
+  nlohmann::json stages;  // null for the sequential trainer
+};
+
+/// Trains through the stage and coordinator actors; writes trace.json when asked.
+std::optional<run_outcome> train_pipelined(const actors::job_config& config,
+                                           const actors::job_data& data, const std::string& out,
+                                           actors::training_observer& observer,
+                                           std::string* error) {
+  steady_clock_source clock;
+  actors::trace_recorder trace(config.parallelism.stages);
+  actors::pipeline_options options;
+  if (config.metrics.trace) options.trace = &trace;
+  auto report = actors::run_pipeline(config, data, observer, clock, options, error);
+  if (!report) return std::nullopt;
+  if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
+  if (report->dropped_frames > 0) {
+    std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
+                 static_cast<unsigned long long>(report->dropped_frames));
+  }
+  return run_outcome{report->summary, stages_json(*report)};
+}
+
 }  // namespace
 
 int run_train(const train_options& options) {
@@ -51,7 +89,7 @@ int run_train(const train_options& options) {
   if (!config) return bad_input(job_problem.message);
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
-      !check_supported(*config, &error)) {
+      !check_supported(*config, &error) || !actors::partition_model(*config, &error)) {
     return bad_input(options.job_file + ": " + error);
   }
   auto data = actors::load_job_data(*config, &error);
@@ -74,19 +112,29 @@ int run_train(const train_options& options) {
   metrics_log log(out + "/metrics.jsonl");
   if (!log.ok()) return bad_input("cannot write " + out + "/metrics.jsonl");
 
-  actors::sequential_trainer trainer(*config, *device);
   const int64_t per_epoch = data->train.count() / config->training.batch_size;
-  std::fprintf(stderr, "troupe: training %s on %s: %lld parameters, %lld steps, output in %s\n",
-               options.job_file.c_str(), device->name().c_str(),
-               static_cast<long long>(trainer.model().parameter_count()),
-               static_cast<long long>(actors::planned_steps(*config, data->train.count())),
-               out.c_str());
+  std::fprintf(
+      stderr, "troupe: training %s on %s: %d stage(s), %s mode, %lld steps, output in %s\n",
+      options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
+      config->parallelism.mode.c_str(),
+      static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
-  steady_clock_source clock;
-  actors::training_summary summary =
-      actors::run_training(*config, trainer, data->train, data->test, clock, reporter);
-  if (!write_json_file(out + "/summary.json", to_json(summary), &error)) {
+  run_outcome outcome;
+  if (pipelined(*config)) {
+    auto result = train_pipelined(*config, *data, out, reporter, &error);
+    if (!result) return bad_input(options.job_file + ": " + error);
+    outcome = std::move(*result);
+  } else {
+    actors::sequential_trainer trainer(*config, *device);
+    steady_clock_source clock;
+    outcome.summary =
+        actors::run_training(*config, trainer, data->train, data->test, clock, reporter);
+  }
+  const actors::training_summary& summary = outcome.summary;
+  nlohmann::json summary_json = to_json(summary);
+  if (!outcome.stages.is_null()) summary_json["stages"] = outcome.stages;
+  if (!write_json_file(out + "/summary.json", summary_json, &error)) {
     std::fprintf(stderr, "troupe: %s\n", error.c_str());
     return 1;
   }

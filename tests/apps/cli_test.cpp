@@ -204,6 +204,38 @@ TEST_F(CliTest, UnknownOptionAndUnknownDevice) {
                   "parallelism.devices");
 }
 
+TEST_F(CliTest, PipelinedRunWritesStagesAndTrace) {
+  const fs::path out = directory_ / "run";
+  run_result result = troupe("train " + tiny_job().string() +
+                             " --set parallelism.stages=3 --set parallelism.mode=async"
+                             " --set parallelism.max_active_keys=3 --set metrics.trace=true"
+                             " --out " +
+                             out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  ASSERT_EQ(summary["stages"].size(), 3u);
+  for (const auto& stage : summary["stages"]) {
+    // Three keys in flight, one step per key: a backward sees at most 2 newer versions.
+    EXPECT_LE(stage["staleness_histogram"].size(), 3u);
+    EXPECT_EQ(stage["optimizer_steps"], 32);
+  }
+  auto trace = nlohmann::json::parse(read_file(out / "trace.json"));
+  int forwards = 0;
+  for (const auto& event : trace["traceEvents"]) forwards += event["name"] == "forward";
+  EXPECT_EQ(forwards, 2 * 32);  // stages 0 and 1, one key per step, 32 steps in 2 epochs
+}
+
+TEST_F(CliTest, BadPipelineSettings) {
+  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.stages=9"),
+                  "parallelism.stages");
+  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.max_active_keys=-1"),
+                  "parallelism.max_active_keys");
+  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.schedule=zigzag"),
+                  "parallelism.schedule");
+  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.devices=cuda:7"),
+                  "parallelism.devices");
+}
+
 TEST_F(CliTest, BenchWritesJson) {
   const fs::path json = directory_ / "bench.json";
   run_result result = troupe("bench compute --threads 1 --seconds 0.05 --json " + json.string());
