@@ -1,16 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "actors/partition.h"
+#include "tests/support/job_helpers.h"
 
 namespace troupe::actors {
 namespace {
 
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
+using testing::block;
 
 job_config mlp(int stages, const std::string& partition) {
   job_config config;

@@ -11,9 +11,13 @@
 #include "actors/pipeline_host.h"
 #include "actors/sequential_trainer.h"
 #include "layers/backend_registry.h"
+#include "tests/support/job_helpers.h"
 
 namespace troupe::actors {
 namespace {
+
+using testing::max_relative_difference;
+using testing::weights;
 
 class wall_clock final : public clock_source {
  public:
@@ -30,78 +34,18 @@ class quiet_observer final : public training_observer {
   std::vector<metrics_record> records;
 };
 
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
-
 job_config host_job(int stages, int micro_batches, const std::string& mode,
                     const std::string& schedule) {
-  job_config config;
-  config.model.input_shape = {12};
-  layers::layer_spec dropout = block("dropout");
-  dropout.probability = 0.2f;
-  config.model.layers = {block("linear", 24), block("tanh"),     dropout,
-                         block("linear", 20), block("relu"),     block("linear", 16),
-                         block("gelu"),       block("linear", 4)};
-  config.data.dataset = "synthetic";
-  config.data.synthetic_train = 800;
-  config.data.synthetic_test = 100;
-  config.data.classes = 4;
-  config.training.batch_size = 16;
+  job_config config = testing::small_pipeline_job(stages, micro_batches, mode, schedule, 800);
+  config.training.weight_decay = 0;
   config.training.epochs = 1;
-  config.training.lr = 0.05;
-  config.training.momentum = 0.9;
-  config.training.lr_schedule = "cosine";
-  config.parallelism.stages = stages;
-  config.parallelism.micro_batches = micro_batches;
-  config.parallelism.mode = mode;
-  config.parallelism.schedule = schedule;
-  config.parallelism.partition = "uniform";
   config.parallelism.threads = stages;
   config.metrics.log_interval = 10;
   return config;
 }
 
-using weights = std::vector<std::vector<float>>;
-
-weights sequential_weights(job_config config, const layers::dataset& data) {
-  config.parallelism.stages = 1;
-  config.parallelism.micro_batches = 1;
-  std::string error;
-  auto device = layers::create_backend("cpu", 1, &error);
-  sequential_trainer trainer(config, *device);
-  layers::batch_order order(data.count(), config.training.batch_size, config.training.seed,
-                            config.data.shuffle, true);
-  order.start_epoch(0);
-  const int64_t steps = order.batches_per_epoch();
-  std::vector<float> features(config.training.batch_size * data.sample_size());
-  std::vector<int32_t> labels(config.training.batch_size);
-  for (int64_t step = 0; step < steps; ++step) {
-    order.gather(data, step, features.data(), labels.data());
-    trainer.train_step(features.data(), labels.data(), config.training.batch_size, step,
-                       static_cast<float>(learning_rate_at(config.training, step, steps, steps)));
-  }
-  weights result;
-  for (auto* p : trainer.model().parameters()) {
-    result.push_back(p->value.to_host(trainer.work_stream()));
-  }
-  return result;
-}
-
-double max_relative_difference(const weights& a, const weights& b) {
-  double worst = 0;
-  for (size_t t = 0; t < b.size(); ++t) {
-    double scale = 0, difference = 0;
-    for (size_t i = 0; i < b[t].size(); ++i) {
-      scale = std::max(scale, std::fabs(static_cast<double>(b[t][i])));
-      difference = std::max(difference, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-    }
-    worst = std::max(worst, difference / scale);
-  }
-  return worst;
+weights sequential_weights(const job_config& config, const layers::dataset& data) {
+  return testing::sequential_weights(config, data, data.count() / config.training.batch_size);
 }
 
 pipeline_report run(const job_config& config, job_data* data_out = nullptr) {

@@ -12,72 +12,23 @@
 #include "actors/local_pipeline.h"
 #include "actors/sequential_trainer.h"
 #include "layers/backend_registry.h"
+#include "tests/support/job_helpers.h"
 
 namespace troupe::actors {
 namespace {
 
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
+using testing::max_relative_difference;
+using testing::sequential_weights;
+using testing::weights;
 
 job_config small_job(int stages, int micro_batches, const std::string& mode,
                      const std::string& schedule) {
-  job_config config;
-  config.model.input_shape = {12};
-  layers::layer_spec dropout = block("dropout");
-  dropout.probability = 0.2f;
-  config.model.layers = {block("linear", 24), block("tanh"),     dropout,
-                         block("linear", 20), block("relu"),     block("linear", 16),
-                         block("gelu"),       block("linear", 4)};
-  config.data.dataset = "synthetic";
-  config.data.synthetic_train = 640;
-  config.data.synthetic_test = 64;
-  config.data.classes = 4;
-  config.training.batch_size = 16;
-  config.training.lr = 0.05;
-  config.training.momentum = 0.9;
-  config.training.weight_decay = 0.001;
-  config.training.lr_schedule = "cosine";
-  config.parallelism.stages = stages;
-  config.parallelism.micro_batches = micro_batches;
-  config.parallelism.mode = mode;
-  config.parallelism.schedule = schedule;
-  config.parallelism.partition = "uniform";
-  return config;
+  return testing::small_pipeline_job(stages, micro_batches, mode, schedule, 640);
 }
 
 std::unique_ptr<layers::backend> cpu() {
   std::string error;
   return layers::create_backend("cpu", 1, &error);
-}
-
-using weights = std::vector<std::vector<float>>;
-
-/// The sequential trainer's weights after `steps` steps with the whole batch.
-weights sequential_weights(job_config config, const layers::dataset& data, int64_t steps) {
-  config.parallelism.stages = 1;
-  config.parallelism.micro_batches = 1;
-  auto device = cpu();
-  sequential_trainer trainer(config, *device);
-  layers::batch_order order(data.count(), config.training.batch_size, config.training.seed,
-                            config.data.shuffle, true);
-  const int64_t per_epoch = order.batches_per_epoch();
-  std::vector<float> features(config.training.batch_size * data.sample_size());
-  std::vector<int32_t> labels(config.training.batch_size);
-  for (int64_t step = 0; step < steps; ++step) {
-    if (step % per_epoch == 0) order.start_epoch(step / per_epoch);
-    order.gather(data, step % per_epoch, features.data(), labels.data());
-    const double rate = learning_rate_at(config.training, step, per_epoch, steps);
-    trainer.train_step(features.data(), labels.data(), config.training.batch_size, step,
-                       static_cast<float>(rate));
-  }
-  weights result;
-  for (auto* p : trainer.model().parameters())
-    result.push_back(p->value.to_host(trainer.work_stream()));
-  return result;
 }
 
 weights pipeline_weights(local_pipeline& pipeline, layers::backend& device) {
@@ -88,20 +39,6 @@ weights pipeline_weights(local_pipeline& pipeline, layers::backend& device) {
     }
   }
   return result;
-}
-
-/// Largest |a - b| over a tensor relative to the tensor's largest |b|.
-double max_relative_difference(const weights& a, const weights& b) {
-  double worst = 0;
-  for (size_t t = 0; t < b.size(); ++t) {
-    double scale = 0, difference = 0;
-    for (size_t i = 0; i < b[t].size(); ++i) {
-      scale = std::max(scale, std::fabs(static_cast<double>(b[t][i])));
-      difference = std::max(difference, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-    }
-    worst = std::max(worst, difference / scale);
-  }
-  return worst;
 }
 
 layers::dataset training_set(const job_config& config) {

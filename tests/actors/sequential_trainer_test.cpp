@@ -10,16 +10,12 @@
 #include "actors/sequential_trainer.h"
 #include "actors/training_loop.h"
 #include "layers/backend_registry.h"
+#include "tests/support/job_helpers.h"
 
 namespace troupe::actors {
 namespace {
 
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
+using testing::block;
 
 job_config synthetic_job() {
   job_config config;

@@ -1,0 +1,95 @@
+#pragma once
+
+// Jobs and reference results shared by the engine's test suites.
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/learning_rate.h"
+#include "actors/sequential_trainer.h"
+#include "layers/backend_registry.h"
+
+namespace troupe::testing {
+
+inline layers::layer_spec block(const std::string& type, int out = 0) {
+  layers::layer_spec spec;
+  spec.type = type;
+  spec.out = out;
+  return spec;
+}
+
+/// A small synthetic job (8 blocks, 4 classes) with every kind of activation and dropout.
+inline actors::job_config small_pipeline_job(int stages, int micro_batches, const std::string& mode,
+                                             const std::string& schedule, int64_t train_samples) {
+  actors::job_config config;
+  config.model.input_shape = {12};
+  layers::layer_spec dropout = block("dropout");
+  dropout.probability = 0.2f;
+  config.model.layers = {block("linear", 24), block("tanh"),     dropout,
+                         block("linear", 20), block("relu"),     block("linear", 16),
+                         block("gelu"),       block("linear", 4)};
+  config.data.dataset = "synthetic";
+  config.data.synthetic_train = train_samples;
+  config.data.synthetic_test = 100;
+  config.data.classes = 4;
+  config.training.batch_size = 16;
+  config.training.lr = 0.05;
+  config.training.momentum = 0.9;
+  config.training.weight_decay = 0.001;
+  config.training.lr_schedule = "cosine";
+  config.parallelism.stages = stages;
+  config.parallelism.micro_batches = micro_batches;
+  config.parallelism.mode = mode;
+  config.parallelism.schedule = schedule;
+  config.parallelism.partition = "uniform";
+  return config;
+}
+
+using weights = std::vector<std::vector<float>>;
+
+/// The sequential trainer's weights after `steps` whole-batch steps of `config` (its
+/// [parallelism] ignored) in the job's data order, with the schedule planned for `steps`.
+inline weights sequential_weights(actors::job_config config, const layers::dataset& data,
+                                  int64_t steps) {
+  config.parallelism.stages = 1;
+  config.parallelism.micro_batches = 1;
+  std::string error;
+  auto device = layers::create_backend("cpu", 1, &error);
+  actors::sequential_trainer trainer(config, *device);
+  layers::batch_order order(data.count(), config.training.batch_size, config.training.seed,
+                            config.data.shuffle, true);
+  const int64_t per_epoch = order.batches_per_epoch();
+  std::vector<float> features(config.training.batch_size * data.sample_size());
+  std::vector<int32_t> labels(config.training.batch_size);
+  for (int64_t step = 0; step < steps; ++step) {
+    if (step % per_epoch == 0) order.start_epoch(step / per_epoch);
+    order.gather(data, step % per_epoch, features.data(), labels.data());
+    const double rate = actors::learning_rate_at(config.training, step, per_epoch, steps);
+    trainer.train_step(features.data(), labels.data(), config.training.batch_size, step,
+                       static_cast<float>(rate));
+  }
+  weights result;
+  for (auto* p : trainer.model().parameters()) {
+    result.push_back(p->value.to_host(trainer.work_stream()));
+  }
+  return result;
+}
+
+/// Largest |a - b| over each tensor relative to that tensor's largest |b|.
+inline double max_relative_difference(const weights& a, const weights& b) {
+  double worst = 0;
+  for (size_t t = 0; t < b.size(); ++t) {
+    double scale = 0, difference = 0;
+    for (size_t i = 0; i < b[t].size(); ++i) {
+      scale = std::max(scale, std::fabs(static_cast<double>(b[t][i])));
+      difference = std::max(difference, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+    }
+    worst = std::max(worst, difference / scale);
+  }
+  return worst;
+}
+
+}  // namespace troupe::testing
