@@ -27,4 +27,7 @@ struct bench_options {
 
 int run_bench(const bench_options& options);
 
+/// `troupe bench pipeline`: pipelined against single-stage throughput, hand-off cost, memory.
+int run_bench_pipeline(const bench_options& options);
+
 }  // namespace troupe::apps

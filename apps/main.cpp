@@ -20,9 +20,9 @@ void add_train(CLI::App& app, troupe::apps::train_options& options) {
 }
 
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
-  CLI::App* bench = app.add_subcommand("bench", "Measure the compute backend");
+  CLI::App* bench = app.add_subcommand("bench", "Measure the compute backend or the pipeline");
   bench->add_option("what", options.what, "What to measure")
-      ->check(CLI::IsMember({"compute"}))
+      ->check(CLI::IsMember({"compute", "pipeline"}))
       ->capture_default_str();
   bench->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   bench->add_option("--json", options.json_file, "Also write the figures to this JSON file");
@@ -49,5 +49,6 @@ int main(int argc, char** argv) {
     return status == 0 ? 0 : 2;
   }
   if (app.got_subcommand("train")) return troupe::apps::run_train(train);
+  if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   return troupe::apps::run_bench(bench);
 }
