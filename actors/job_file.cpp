@@ -191,8 +191,8 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           string_field("mode", &p.mode, {"sync", "async"}),
           string_field("schedule", &p.schedule, {"gpipe", "1f1b"}),
           integer_field("micro_batches", &p.micro_batches, 1),
-          integer_field("max_active_keys", &p.max_active_keys, 0),
-          integer_field("min_update_interval", &p.min_update_interval, 0),
+          integer_field("max_active_keys", &p.max_active_keys, 1),
+          integer_field("min_update_interval", &p.min_update_interval, 1),
           integer_field("max_staleness", &p.max_staleness, -1),
           bool_field("weight_stashing", &p.weight_stashing),
           integer_field("threads", &p.threads, 0)};

@@ -228,7 +228,7 @@ TEST_F(CliTest, PipelinedRunWritesStagesAndTrace) {
 TEST_F(CliTest, BadPipelineSettings) {
   expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.stages=9"),
                   "parallelism.stages");
-  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.max_active_keys=-1"),
+  expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.max_active_keys=0"),
                   "parallelism.max_active_keys");
   expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.schedule=zigzag"),
                   "parallelism.schedule");
