@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/sequential_trainer.h"
+#include "apps/bench_models.h"
 #include "apps/commands.h"
 #include "layers/backend_registry.h"
 #include "layers/random.h"
@@ -88,23 +89,6 @@ double openblas_threaded_gflops(layers::backend& device, int threads, double bud
   return 2.0 * size * size * size / seconds / 1e9;
 }
 
-actors::job_config mlp_job(int64_t batch) {
-  actors::job_config config;
-  config.model.input_shape = {mlp_widths.front()};
-  for (size_t i = 1; i < mlp_widths.size(); ++i) {
-    layers::layer_spec linear;
-    linear.type = "linear";
-    linear.out = mlp_widths[i];
-    config.model.layers.push_back(linear);
-    if (i + 1 < mlp_widths.size()) config.model.layers.push_back({"relu"});
-  }
-  config.training.batch_size = batch;
-  config.training.optimizer = "sgd";
-  config.training.momentum = 0.9;
-  config.training.lr = 0.01;
-  return config;
-}
-
 /// GEMM flops of one training step: forward, weight gradients, and input gradients of every
 /// layer but the first (whose input gradient is never computed).
 double training_flops(int64_t batch) {
@@ -124,7 +108,8 @@ struct training_probe {
   int64_t step = 0;
 
   training_probe(layers::backend& device, int64_t b)
-      : batch(b), trainer(std::make_unique<actors::sequential_trainer>(mlp_job(b), device)) {
+      : batch(b),
+        trainer(std::make_unique<actors::sequential_trainer>(mlp_job(mlp_widths, b), device)) {
     layers::random_generator generator(7);
     features.resize(batch * mlp_widths.front());
     for (float& v : features) v = generator.uniform(-1.0f, 1.0f);

@@ -18,6 +18,7 @@
 #include "actors/sequential_trainer.h"
 #include "actors/training_loop.h"
 #include "actors/wire_format.h"
+#include "apps/bench_models.h"
 #include "apps/commands.h"
 #include "apps/progress.h"
 #include "layers/backend_registry.h"
@@ -35,21 +36,11 @@ class silent_observer final : public actors::training_observer {
 };
 
 actors::job_config wide_mlp(int64_t steps) {
-  actors::job_config config;
-  config.model.input_shape = {widths.front()};
-  for (size_t i = 1; i < widths.size(); ++i) {
-    layers::layer_spec linear;
-    linear.type = "linear";
-    linear.out = widths[i];
-    config.model.layers.push_back(linear);
-    if (i + 1 < widths.size()) config.model.layers.push_back({"relu"});
-  }
+  actors::job_config config = mlp_job(widths, 64);
   config.data.dataset = "synthetic";
   config.data.synthetic_train = steps * 64;
   config.data.synthetic_test = 64;
   config.data.normalize = false;
-  config.training.batch_size = 64;
-  config.training.momentum = 0.9;
   config.training.max_steps = steps;
   config.metrics.log_interval = 0;
   return config;
