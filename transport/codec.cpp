@@ -64,6 +64,8 @@ void write_body(output_archive& archive, const message_header& header) {
     archive(cereal::binary_data(name.data(), name.size()));
     archive(value);
   }
+  archive(static_cast<uint32_t>(header.text.size()));
+  archive(cereal::binary_data(header.text.data(), header.text.size()));
 }
 
 // Each count is checked against its limit before the container it sizes is grown.
@@ -136,7 +138,17 @@ std::optional<decode_error> read_body(input_archive& archive, const decode_limit
   }
   header.kind = static_cast<message_kind>(kind);
   if (auto failure = read_frames(archive, limits, header.frames)) return failure;
-  return read_metrics(archive, limits, header.metrics);
+  if (auto failure = read_metrics(archive, limits, header.metrics)) return failure;
+  uint32_t length = 0;
+  archive(length);
+  if (length > limits.max_text_bytes) {
+    return make_error(decode_error_reason::oversized,
+                      "text of " + std::to_string(length) + " bytes; the limit is " +
+                          std::to_string(limits.max_text_bytes));
+  }
+  header.text.assign(length, '\0');
+  archive(cereal::binary_data(header.text.data(), header.text.size()));
+  return std::nullopt;
 }
 
 // Cereal reports a read past the end of the body by throwing; that becomes `garbage` here
@@ -324,6 +336,11 @@ std::optional<decode_error> validate_header(const message_header& header,
                             shape_text(header.frames[i]));
     }
     total += bytes;
+  }
+  if (header.text.size() > limits.max_text_bytes) {
+    return make_error(decode_error_reason::oversized,
+                      "text of " + std::to_string(header.text.size()) + " bytes; the limit is " +
+                          std::to_string(limits.max_text_bytes));
   }
   return validate_metrics(header.metrics, limits);
 }

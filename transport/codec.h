@@ -57,6 +57,8 @@ struct decode_limits {
   size_t max_metrics = 64;
   /// Longest metric name.
   size_t max_metric_name_bytes = 128;
+  /// Longest message_header::text accepted.
+  size_t max_text_bytes = 48 * 1024;
 };
 
 /// A decoded value, or the reason it could not be decoded (exactly one of the two is meaningful).

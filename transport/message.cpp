@@ -55,7 +55,7 @@ bool operator==(const message_header& left, const message_header& right) {
          left.source_stage == right.source_stage && left.target_stage == right.target_stage &&
          left.weight_version == right.weight_version && left.step == right.step &&
          left.sample_offset == right.sample_offset && left.frames == right.frames &&
-         left.metrics == right.metrics;
+         left.metrics == right.metrics && left.text == right.text;
 }
 
 bool operator!=(const message_header& left, const message_header& right) {

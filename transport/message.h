@@ -83,6 +83,9 @@ struct message_header {
   /// Named scalars of loss reports and control messages ("loss", "correct", "samples", ...);
   /// at most decode_limits::max_metrics entries with names of at most max_metric_name_bytes.
   std::map<std::string, double> metrics;
+  /// Free text of control messages (a resolved job config as JSON, an address, a reason); at
+  /// most decode_limits::max_text_bytes, empty for data messages.
+  std::string text;
 };
 
 /// Field-by-field equality (metrics compared with ==, so NaN values never compare equal).

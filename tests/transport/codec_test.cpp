@@ -58,6 +58,21 @@ TEST(CodecTest, HeaderRoundTrip) {
   EXPECT_EQ(0, std::memcmp(bytes.data(), "TRPH", 4));
 }
 
+TEST(CodecTest, ControlTextRoundTripsAndIsBounded) {
+  message_header header = sample_header();
+  header.text = R"({"training": {"lr": 0.05}})";
+  std::vector<uint8_t> bytes = encode_header(header);
+  decoded<message_header> result = decode_header(bytes.data(), bytes.size());
+  ASSERT_TRUE(result.ok()) << result.error.text;
+  EXPECT_EQ(result.value->text, header.text);
+  header.text.assign(decode_limits{}.max_text_bytes + 1, 'x');
+  EXPECT_TRUE(validate_header(header, decode_limits{}).has_value());
+  bytes = encode_header(header);
+  result = decode_header(bytes.data(), bytes.size());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error.reason, decode_error_reason::oversized);
+}
+
 TEST(CodecTest, MessageRoundTripKeepsPayloadsInPlace) {
   message original = sample_message();
   const void* float_data = original.payloads[0].data;
