@@ -13,9 +13,21 @@ struct train_options {
   std::vector<std::string> overrides;
   std::string out_directory;  ///< empty: runs/<job file name>
   bool quiet = false;
+  /// Worker processes: with `listen` empty, `workers` local processes are started over
+  /// ipc://; with `listen` set (`troupe coordinator`), that many workers are awaited there.
+  int workers = 0;
+  std::string listen;
 };
 
 int run_train(const train_options& options);
+
+struct worker_command_options {
+  std::string coordinator;
+  std::string listen = "tcp://127.0.0.1:*";
+};
+
+/// `troupe worker`: joins a coordinator and hosts the stages it assigns.
+int run_worker_command(const worker_command_options& options);
 
 struct bench_options {
   std::string what = "compute";

@@ -17,6 +17,32 @@ void add_train(CLI::App& app, troupe::apps::train_options& options) {
       ->allow_extra_args(false);
   train->add_option("--out", options.out_directory, "Output directory (default: runs/<job name>)");
   train->add_flag("--quiet", options.quiet, "No progress bar; log lines only");
+  train
+      ->add_option("--workers", options.workers,
+                   "Run the stages in N local worker processes (over ipc://)")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
+  CLI::App* coordinator =
+      app.add_subcommand("coordinator", "Train a job with workers that join from elsewhere");
+  coordinator->add_option("job", options.job_file, "Job file (TOML)")->required();
+  coordinator->add_option("--listen", options.listen, "Address to receive on, e.g. tcp://HOST:PORT")
+      ->required();
+  coordinator->add_option("--workers", options.workers, "Number of workers to wait for")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  coordinator->add_option("--set", options.overrides, "Override a job-file key: section.key=value")
+      ->take_all()
+      ->allow_extra_args(false);
+  coordinator->add_option("--out", options.out_directory, "Output directory");
+  coordinator->add_flag("--quiet", options.quiet, "No progress bar; log lines only");
+}
+
+void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
+  CLI::App* worker = app.add_subcommand("worker", "Host the stages a coordinator assigns");
+  worker->add_option("--coordinator", options.coordinator, "The coordinator's address")->required();
+  worker->add_option("--listen", options.listen, "Address to receive on")->capture_default_str();
 }
 
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
@@ -40,7 +66,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   troupe::apps::train_options train;
   troupe::apps::bench_options bench;
+  troupe::apps::train_options coordinator;
+  troupe::apps::worker_command_options worker;
   add_train(app, train);
+  add_coordinator(app, coordinator);
+  add_worker(app, worker);
   add_bench(app, bench);
   try {
     app.parse(argc, argv);
@@ -49,6 +79,8 @@ int main(int argc, char** argv) {
     return status == 0 ? 0 : 2;
   }
   if (app.got_subcommand("train")) return troupe::apps::run_train(train);
+  if (app.got_subcommand("coordinator")) return troupe::apps::run_train(coordinator);
+  if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   return troupe::apps::run_bench(bench);
 }

@@ -2,7 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "actors/cluster_host.h"
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "actors/partition.h"
@@ -10,6 +13,7 @@
 #include "actors/sequential_trainer.h"
 #include "actors/training_loop.h"
 #include "apps/commands.h"
+#include "apps/local_workers.h"
 #include "apps/progress.h"
 #include "apps/run_output.h"
 #include "layers/backend_registry.h"
@@ -81,7 +85,52 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
   return run_outcome{report->summary, stages_json(*report)};
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+/// Trains with the stages in worker processes: local ones started here, or ones that join
+/// `options.listen`. A worker that dies ends the run with a message naming it.
+std::optional<run_outcome> train_cluster(const actors::job_config& config,
+                                         const actors::job_data& data, const train_options& options,
+                                         const std::string& out,
+                                         actors::training_observer& observer, std::string* error) {
+  steady_clock_source clock;
+  actors::coordinator_options cluster;
+  cluster.workers = options.workers;
+  cluster.job_toml = read_text(options.job_file);
+  cluster.overrides = options.overrides;
+  actors::trace_recorder trace(config.parallelism.stages);
+  if (config.metrics.trace) cluster.pipeline.trace = &trace;
+  std::optional<local_workers> local;
+  if (options.listen.empty()) {
+    local.emplace();
+    cluster.listen_address = local->coordinator_address();
+    if (!local->start(options.workers, error)) return std::nullopt;
+  } else {
+    cluster.listen_address = options.listen;
+  }
+  auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
+  if (!report) return std::nullopt;
+  if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
+  return run_outcome{report->summary, stages_json(*report)};
+}
+
 }  // namespace
+
+int run_worker_command(const worker_command_options& options) {
+  steady_clock_source clock;
+  actors::worker_options worker;
+  worker.coordinator_address = options.coordinator;
+  worker.listen_address = options.listen;
+  std::string error;
+  const int status = actors::run_worker(worker, clock, &error);
+  if (status != 0) std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+  return status;
+}
 
 int run_train(const train_options& options) {
   actors::job_error job_problem;
@@ -121,7 +170,14 @@ int run_train(const train_options& options) {
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
   run_outcome outcome;
-  if (pipelined(*config)) {
+  if (options.workers > 0) {
+    auto result = train_cluster(*config, *data, options, out, reporter, &error);
+    if (!result) {
+      std::fprintf(stderr, "troupe: %s\n", error.c_str());
+      return 1;
+    }
+    outcome = std::move(*result);
+  } else if (pipelined(*config)) {
     auto result = train_pipelined(*config, *data, out, reporter, &error);
     if (!result) return bad_input(options.job_file + ": " + error);
     outcome = std::move(*result);

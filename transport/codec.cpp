@@ -142,9 +142,9 @@ std::optional<decode_error> read_body(input_archive& archive, const decode_limit
   uint32_t length = 0;
   archive(length);
   if (length > limits.max_text_bytes) {
-    return make_error(decode_error_reason::oversized,
-                      "text of " + std::to_string(length) + " bytes; the limit is " +
-                          std::to_string(limits.max_text_bytes));
+    return make_error(decode_error_reason::oversized, "text of " + std::to_string(length) +
+                                                          " bytes; the limit is " +
+                                                          std::to_string(limits.max_text_bytes));
   }
   header.text.assign(length, '\0');
   archive(cereal::binary_data(header.text.data(), header.text.size()));
@@ -248,10 +248,11 @@ std::optional<decode_error> check_preamble(const uint8_t* in, size_t bytes,
   return std::nullopt;
 }
 
-// Moves a payload whose address is not a multiple of its element size into an aligned copy.
+// Moves a payload whose address is not a multiple of its element size into an aligned copy (an
+// empty payload becomes frame{}, whose null address is aligned).
 void align_payload(const tensor_frame_info& info, frame& payload) {
   auto address = reinterpret_cast<uintptr_t>(payload.data);
-  if (payload.bytes != 0 && address % element_size(info.dtype) != 0) {
+  if (address % element_size(info.dtype) != 0) {
     payload = copy_frame(payload.data, payload.bytes);
   }
 }

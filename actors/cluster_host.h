@@ -1,0 +1,54 @@
+#pragma once
+
+// The engine across processes: a coordinator process that ships the job to worker processes
+// and drives it, and worker processes that host stages. The same actors and frames as in one
+// process, over ipc:// or tcp:// instead of inproc://, plus a control protocol: hello,
+// assignment, ready, heartbeats both ways, finish and the stages' final reports.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/job_data.h"
+#include "actors/pipeline_host.h"
+#include "actors/training_loop.h"
+
+namespace troupe::actors {
+
+/// Heartbeat timing of both ends.
+struct liveness_settings {
+  double heartbeat_s = 0.5;  ///< each end sends a heartbeat this often
+  double timeout_s = 10.0;   ///< a peer silent this long is dead
+  double startup_s = 60.0;   ///< how long to wait for workers to join and get ready
+};
+
+struct worker_options {
+  std::string coordinator_address;  ///< e.g. "tcp://10.0.0.1:29500" or "ipc:///tmp/troupe-1/c"
+  std::string listen_address;       ///< where this worker receives, e.g. "tcp://10.0.0.2:*"
+  liveness_settings liveness;
+};
+
+/// A worker's whole life: joins the coordinator, builds the stages it is assigned, serves them
+/// until told to finish (or the coordinator goes silent). Returns a process exit status; on
+/// failure `error` says why, naming the peer.
+int run_worker(const worker_options& options, clock_source& clock, std::string* error);
+
+struct coordinator_options {
+  std::string listen_address;  ///< where the coordinator receives
+  int workers = 1;
+  std::string job_toml;  ///< the job file's text and overrides, shipped to the workers
+  std::vector<std::string> overrides;
+  liveness_settings liveness;
+  pipeline_options pipeline;
+};
+
+/// Waits for `options.workers` workers, ships the job, trains, collects the stages' reports.
+/// Returns nothing with `error` naming the worker (stage, host, pid) when one dies or never
+/// answers.
+std::optional<pipeline_report> run_coordinator(const job_config& config, const job_data& data,
+                                               const coordinator_options& options,
+                                               training_observer& observer, clock_source& clock,
+                                               std::string* error);
+
+}  // namespace troupe::actors

@@ -1,0 +1,34 @@
+#pragma once
+
+// `troupe train --workers N`: worker processes of this same binary on this machine, started
+// before the run and cleaned up after it, on errors and on Ctrl-C or SIGTERM alike.
+
+#include <sys/types.h>
+#include <string>
+#include <vector>
+
+namespace troupe::apps {
+
+class local_workers {
+ public:
+  /// A private directory for the ipc:// endpoints of one run (removed by the destructor).
+  local_workers();
+  ~local_workers();
+  local_workers(const local_workers&) = delete;
+  local_workers& operator=(const local_workers&) = delete;
+
+  /// The coordinator's address for this run.
+  std::string coordinator_address() const { return "ipc://" + directory_ + "/coordinator"; }
+  /// Starts `count` `troupe worker` processes that join coordinator_address(); false with
+  /// `error` set when one cannot be started.
+  bool start(int count, std::string* error);
+  /// Waits for the workers to exit (they do after the run's finish message); kills any still
+  /// running after `grace_s` seconds.
+  void reap(double grace_s);
+
+ private:
+  std::string directory_;
+  std::vector<pid_t> children_;
+};
+
+}  // namespace troupe::apps
