@@ -17,6 +17,8 @@ struct train_options {
   /// ipc://; with `listen` set (`troupe coordinator`), that many workers are awaited there.
   int workers = 0;
   std::string listen;
+  /// Seconds of silence after which a worker counts as dead.
+  double heartbeat_timeout_s = 10.0;
 };
 
 int run_train(const train_options& options);
@@ -24,6 +26,8 @@ int run_train(const train_options& options);
 struct worker_command_options {
   std::string coordinator;
   std::string listen = "tcp://127.0.0.1:*";
+  /// Seconds of silence after which the coordinator counts as gone.
+  double heartbeat_timeout_s = 10.0;
 };
 
 /// `troupe worker`: joins a coordinator and hosts the stages it assigns.

@@ -37,12 +37,22 @@ void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
       ->allow_extra_args(false);
   coordinator->add_option("--out", options.out_directory, "Output directory");
   coordinator->add_flag("--quiet", options.quiet, "No progress bar; log lines only");
+  coordinator
+      ->add_option("--heartbeat-timeout", options.heartbeat_timeout_s,
+                   "Seconds of silence after which a worker counts as dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
   CLI::App* worker = app.add_subcommand("worker", "Host the stages a coordinator assigns");
   worker->add_option("--coordinator", options.coordinator, "The coordinator's address")->required();
   worker->add_option("--listen", options.listen, "Address to receive on")->capture_default_str();
+  worker
+      ->add_option("--heartbeat-timeout", options.heartbeat_timeout_s,
+                   "Seconds of silence after which the coordinator counts as gone")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {

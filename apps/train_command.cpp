@@ -103,6 +103,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   cluster.workers = options.workers;
   cluster.job_toml = read_text(options.job_file);
   cluster.overrides = options.overrides;
+  cluster.liveness.timeout_s = options.heartbeat_timeout_s;
   actors::trace_recorder trace(config.parallelism.stages);
   if (config.metrics.trace) cluster.pipeline.trace = &trace;
   std::optional<local_workers> local;
@@ -126,6 +127,7 @@ int run_worker_command(const worker_command_options& options) {
   actors::worker_options worker;
   worker.coordinator_address = options.coordinator;
   worker.listen_address = options.listen;
+  worker.liveness.timeout_s = options.heartbeat_timeout_s;
   std::string error;
   const int status = actors::run_worker(worker, clock, &error);
   if (status != 0) std::fprintf(stderr, "troupe worker: %s\n", error.c_str());

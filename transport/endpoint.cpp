@@ -113,6 +113,11 @@ std::optional<outbox> outbox::connect(transport_context& context, const std::str
   try {
     auto socket = std::make_unique<zmq::socket_t>(*context.context_, zmq::socket_type::push);
     apply_common_options(*socket, options);
+    if (auto refusal =
+            secure_socket(context, *socket, address, options.security, endpoint_role::outbox)) {
+      if (error != nullptr) error->text = *refusal;
+      return std::nullopt;
+    }
     socket->connect(address);
     return outbox(std::move(socket), address, options);
   } catch (const zmq::error_t& failure) {
@@ -187,6 +192,11 @@ std::optional<inbox> inbox::bind(transport_context& context, const std::string& 
     const uint64_t largest =
         std::max<uint64_t>(options.limits.max_payload_bytes, options.limits.max_header_bytes);
     socket->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(largest));
+    if (auto refusal =
+            secure_socket(context, *socket, address, options.security, endpoint_role::inbox)) {
+      if (error != nullptr) error->text = *refusal;
+      return std::nullopt;
+    }
     socket->bind(address);
     std::string bound = socket->get(zmq::sockopt::last_endpoint);
     return inbox(std::move(socket), bound.empty() ? address : bound, options);

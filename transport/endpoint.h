@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "transport/codec.h"
+#include "transport/curve.h"
 #include "transport/message.h"
 
 namespace zmq {
@@ -55,6 +56,9 @@ struct endpoint_options {
   int linger_ms = 0;
   /// What an inbox accepts and an outbox agrees to send.
   decode_limits limits;
+  /// CURVE keys and allow-list (see curve.h). The default, plaintext without allow_insecure,
+  /// opens loopback addresses only; any other address needs CURVE or allow_insecure.
+  security_settings security;
 };
 
 /// Why an endpoint could not be opened: one line naming the address.
@@ -77,7 +81,10 @@ class transport_context {
   friend class outbox;
   friend class inbox;
   friend class receiver_thread;
+  friend class zap_authenticator;
   std::unique_ptr<zmq::context_t> context_;
+  std::mutex authenticator_mutex_;
+  zap_authenticator* authenticator_ = nullptr;  // the one running here; guarded by the mutex
 };
 
 /// What became of one send().

@@ -1,17 +1,25 @@
 // The `troupe` binary as a user meets it: bad input gives one clear line and exit status 2;
 // a small run writes config.json, metrics.jsonl and summary.json.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
+
+extern char** environ;
 
 namespace {
 
@@ -234,6 +242,103 @@ TEST_F(CliTest, BadPipelineSettings) {
                   "parallelism.schedule");
   expect_one_line(troupe("train " + tiny_job().string() + " --set parallelism.devices=cuda:7"),
                   "parallelism.devices");
+}
+
+TEST_F(CliTest, LocalWorkerProcessesTrainLikeOneProcess) {
+  const std::string sync = " --set parallelism.stages=3 --set parallelism.micro_batches=2";
+  run_result one =
+      troupe("train " + tiny_job().string() + sync + " --out " + (directory_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.errors;
+  run_result many = troupe("train " + tiny_job().string() + sync + " --workers 2 --out " +
+                           (directory_ / "many").string());
+  ASSERT_EQ(many.status, 0) << many.errors;
+  auto expected = nlohmann::json::parse(read_file(directory_ / "one" / "summary.json"));
+  auto actual = nlohmann::json::parse(read_file(directory_ / "many" / "summary.json"));
+  EXPECT_EQ(actual["final_test_loss"], expected["final_test_loss"]);
+  EXPECT_EQ(actual["final_test_accuracy"], expected["final_test_accuracy"]);
+  EXPECT_EQ(actual["stages"].size(), 3u);
+}
+
+/// Starts `troupe ARGUMENTS...` in the background with stderr to `errors`.
+pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::path& errors) {
+  std::vector<std::string> all = {TROUPE_BINARY};
+  all.insert(all.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& argument : all) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+/// Polls until `done()` or `seconds` pass; returns done().
+bool wait_until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+TEST_F(CliTest, KilledWorkerIsNamedByTheCoordinator) {
+  const fs::path job = write("long.toml", R"(
+[model]
+input_shape = [64]
+layers = [{ type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 },
+          { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 4096
+synthetic_test = 64
+classes = 4
+[parallelism]
+stages = 2
+mode = "async"
+[training]
+batch_size = 8
+epochs = 1000
+[metrics]
+log_interval = 1
+)");
+  const std::string address = "ipc://" + (directory_ / "coordinator").string();
+  const fs::path out = directory_ / "run";
+  pid_t coordinator =
+      spawn_troupe({"coordinator", job.string(), "--listen", address, "--workers", "2",
+                    "--heartbeat-timeout", "1", "--quiet", "--out", out.string()},
+                   directory_ / "coordinator.txt");
+  std::vector<pid_t> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(spawn_troupe(
+        {"worker", "--coordinator", address, "--listen",
+         "ipc://" + (directory_ / ("w" + std::to_string(w))).string(), "--heartbeat-timeout", "1"},
+        directory_ / ("worker" + std::to_string(w) + ".txt")));
+  }
+  // Training is under way once metrics lines appear.
+  ASSERT_TRUE(wait_until([&] { return read_file(out / "metrics.jsonl").size() > 200; }, 60));
+  kill(workers[1], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  bool exited = false;
+  ASSERT_TRUE(wait_until(
+      [&] { return exited = exited || waitpid(coordinator, &status, WNOHANG) == coordinator; },
+      30));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  const std::string errors = read_file(directory_ / "coordinator.txt");
+  EXPECT_NE(errors.find("stopped responding"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("pid " + std::to_string(workers[1])), std::string::npos) << errors;
+  EXPECT_NE(errors.find("(stage "), std::string::npos) << errors;
+  for (pid_t worker : workers) {
+    kill(worker, SIGKILL);
+    waitpid(worker, nullptr, 0);
+  }
 }
 
 TEST_F(CliTest, BenchWritesJson) {

@@ -1,0 +1,135 @@
+// The coordinator and workers as they run in separate processes, here on threads of one test
+// process talking over ipc:// (the same sockets and frames): the stages' final weights equal
+// the in-process engine's bit for bit in sync mode.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "actors/cluster_host.h"
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "actors/pipeline_host.h"
+#include "tests/support/job_helpers.h"
+
+namespace troupe::actors {
+namespace {
+
+class wall_clock final : public clock_source {
+ public:
+  double now_seconds() override {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+  }
+};
+
+class quiet_observer final : public training_observer {
+ public:
+  void on_step(int64_t, int64_t, int64_t, double, double) override {}
+  void on_metrics(const metrics_record&) override {}
+};
+
+const char* job_toml = R"(
+[model]
+input_shape = [12]
+layers = [{ type = "linear", out = 24 }, { type = "tanh" }, { type = "dropout", p = 0.2 },
+          { type = "linear", out = 20 }, { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 640
+synthetic_test = 100
+classes = 4
+[parallelism]
+stages = 3
+partition = "uniform"
+micro_batches = 4
+threads = 3
+[training]
+batch_size = 16
+epochs = 2
+lr = 0.05
+momentum = 0.9
+)";
+
+std::vector<std::vector<float>> weights_of(const pipeline_report& report) {
+  std::vector<std::vector<float>> result;
+  for (const auto& stage : report.stages) {
+    for (const auto& w : stage.weights) result.push_back(w);
+  }
+  return result;
+}
+
+TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const std::vector<std::string> overrides = {std::string("parallelism.schedule=") + schedule};
+    job_error problem;
+    auto config = parse_job(job_toml, "cluster test", overrides, &problem);
+    ASSERT_TRUE(config) << problem.message;
+    std::string error;
+    auto data = load_job_data(*config, &error);
+    ASSERT_TRUE(data) << error;
+    wall_clock clock;
+    quiet_observer observer;
+    pipeline_options collect;
+    collect.collect_weights = true;
+    auto local = run_pipeline(*config, *data, observer, clock, collect, &error);
+    ASSERT_TRUE(local) << error;
+
+    char pattern[] = "/tmp/troupe-test-XXXXXX";
+    const std::string directory = mkdtemp(pattern);
+    coordinator_options options;
+    options.listen_address = "ipc://" + directory + "/coordinator";
+    options.workers = 2;
+    options.job_toml = job_toml;
+    options.overrides = overrides;
+    std::vector<int> statuses(2, -1);
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        worker_options worker;
+        worker.coordinator_address = options.listen_address;
+        worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
+        wall_clock worker_clock;
+        std::string worker_error;
+        statuses[w] = run_worker(worker, worker_clock, &worker_error);
+      });
+    }
+    auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+    for (auto& worker : workers) worker.join();
+    std::filesystem::remove_all(directory);
+    ASSERT_TRUE(remote) << error;
+    EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+    ASSERT_EQ(remote->stages.size(), 3u);
+    EXPECT_EQ(weights_of(*remote), weights_of(*local)) << schedule;
+    EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
+    EXPECT_EQ(remote->summary.steps, 80);
+  }
+}
+
+TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", {}, &problem);
+  ASSERT_TRUE(config);
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 2;
+  options.liveness.startup_s = 0.3;
+  wall_clock clock;
+  quiet_observer observer;
+  EXPECT_FALSE(run_coordinator(*config, *data, options, observer, clock, &error));
+  EXPECT_NE(error.find("only 0 of 2 workers joined"), std::string::npos) << error;
+  options.workers = 4;
+  EXPECT_FALSE(run_coordinator(*config, *data, options, observer, clock, &error));
+  EXPECT_NE(error.find("4 workers for 3 stages"), std::string::npos) << error;
+  std::filesystem::remove_all(directory);
+}
+
+}  // namespace
+}  // namespace troupe::actors
