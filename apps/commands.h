@@ -33,6 +33,24 @@ struct worker_command_options {
 /// `troupe worker`: joins a coordinator and hosts the stages it assigns.
 int run_worker_command(const worker_command_options& options);
 
+struct keygen_options {
+  std::string directory;
+  std::string name;  ///< empty: this host's name
+};
+
+/// `troupe keygen DIR`: writes a CURVE key pair NAME.key (secret) and NAME.pub.
+int run_keygen(const keygen_options& options);
+
+struct launch_options {
+  train_options train;
+  /// The coordinator's port when the launcher names none.
+  int default_port = 29500;
+};
+
+/// `troupe launch JOB`: run by every rank of srun, mpirun, torchrun or a hostfile; rank 0
+/// coordinates, the others are workers.
+int run_launch(const launch_options& options);
+
 struct bench_options {
   std::string what = "compute";
   std::string device = "cpu";

@@ -44,6 +44,30 @@ void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
       ->capture_default_str();
 }
 
+void add_keygen(CLI::App& app, troupe::apps::keygen_options& options) {
+  CLI::App* keygen = app.add_subcommand("keygen", "Write a CURVE key pair for a cluster node");
+  keygen->add_option("directory", options.directory, "Key directory")->required();
+  keygen->add_option("--name", options.name, "Key name (default: this host's name)");
+}
+
+void add_launch(CLI::App& app, troupe::apps::launch_options& options) {
+  CLI::App* launch =
+      app.add_subcommand("launch", "Run as one rank of srun, mpirun, torchrun or a hostfile");
+  launch->add_option("job", options.train.job_file, "Job file (TOML)")->required();
+  launch->add_option("--set", options.train.overrides, "Override a job-file key")
+      ->take_all()
+      ->allow_extra_args(false);
+  launch->add_option("--out", options.train.out_directory, "Output directory (rank 0)");
+  launch->add_flag("--quiet", options.train.quiet, "No progress bar; log lines only");
+  launch
+      ->add_option("--port", options.default_port, "Coordinator port when the launcher names none")
+      ->capture_default_str();
+  launch
+      ->add_option("--heartbeat-timeout", options.train.heartbeat_timeout_s,
+                   "Seconds of silence after which a peer counts as dead")
+      ->capture_default_str();
+}
+
 void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
   CLI::App* worker = app.add_subcommand("worker", "Host the stages a coordinator assigns");
   worker->add_option("--coordinator", options.coordinator, "The coordinator's address")->required();
@@ -78,7 +102,11 @@ int main(int argc, char** argv) {
   troupe::apps::bench_options bench;
   troupe::apps::train_options coordinator;
   troupe::apps::worker_command_options worker;
+  troupe::apps::keygen_options keygen;
+  troupe::apps::launch_options launch;
   add_train(app, train);
+  add_keygen(app, keygen);
+  add_launch(app, launch);
   add_coordinator(app, coordinator);
   add_worker(app, worker);
   add_bench(app, bench);
@@ -91,6 +119,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("train")) return troupe::apps::run_train(train);
   if (app.got_subcommand("coordinator")) return troupe::apps::run_train(coordinator);
   if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
+  if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
+  if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   return troupe::apps::run_bench(bench);
 }

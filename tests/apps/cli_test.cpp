@@ -341,6 +341,69 @@ log_interval = 1
   }
 }
 
+/// A 3-stage sync job whose in-process result the launcher runs must reproduce.
+std::string launch_job_overrides() {
+  return " --set parallelism.stages=3 --set parallelism.micro_batches=2 --quiet";
+}
+
+TEST_F(CliTest, LaunchUnderMpirun) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string job = tiny_job().string() + launch_job_overrides();
+  ASSERT_EQ(troupe("train " + job + " --out " + (directory_ / "one").string()).status, 0);
+  const std::string command = "mpirun --allow-run-as-root --oversubscribe -np 3 " +
+                              std::string(TROUPE_BINARY) + " launch " + job + " --port " +
+                              std::to_string(29000 + getpid() % 1000) + " --out " +
+                              (directory_ / "mpi").string() + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_EQ(
+      nlohmann::json::parse(read_file(directory_ / "mpi" / "summary.json"))["final_test_loss"],
+      nlohmann::json::parse(read_file(directory_ / "one" / "summary.json"))["final_test_loss"]);
+}
+
+/// Runs three `troupe launch` ranks with the variables `variables(rank)` sets; true when all
+/// exit 0.
+bool launch_three(const std::string& job, const std::function<std::string(int)>& variables,
+                  const fs::path& out) {
+  std::string script;
+  for (int rank = 0; rank < 3; ++rank) {
+    script += "env " + variables(rank) + " " + TROUPE_BINARY + " launch " + job +
+              (rank == 0 ? " --out " + out.string() : std::string()) + " >/dev/null 2>&1 & ";
+  }
+  script += "fail=0; for job in $(jobs -p); do wait $job || fail=1; done; exit $fail";
+  return std::system(("bash -c '" + script + "'").c_str()) == 0;
+}
+
+TEST_F(CliTest, LaunchUnderTorchrunAndSlurmVariables) {
+  const std::string job = tiny_job().string() + launch_job_overrides();
+  ASSERT_EQ(troupe("train " + job + " --out " + (directory_ / "one").string()).status, 0);
+  const auto expected =
+      nlohmann::json::parse(read_file(directory_ / "one" / "summary.json"))["final_test_loss"];
+  const std::string port = std::to_string(30000 + getpid() % 1000);
+  ASSERT_TRUE(launch_three(
+      job,
+      [&](int rank) {
+        return "RANK=" + std::to_string(rank) + " WORLD_SIZE=3 LOCAL_RANK=" + std::to_string(rank) +
+               " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+      },
+      directory_ / "torchrun"));
+  EXPECT_EQ(
+      nlohmann::json::parse(read_file(directory_ / "torchrun" / "summary.json"))["final_test_loss"],
+      expected);
+  const std::string slurm_port = std::to_string(31000 + getpid() % 1000);
+  ASSERT_TRUE(launch_three(
+      job,
+      [&](int rank) {
+        return "SLURM_PROCID=" + std::to_string(rank) +
+               " SLURM_NTASKS=3 SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=3"
+               " TROUPE_COORDINATOR_PORT=" +
+               slurm_port;
+      },
+      directory_ / "slurm"));
+  EXPECT_EQ(
+      nlohmann::json::parse(read_file(directory_ / "slurm" / "summary.json"))["final_test_loss"],
+      expected);
+}
+
 TEST_F(CliTest, BenchWritesJson) {
   const fs::path json = directory_ / "bench.json";
   run_result result = troupe("bench compute --threads 1 --seconds 0.05 --json " + json.string());

@@ -1,0 +1,98 @@
+// `troupe keygen` and `troupe launch`: keys for a cluster's CURVE security, and the entry
+// point that every rank of an existing launcher (srun, mpirun, torchrun, a hostfile) runs.
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "apps/commands.h"
+#include "apps/launch_environment.h"
+#include "transport/curve.h"
+
+namespace troupe::apps {
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+/// The numeric address of `host` (ZeroMQ binds interfaces and addresses, not names); the
+/// name itself when it does not resolve (the bind then reports the error).
+std::string numeric_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return host;
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* address =
+      found->ai_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr);
+  inet_ntop(found->ai_family, address, text, sizeof text);
+  freeaddrinfo(found);
+  return text;
+}
+
+/// "tcp://HOST:PORT", bracketing IPv6 addresses.
+std::string tcp_address(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+int run_keygen(const keygen_options& options) {
+  const std::string name = options.name.empty() ? this_host() : options.name;
+  std::string error;
+  auto pair = transport::generate_key_pair(&error);
+  if (!pair || !transport::write_key_pair(options.directory, name, *pair, &error)) {
+    std::fprintf(stderr, "troupe keygen: %s\n", error.c_str());
+    return 2;
+  }
+  std::printf(
+      "wrote %s/%s.key (secret) and %s/%s.pub; copy every node's .pub into each "
+      "node's key directory\n",
+      options.directory.c_str(), name.c_str(), options.directory.c_str(), name.c_str());
+  return 0;
+}
+
+int run_launch(const launch_options& options) {
+  std::string error;
+  auto environment = detect_launch_environment(&error);
+  if (!environment) {
+    std::fprintf(stderr, "troupe launch: %s\n", error.c_str());
+    return 2;
+  }
+  train_options train = options.train;
+  if (environment->world_size == 1) return run_train(train);
+  std::string host = environment->coordinator_host;
+  if (host.empty()) host = environment->hosts.empty() ? "127.0.0.1" : environment->hosts.front();
+  const int port =
+      environment->coordinator_port > 0 ? environment->coordinator_port : options.default_port;
+  const std::string coordinator = tcp_address(numeric_host(host), port);
+  std::fprintf(stderr, "troupe launch: %s rank %d of %d, coordinator at %s\n",
+               environment->launcher.c_str(), environment->rank, environment->world_size,
+               coordinator.c_str());
+  if (environment->rank == 0) {
+    train.listen = coordinator;
+    train.workers = environment->world_size - 1;
+    return run_train(train);
+  }
+  worker_command_options worker;
+  worker.coordinator = coordinator;
+  const std::string own_host =
+      static_cast<int>(environment->hosts.size()) > environment->rank
+          ? environment->hosts[environment->rank]
+          : (host == "127.0.0.1" || host == "localhost" ? host : this_host());
+  worker.listen = tcp_address(numeric_host(own_host), 0);
+  worker.listen.replace(worker.listen.size() - 1, 1, "*");
+  worker.heartbeat_timeout_s = train.heartbeat_timeout_s;
+  return run_worker_command(worker);
+}
+
+}  // namespace troupe::apps
