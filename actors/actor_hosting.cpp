@@ -17,8 +17,9 @@ constexpr int high_water_mark = 1 << 14;
 
 }  // namespace
 
-transport::endpoint_options endpoint_settings() {
+transport::endpoint_options endpoint_settings(const transport::security_settings& security) {
   transport::endpoint_options options;
+  options.security = security;
   options.send_high_water_mark = high_water_mark;
   options.receive_high_water_mark = high_water_mark;
   return options;
@@ -153,11 +154,19 @@ const std::string& device_of_stage(const job_config& config, int stage) {
 }
 
 std::optional<transport::outbox> connect_outbox(transport::transport_context& context,
-                                                const std::string& address, std::string* error) {
+                                                const std::string& address, std::string* error,
+                                                const transport::security_settings& security,
+                                                const std::string& server_key) {
+  transport::security_settings settings = security;
+  settings.server_public_key = server_key;
   transport::endpoint_error problem;
-  auto out = transport::outbox::connect(context, address, endpoint_settings(), &problem);
+  auto out = transport::outbox::connect(context, address, endpoint_settings(settings), &problem);
   if (!out) *error = problem.text;
   return out;
+}
+
+static std::string key_of(const address_book& addresses, int stage) {
+  return stage < static_cast<int>(addresses.stage_keys.size()) ? addresses.stage_keys[stage] : "";
 }
 
 std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
@@ -175,14 +184,17 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
       stage_settings_of(config, index, steps_per_epoch, total_steps), *parts->device);
   const int stages = config.parallelism.stages;
   if (index + 1 < stages) {
-    parts->next = connect_outbox(context, addresses.stages[index + 1], error);
+    parts->next = connect_outbox(context, addresses.stages[index + 1], error, addresses.security,
+                                 key_of(addresses, index + 1));
     if (!parts->next) return nullptr;
   }
   if (index > 0) {
-    parts->previous = connect_outbox(context, addresses.stages[index - 1], error);
+    parts->previous = connect_outbox(context, addresses.stages[index - 1], error,
+                                     addresses.security, key_of(addresses, index - 1));
     if (!parts->previous) return nullptr;
   }
-  parts->coordinator = connect_outbox(context, addresses.coordinator, error);
+  parts->coordinator = connect_outbox(context, addresses.coordinator, error, addresses.security,
+                                      addresses.coordinator_key);
   if (!parts->coordinator) return nullptr;
   return parts;
 }

@@ -24,8 +24,9 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using collect_atom = caf::atom_constant<caf::atom("collect")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 
-/// Socket settings of every engine endpoint: queues far deeper than admission ever fills.
-transport::endpoint_options endpoint_settings();
+/// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
+/// secured as `security` says (plain by default, which only loopback addresses accept).
+transport::endpoint_options endpoint_settings(const transport::security_settings& security = {});
 
 /// Sends on `out`; a full queue (which admission should make impossible) is waited out
 /// rather than dropping a key. Returns false with the reason printed when the send failed.
@@ -80,10 +81,14 @@ int threads_per_stage(const job_config& config);
 /// The device of stage `stage` per parallelism.devices (one for all, or one per stage).
 const std::string& device_of_stage(const job_config& config, int stage);
 
-/// Where each stage and the coordinator receive.
+/// Where each stage and the coordinator receive, and (with CURVE) the public key each
+/// receiving end proves to hold.
 struct address_book {
   std::vector<std::string> stages;
   std::string coordinator;
+  std::vector<std::string> stage_keys;  ///< parallel to `stages`; empty without CURVE
+  std::string coordinator_key;
+  transport::security_settings security;  ///< this process's own keys and policy
 };
 
 /// Builds stage `index` of `config` (blocks `range`) with outboxes to its neighbours and the
@@ -95,8 +100,11 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
                                               transport::transport_context& context,
                                               const address_book& addresses, std::string* error);
 
-/// An outbox to `address` with the engine's settings; nothing with `error` set on failure.
+/// An outbox to `address` with the engine's settings; with CURVE the inbox there must prove
+/// it holds `server_key`. Nothing with `error` set on failure.
 std::optional<transport::outbox> connect_outbox(transport::transport_context& context,
-                                                const std::string& address, std::string* error);
+                                                const std::string& address, std::string* error,
+                                                const transport::security_settings& security = {},
+                                                const std::string& server_key = "");
 
 }  // namespace troupe::actors

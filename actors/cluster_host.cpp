@@ -86,6 +86,15 @@ json wait_for(control_queue& queue, const std::string& type, double seconds, clo
   return json();
 }
 
+/// With CURVE, the ZAP handler that admits only the cluster's keys; null without CURVE (or
+/// with `error` set when it cannot start).
+std::unique_ptr<transport::zap_authenticator> start_authenticator(
+    transport::transport_context& context, const transport::security_settings& security,
+    std::string* error) {
+  if (!security.curve) return nullptr;
+  return transport::zap_authenticator::start(context, error);
+}
+
 /// Routes data messages to the local stage actors once they exist.
 class stage_routes {
  public:
@@ -145,6 +154,7 @@ struct worker_stages {
 };
 
 std::optional<worker_stages> build_assigned_stages(const json& assignment,
+                                                   const transport::security_settings& security,
                                                    transport::transport_context& context,
                                                    clock_source& clock, std::string* error) {
   job_error problem;
@@ -161,6 +171,9 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
   address_book addresses;
   addresses.stages = assignment.value("addresses", std::vector<std::string>{});
   addresses.coordinator = assignment.value("coordinator", "");
+  addresses.stage_keys = assignment.value("keys", std::vector<std::string>{});
+  addresses.coordinator_key = assignment.value("coordinator_key", "");
+  addresses.security = security;
   for (int stage : assignment.value("stages", std::vector<int>{})) {
     if (stage < 0 || stage >= static_cast<int>(ranges->size()) ||
         addresses.stages.size() != ranges->size()) {
@@ -227,14 +240,18 @@ int serve(control_queue& control, transport::outbox& coordinator, const worker_o
 
 int run_worker(const worker_options& options, clock_source& clock, std::string* error) {
   transport::transport_context context;
+  auto authenticator = start_authenticator(context, options.security, error);
+  if (options.security.curve && !authenticator) return 2;
   transport::endpoint_error problem;
-  auto in = transport::inbox::bind(context, options.listen_address, endpoint_settings(), &problem);
+  auto in = transport::inbox::bind(context, options.listen_address,
+                                   endpoint_settings(options.security), &problem);
   if (!in) {
     *error = problem.text;
     return 2;
   }
   const std::string own_address = in->address();
-  auto coordinator = connect_outbox(context, options.coordinator_address, error);
+  auto coordinator = connect_outbox(context, options.coordinator_address, error, options.security,
+                                    options.coordinator_key);
   if (!coordinator) return 2;
   control_queue control;
   stage_routes routes;
@@ -257,14 +274,15 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
   send_on(*coordinator, control_message({{"type", "hello"},
                                          {"address", own_address},
                                          {"host", host_name()},
-                                         {"pid", ::getpid()}}));
+                                         {"pid", ::getpid()},
+                                         {"public_key", options.security.own.public_key}}));
   json assignment = wait_for(control, "assign", options.liveness.startup_s, clock);
   if (assignment.is_null()) {
     *error = "no assignment from the coordinator at " + options.coordinator_address + " within " +
              std::to_string(static_cast<int>(options.liveness.startup_s)) + " s";
     return 1;
   }
-  auto stages = build_assigned_stages(assignment, context, clock, error);
+  auto stages = build_assigned_stages(assignment, options.security, context, clock, error);
   if (!stages) return 2;
   caf::actor_system_config settings;
   settings.set("scheduler.max-threads",
@@ -292,6 +310,7 @@ struct worker_peer {
   std::string address;
   std::string host;
   int64_t pid = 0;
+  std::string public_key;  ///< with CURVE: what its inbox proves to hold
   std::optional<transport::outbox> control;
   std::vector<int> stages;
   double last_heard = 0;
@@ -308,8 +327,8 @@ struct worker_peer {
 
 /// Receives hellos on `in` until `count` workers have joined or the startup time is over.
 bool gather_workers(transport::inbox& in, transport::transport_context& context, int count,
-                    const liveness_settings& live, clock_source& clock,
-                    std::vector<worker_peer>* workers, std::string* error) {
+                    const liveness_settings& live, const transport::security_settings& security,
+                    clock_source& clock, std::vector<worker_peer>* workers, std::string* error) {
   const double deadline = clock.now_seconds() + live.startup_s;
   while (static_cast<int>(workers->size()) < count) {
     const double left = deadline - clock.now_seconds();
@@ -328,7 +347,15 @@ bool gather_workers(transport::inbox& in, transport::transport_context& context,
     peer.address = body.value("address", "");
     peer.host = body.value("host", "?");
     peer.pid = body.value("pid", int64_t{0});
-    peer.control = connect_outbox(context, peer.address, error);
+    peer.public_key = body.value("public_key", "");
+    const auto& allowed = security.allowed_public_keys;
+    if (security.curve &&
+        std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
+      std::fprintf(stderr, "troupe: ignored a hello from %s: its key is not on the allow-list\n",
+                   peer.host.c_str());
+      continue;
+    }
+    peer.control = connect_outbox(context, peer.address, error, security, peer.public_key);
     if (!peer.control) return false;
     workers->push_back(std::move(peer));
   }
@@ -484,14 +511,18 @@ std::optional<pipeline_report> run_coordinator(const job_config& config, const j
     return std::nullopt;
   }
   transport::transport_context context;
+  auto authenticator = start_authenticator(context, options.security, error);
+  if (options.security.curve && !authenticator) return std::nullopt;
   transport::endpoint_error problem;
-  auto in = transport::inbox::bind(context, options.listen_address, endpoint_settings(), &problem);
+  auto in = transport::inbox::bind(context, options.listen_address,
+                                   endpoint_settings(options.security), &problem);
   if (!in) {
     *error = problem.text;
     return std::nullopt;
   }
   std::vector<worker_peer> workers;
-  if (!gather_workers(*in, context, options.workers, options.liveness, clock, &workers, error)) {
+  if (!gather_workers(*in, context, options.workers, options.liveness, options.security, clock,
+                      &workers, error)) {
     return std::nullopt;
   }
   auto coordinator = std::make_shared<coordinator_parts>();
@@ -501,11 +532,12 @@ std::optional<pipeline_report> run_coordinator(const job_config& config, const j
       std::make_unique<training_run>(config, data.train, data.test, *coordinator->host, observer);
   coordinator->clock = &clock;
   coordinator->trace = options.pipeline.trace;
-  std::vector<std::string> addresses(stages);
+  std::vector<std::string> addresses(stages), keys(stages);
   for (int s = 0; s < stages; ++s) {
     worker_peer& owner = workers[static_cast<size_t>(s) * workers.size() / stages];
     owner.stages.push_back(s);
     addresses[s] = owner.address;
+    keys[s] = owner.public_key;
   }
   for (worker_peer& worker : workers) {
     send_on(*worker.control,
@@ -514,13 +546,16 @@ std::optional<pipeline_report> run_coordinator(const job_config& config, const j
                              {"overrides", options.overrides},
                              {"stages", worker.stages},
                              {"addresses", addresses},
+                             {"keys", keys},
                              {"coordinator", in->address()},
+                             {"coordinator_key", options.security.own.public_key},
                              {"job_id", coordinator->job_id},
                              {"steps_per_epoch", coordinator->run->steps_per_epoch()},
                              {"total_steps", coordinator->run->total_steps()}}));
   }
   if (!await_ready(*in, workers, options.liveness, clock, error)) return std::nullopt;
-  coordinator->first_stage = connect_outbox(context, addresses[0], error);
+  coordinator->first_stage =
+      connect_outbox(context, addresses[0], error, options.security, keys[0]);
   if (!coordinator->first_stage) return std::nullopt;
   return drive(context, std::move(*in), coordinator, workers, stages, options, clock, error);
 }

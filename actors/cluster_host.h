@@ -13,6 +13,7 @@
 #include "actors/job_data.h"
 #include "actors/pipeline_host.h"
 #include "actors/training_loop.h"
+#include "transport/curve.h"
 
 namespace troupe::actors {
 
@@ -27,6 +28,10 @@ struct worker_options {
   std::string coordinator_address;  ///< e.g. "tcp://10.0.0.1:29500" or "ipc:///tmp/troupe-1/c"
   std::string listen_address;       ///< where this worker receives, e.g. "tcp://10.0.0.2:*"
   liveness_settings liveness;
+  /// CURVE keys and policy of this process (plain by default: loopback addresses only).
+  transport::security_settings security;
+  /// With CURVE: the coordinator's public key.
+  std::string coordinator_key;
 };
 
 /// A worker's whole life: joins the coordinator, builds the stages it is assigned, serves them
@@ -41,6 +46,8 @@ struct coordinator_options {
   std::vector<std::string> overrides;
   liveness_settings liveness;
   pipeline_options pipeline;
+  /// CURVE keys and policy of this process; workers must hold a key on its allow-list.
+  transport::security_settings security;
 };
 
 /// Waits for `options.workers` workers, ships the job, trains, collects the stages' reports.

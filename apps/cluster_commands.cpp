@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "apps/commands.h"
 #include "apps/launch_environment.h"
@@ -46,6 +47,34 @@ std::string tcp_address(const std::string& host, int port) {
 
 }  // namespace
 
+std::optional<transport::security_settings> security_from(const std::string& directory,
+                                                          const std::string& name, bool insecure,
+                                                          std::string* error) {
+  transport::security_settings security;
+  security.allow_insecure = insecure;
+  if (directory.empty()) return security;
+  auto own = transport::read_key_pair(directory, name.empty() ? this_host() : name, error);
+  if (!own) return std::nullopt;
+  auto allowed = transport::read_public_keys(directory, error);
+  if (!allowed) return std::nullopt;
+  security.curve = true;
+  security.own = *own;
+  security.allowed_public_keys = *allowed;
+  return security;
+}
+
+std::optional<std::string> public_key_named(const std::string& directory, const std::string& name,
+                                            std::string* error) {
+  const std::string path = directory + "/" + name + ".pub";
+  std::ifstream file(path);
+  std::string key;
+  if (!(file >> key) || key.size() != 40) {
+    *error = path + ": missing or not a 40-character CURVE public key";
+    return std::nullopt;
+  }
+  return key;
+}
+
 int run_keygen(const keygen_options& options) {
   const std::string name = options.name.empty() ? this_host() : options.name;
   std::string error;
@@ -81,6 +110,7 @@ int run_launch(const launch_options& options) {
   if (environment->rank == 0) {
     train.listen = coordinator;
     train.workers = environment->world_size - 1;
+    if (!options.worker_key_name.empty()) train.key_name = options.worker_key_name;
     return run_train(train);
   }
   worker_command_options worker;
@@ -92,6 +122,9 @@ int run_launch(const launch_options& options) {
   worker.listen = tcp_address(numeric_host(own_host), 0);
   worker.listen.replace(worker.listen.size() - 1, 1, "*");
   worker.heartbeat_timeout_s = train.heartbeat_timeout_s;
+  worker.keys_directory = train.keys_directory;
+  worker.insecure = train.insecure;
+  worker.key_name = options.worker_key_name;
   return run_worker_command(worker);
 }
 

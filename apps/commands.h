@@ -3,8 +3,11 @@
 // The subcommands of `troupe`. Each returns the process exit status: 0 on success, 2 on bad
 // input (job file, command line, data files), 1 on a failure while running.
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "transport/curve.h"
 
 namespace troupe::apps {
 
@@ -19,6 +22,11 @@ struct train_options {
   std::string listen;
   /// Seconds of silence after which a worker counts as dead.
   double heartbeat_timeout_s = 10.0;
+  /// CURVE: a directory with this node's NAME.key/NAME.pub and every node's .pub (empty:
+  /// no encryption, which only loopback addresses accept unless `insecure`).
+  std::string keys_directory;
+  std::string key_name = "coordinator";
+  bool insecure = false;
 };
 
 int run_train(const train_options& options);
@@ -28,6 +36,10 @@ struct worker_command_options {
   std::string listen = "tcp://127.0.0.1:*";
   /// Seconds of silence after which the coordinator counts as gone.
   double heartbeat_timeout_s = 10.0;
+  std::string keys_directory;
+  std::string key_name;  ///< empty: this host's name
+  std::string coordinator_key_name = "coordinator";
+  bool insecure = false;
 };
 
 /// `troupe worker`: joins a coordinator and hosts the stages it assigns.
@@ -45,7 +57,18 @@ struct launch_options {
   train_options train;
   /// The coordinator's port when the launcher names none.
   int default_port = 29500;
+  /// This rank's key name (empty: "coordinator" on rank 0, the host name elsewhere).
+  std::string worker_key_name;
 };
+
+/// CURVE settings from a key directory (plain, with `insecure` as given, when it is empty).
+std::optional<transport::security_settings> security_from(const std::string& directory,
+                                                          const std::string& name, bool insecure,
+                                                          std::string* error);
+
+/// The public key in DIRECTORY/NAME.pub.
+std::optional<std::string> public_key_named(const std::string& directory, const std::string& name,
+                                            std::string* error);
 
 /// `troupe launch JOB`: run by every rank of srun, mpirun, torchrun or a hostfile; rank 0
 /// coordinates, the others are workers.

@@ -42,6 +42,11 @@ void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
                    "Seconds of silence after which a worker counts as dead")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  coordinator->add_option("--keys", options.keys_directory,
+                          "CURVE key directory (this node's NAME.key, every node's .pub)");
+  coordinator->add_option("--key-name", options.key_name, "This node's key name")
+      ->capture_default_str();
+  coordinator->add_flag("--insecure", options.insecure, "Allow unencrypted non-loopback addresses");
 }
 
 void add_keygen(CLI::App& app, troupe::apps::keygen_options& options) {
@@ -66,6 +71,12 @@ void add_launch(CLI::App& app, troupe::apps::launch_options& options) {
       ->add_option("--heartbeat-timeout", options.train.heartbeat_timeout_s,
                    "Seconds of silence after which a peer counts as dead")
       ->capture_default_str();
+  launch->add_option("--keys", options.train.keys_directory,
+                     "CURVE key directory (this node's NAME.key, every node's .pub)");
+  launch->add_option("--key-name", options.worker_key_name,
+                     "This rank's key name (default: coordinator on rank 0, else the host name)");
+  launch->add_flag("--insecure", options.train.insecure,
+                   "Allow unencrypted non-loopback addresses");
 }
 
 void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
@@ -77,6 +88,14 @@ void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
                    "Seconds of silence after which the coordinator counts as gone")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  worker->add_option("--keys", options.keys_directory,
+                     "CURVE key directory (this node's NAME.key, every node's .pub)");
+  worker->add_option("--key-name", options.key_name, "This node's key name (default: host name)");
+  worker
+      ->add_option("--coordinator-key", options.coordinator_key_name,
+                   "Key name of the coordinator's .pub")
+      ->capture_default_str();
+  worker->add_flag("--insecure", options.insecure, "Allow unencrypted non-loopback addresses");
 }
 
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {

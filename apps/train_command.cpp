@@ -104,6 +104,9 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   cluster.job_toml = read_text(options.job_file);
   cluster.overrides = options.overrides;
   cluster.liveness.timeout_s = options.heartbeat_timeout_s;
+  auto security = security_from(options.keys_directory, options.key_name, options.insecure, error);
+  if (!security) return std::nullopt;
+  cluster.security = *security;
   actors::trace_recorder trace(config.parallelism.stages);
   if (config.metrics.trace) cluster.pipeline.trace = &trace;
   std::optional<local_workers> local;
@@ -129,6 +132,20 @@ int run_worker_command(const worker_command_options& options) {
   worker.listen_address = options.listen;
   worker.liveness.timeout_s = options.heartbeat_timeout_s;
   std::string error;
+  auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);
+  if (!security) {
+    std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+    return 2;
+  }
+  worker.security = *security;
+  if (security->curve) {
+    auto key = public_key_named(options.keys_directory, options.coordinator_key_name, &error);
+    if (!key) {
+      std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+      return 2;
+    }
+    worker.coordinator_key = *key;
+  }
   const int status = actors::run_worker(worker, clock, &error);
   if (status != 0) std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
   return status;
