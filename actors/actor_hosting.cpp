@@ -75,7 +75,14 @@ static void handle_at_stage(stage_parts& parts, const transport::message& incomi
     return;
   }
   const int64_t version = parts.logic->version();
-  std::vector<stage_output> outputs = parts.logic->handle(*message);
+  std::string refusal;
+  std::vector<stage_output> outputs = parts.logic->handle(*message, &refusal);
+  if (!refusal.empty()) {
+    std::fprintf(stderr, "troupe: stage %d refused a %s message from stage %d: %s\n", parts.index,
+                 transport::to_string(incoming.header.kind), incoming.header.source_stage,
+                 refusal.c_str());
+    return;
+  }
   if (parts.trace) {
     const double end = parts.clock->now_seconds();
     parts.trace->flow(incoming.header.source_stage, parts.index, message->key, sent_time(incoming),

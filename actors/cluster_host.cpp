@@ -98,24 +98,35 @@ std::unique_ptr<transport::zap_authenticator> start_authenticator(
 /// Routes data messages to the local stage actors once they exist.
 class stage_routes {
  public:
-  void set(std::vector<std::pair<int, caf::actor>> routes) {
+  void set(std::vector<std::pair<int, caf::actor>> routes, uint64_t job_id) {
     std::lock_guard<std::mutex> lock(mutex_);
     routes_ = std::move(routes);
+    job_id_ = job_id;
   }
+  /// Hands a data message to its stage; false (counted) when it belongs to another job or to a
+  /// stage this worker does not host.
   bool deliver(transport::message&& message) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (message.header.job_id != job_id_) {
+      ++rejected_;
+      return false;
+    }
     for (auto& [stage, actor] : routes_) {
       if (stage == message.header.target_stage) {
         caf::anon_send(actor, std::move(message));
         return true;
       }
     }
+    ++rejected_;
     return false;
   }
+  uint64_t rejected() const { return rejected_.load(); }
 
  private:
   std::mutex mutex_;
   std::vector<std::pair<int, caf::actor>> routes_;
+  uint64_t job_id_ = 0;
+  std::atomic<uint64_t> rejected_{0};
 };
 
 transport::message report_message(const stage_report& report, int stage) {
@@ -196,12 +207,16 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
 
 /// Sends each local stage's final report to the coordinator.
 void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf::actor>>& actors,
-                  transport::outbox& coordinator) {
+                  transport::outbox& coordinator, uint64_t dropped) {
   for (const auto& [stage, actor] : actors) {
     self->request(actor, caf::infinite, collect_atom::value)
         .receive(
             [&](const stage_report& report) {
-              send_on(coordinator, report_message(report, stage));
+              transport::message message = report_message(report, stage);
+              // The worker's dropped messages ride on its first report only.
+              message.header.metrics["dropped"] = static_cast<double>(dropped);
+              dropped = 0;
+              send_on(coordinator, message);
             },
             [&](const caf::error&) {});
   }
@@ -210,7 +225,7 @@ void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf:
 /// Serves until the coordinator says finish (0) or goes silent (1).
 int serve(control_queue& control, transport::outbox& coordinator, const worker_options& options,
           caf::scoped_actor& self, const std::vector<std::pair<int, caf::actor>>& actors,
-          clock_source& clock, std::string* error) {
+          const std::function<uint64_t()>& dropped, clock_source& clock, std::string* error) {
   const liveness_settings& live = options.liveness;
   double last_heard = clock.now_seconds(), last_sent = 0;
   for (;;) {
@@ -220,7 +235,7 @@ int serve(control_queue& control, transport::outbox& coordinator, const worker_o
       last_heard = now;
       json body = control_body(*message);
       if (!body.is_null() && body["type"] == "finish") {
-        send_reports(self, actors, coordinator);
+        send_reports(self, actors, coordinator, dropped());
         return 0;
       }
     }
@@ -262,9 +277,15 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
       [&](transport::message&& message) {
         if (is_control(message)) {
           control.push(std::move(message));
-        } else if (!routes.deliver(std::move(message))) {
-          std::fprintf(stderr, "troupe: worker %d got a message for a stage it does not host\n",
-                       ::getpid());
+        } else {
+          const int target = message.header.target_stage;
+          const uint64_t job = message.header.job_id;
+          if (!routes.deliver(std::move(message))) {
+            std::fprintf(stderr,
+                         "troupe: worker %d dropped a message for stage %d of job %llu: not a "
+                         "stage it hosts for this job\n",
+                         ::getpid(), target, static_cast<unsigned long long>(job));
+          }
         }
       },
       [](const std::string& address, const transport::decode_error& failure) {
@@ -294,10 +315,12 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
   for (size_t i = 0; i < stages->parts.size(); ++i) {
     actors.push_back({stages->indices[i], system.spawn(stage_actor, stages->parts[i])});
   }
-  routes.set(actors);
+  routes.set(actors, assignment.value("job_id", uint64_t{0}));
   send_on(*coordinator, control_message({{"type", "ready"}, {"stages", stages->indices}}));
-  const int status = serve(control, *coordinator, options, self, actors, clock, error);
-  routes.set({});
+  const int status = serve(
+      control, *coordinator, options, self, actors,
+      [&] { return receiver.dropped() + routes.rejected(); }, clock, error);
+  routes.set({}, 0);
   receiver.stop();
   for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   return status;
@@ -383,17 +406,20 @@ bool await_ready(transport::inbox& in, std::vector<worker_peer>& workers,
 }
 
 /// Takes a report out of a control message when it is one.
-void note_report(const transport::message& message, std::map<int, stage_report>* reports) {
+void note_report(const transport::message& message, std::map<int, stage_report>* reports,
+                 uint64_t* dropped) {
   json body = control_body(message);
   if (!body.is_null() && body["type"] == "report") {
     (*reports)[body.value("stage", -1)] = report_from(body, message);
+    auto count = message.header.metrics.find("dropped");
+    if (count != message.header.metrics.end()) *dropped += static_cast<uint64_t>(count->second);
   }
 }
 
 /// Heartbeats both ways until the run is done (true) or a worker goes silent (false).
 bool watch(caf::scoped_actor& self, const caf::actor& coordinator, control_queue& control,
            std::vector<worker_peer>& workers, const liveness_settings& live, clock_source& clock,
-           std::map<int, stage_report>* reports, std::string* error) {
+           std::map<int, stage_report>* reports, uint64_t* dropped, std::string* error) {
   bool done = false;
   double last_sent = 0;
   while (!done) {
@@ -407,7 +433,7 @@ bool watch(caf::scoped_actor& self, const caf::actor& coordinator, control_queue
       for (auto& worker : workers) {
         if (worker.pid == pid) worker.last_heard = now;
       }
-      note_report(*message, reports);
+      note_report(*message, reports, dropped);
     }
     if (now - last_sent >= live.heartbeat_s) {
       for (auto& worker : workers)
@@ -428,14 +454,14 @@ bool watch(caf::scoped_actor& self, const caf::actor& coordinator, control_queue
 
 /// Waits for the stages' final reports (sent after "finish").
 void collect_reports(control_queue& control, int stages, const liveness_settings& live,
-                     clock_source& clock, std::map<int, stage_report>* reports) {
+                     clock_source& clock, std::map<int, stage_report>* reports, uint64_t* dropped) {
   const double deadline = clock.now_seconds() + live.timeout_s;
   while (static_cast<int>(reports->size()) < stages) {
     const double left = deadline - clock.now_seconds();
     if (left <= 0) return;
     auto message = control.pop(left);
     if (!message) return;
-    note_report(*message, reports);
+    note_report(*message, reports, dropped);
   }
 }
 
@@ -476,11 +502,12 @@ std::optional<pipeline_report> drive(transport::transport_context& context, tran
       });
   caf::anon_send(handle, start_atom::value);
   std::map<int, stage_report> reports;
+  uint64_t dropped = 0;
   const bool trained =
-      watch(self, handle, control, workers, options.liveness, clock, &reports, error);
+      watch(self, handle, control, workers, options.liveness, clock, &reports, &dropped, error);
   for (worker_peer& worker : workers)
     send_on(*worker.control, control_message({{"type", "finish"}}));
-  if (trained) collect_reports(control, stages, options.liveness, clock, &reports);
+  if (trained) collect_reports(control, stages, options.liveness, clock, &reports, &dropped);
   receiver.stop();
   caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
   if (!trained) return std::nullopt;
@@ -492,7 +519,7 @@ std::optional<pipeline_report> drive(transport::transport_context& context, tran
   pipeline_report report;
   report.summary = coordinator->run->summary();
   for (auto& [stage, stage_result] : reports) report.stages.push_back(std::move(stage_result));
-  report.dropped_frames = receiver.dropped();
+  report.dropped_frames = dropped + receiver.dropped();
   return report;
 }
 

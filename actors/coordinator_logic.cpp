@@ -64,14 +64,18 @@ admission coordinator_logic::make_admission(uint64_t key) const {
 
 std::vector<admission> coordinator_logic::admit() {
   std::vector<admission> result;
-  while (may_admit_next()) result.push_back(make_admission(static_cast<uint64_t>(admitted_++)));
+  while (may_admit_next()) {
+    const uint64_t key = static_cast<uint64_t>(admitted_++);
+    active_keys_.insert(key);
+    result.push_back(make_admission(key));
+  }
   return result;
 }
 
-void coordinator_logic::retired(uint64_t key) {
-  TROUPE_CHECK(static_cast<int64_t>(key) < admitted_);
+bool coordinator_logic::retired(uint64_t key) {
+  if (active_keys_.erase(key) == 0) return false;
   ++retired_;
-  TROUPE_CHECK(retired_ <= admitted_);
+  return true;
 }
 
 }  // namespace troupe::actors

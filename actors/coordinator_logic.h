@@ -5,6 +5,7 @@
 // k % M of optimizer step k / M, so every mode reads the data in the sequential order.
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,9 @@ class coordinator_logic {
 
   /// The keys that may be admitted now (possibly none); each is counted as active.
   std::vector<admission> admit();
-  /// A key's backward pass has left stage 0.
-  void retired(uint64_t key);
+  /// A key's backward pass has left stage 0. False (and nothing changes) for a key that is not
+  /// in flight: a duplicate or a forgery.
+  bool retired(uint64_t key);
 
   bool finished() const { return retired_ == total_keys_; }
   int64_t active() const { return admitted_ - retired_; }
@@ -60,6 +62,7 @@ class coordinator_logic {
   int64_t admitted_;
   int64_t retired_;
   int64_t limit_ = 1;
+  std::set<uint64_t> active_keys_;
 };
 
 }  // namespace troupe::actors

@@ -23,6 +23,31 @@ class layers_stage_device final : public stage_device {
         stream_, optimizer_settings_of(config.training), model_->parameters());
   }
 
+  bool accepts(const key_message& message, std::string* error) const override {
+    const bool backward = message.kind == key_kind::backward;
+    const layers::shape& sample = backward ? model_->output_shape() : model_->input_shape();
+    const layers::shape& dims = message.payload.dims();
+    const int64_t batch = dims.empty() ? -1 : dims[0];
+    if (message.payload.empty() || batch < 1 ||
+        layers::shape(dims.begin() + 1, dims.end()) != sample) {
+      *error = "payload " + layers::to_string(dims) + " does not fit the stage's " +
+               (backward ? "output " : "input ") + layers::to_string(sample);
+      return false;
+    }
+    if (message.labels && static_cast<int64_t>(message.labels->size()) != batch) {
+      *error = std::to_string(message.labels->size()) + " labels for " + std::to_string(batch) +
+               " samples";
+      return false;
+    }
+    if (!backward) return true;
+    auto found = contexts_.find(message.key);
+    if (found == contexts_.end()) {
+      *error = "backward for key " + std::to_string(message.key) + ", which is not in flight here";
+      return false;
+    }
+    return true;
+  }
+
   layers::tensor forward(const key_message& message, bool training) override {
     layers::run_options options = options_for(message, training);
     if (!training) return model_->forward(options, message.payload, nullptr);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/job_config.h"
@@ -26,6 +27,11 @@ class stage_device {
  public:
   virtual ~stage_device() = default;
 
+  /// Whether `message` fits this stage: its payload has the stage's input shape (forward,
+  /// evaluate) or output shape (backward, for a key whose forward ran here, same batch), and
+  /// labels, when present, one per sample. A message from a confused or hostile peer is
+  /// refused here, with `error` saying why, before it reaches a kernel.
+  virtual bool accepts(const key_message& message, std::string* error) const = 0;
   /// Runs the stage's layers on a key's input and keeps what backward needs (training only).
   virtual layers::tensor forward(const key_message& message, bool training) = 0;
   /// Loss of the last stage's output against the key's labels, gradient scaled by `scale`.

@@ -12,8 +12,21 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
   TROUPE_CHECK(settings_.index >= 0 && settings_.index < settings_.count);
 }
 
-std::vector<stage_output> stage_logic::handle(const key_message& message) {
+std::vector<stage_output> stage_logic::handle(const key_message& message, std::string* refusal) {
   std::vector<stage_output> outputs;
+  std::string error;
+  const bool known = message.kind != key_kind::backward || forward_versions_.count(message.key);
+  const bool labelled = message.kind == key_kind::backward || !is_last() || message.labels;
+  if (!known || !labelled || !device_.accepts(message, &error)) {
+    if (refusal) {
+      *refusal = !known
+                     ? "backward for key " + std::to_string(message.key) + " never forwarded here"
+                 : !labelled ? "a key reached the last stage without labels"
+                             : error;
+    }
+    ++refused_;
+    return outputs;
+  }
   switch (message.kind) {
     case key_kind::forward:
       forward(message, &outputs);

@@ -33,8 +33,12 @@ class stage_logic {
   /// `device` must outlive the logic.
   stage_logic(stage_settings settings, stage_device& device);
 
-  /// Handles one forward, evaluate or backward message for this stage.
-  std::vector<stage_output> handle(const key_message& message);
+  /// Handles one forward, evaluate or backward message for this stage. A message that does not
+  /// fit (wrong shape, unknown key, missing labels) changes nothing: it is counted, the reason
+  /// goes to `refusal` when given, and nothing comes out.
+  std::vector<stage_output> handle(const key_message& message, std::string* refusal = nullptr);
+  /// Messages refused so far.
+  int64_t refused() const { return refused_; }
 
   bool is_last() const { return settings_.index + 1 == settings_.count; }
   /// Weight version: optimizer steps taken so far.
@@ -61,6 +65,7 @@ class stage_logic {
   std::vector<int64_t> staleness_;
   std::vector<int64_t> weight_staleness_;
   size_t peak_contexts_ = 0;
+  int64_t refused_ = 0;
 };
 
 }  // namespace troupe::actors

@@ -90,7 +90,10 @@ key_message training_run::message_for(key_kind kind, uint64_t key,
 std::vector<key_message> training_run::handle(const stage_output& report, double now_s) {
   if (report.message.key >= first_evaluation_key) return handle_evaluation(report, now_s);
   if (report.what == stage_output::kind::retired) return handle_retired(report.message.key, now_s);
-  TROUPE_CHECK(report.what == stage_output::kind::loss_report);
+  if (report.what != stage_output::kind::loss_report) {
+    ++ignored_reports_;
+    return {};
+  }
   for (batch_totals* totals : {&interval_, &epoch_totals_}) {
     totals->loss_sum += report.loss_sum;
     totals->correct += report.correct;
@@ -100,7 +103,10 @@ std::vector<key_message> training_run::handle(const stage_output& report, double
 }
 
 std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s) {
-  admission_->retired(key);
+  if (finished_ || !admission_ || !admission_->retired(key)) {
+    ++ignored_reports_;
+    return {};
+  }
   const int64_t micro_batches = config_.parallelism.micro_batches;
   const int64_t retired = admission_->retired_count();
   if (retired % micro_batches == 0) {

@@ -34,6 +34,8 @@ class training_run {
   std::vector<key_message> handle(const stage_output& report, double now_s);
 
   bool finished() const { return finished_; }
+  /// Reports that matched no key in flight (duplicates or forgeries), ignored.
+  int64_t ignored_reports() const { return ignored_reports_; }
   const training_summary& summary() const { return summary_; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -74,6 +76,7 @@ class training_run {
   int64_t evaluation_reports_ = 0;
   training_summary summary_;
   bool finished_ = false;
+  int64_t ignored_reports_ = 0;
 };
 
 }  // namespace troupe::actors

@@ -14,6 +14,7 @@
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
 #include "tests/support/job_helpers.h"
+#include "transport/endpoint.h"
 
 namespace troupe::actors {
 namespace {
@@ -107,6 +108,58 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
     EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
     EXPECT_EQ(remote->summary.steps, 80);
   }
+}
+
+TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", {}, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  wall_clock clock;
+  quiet_observer observer;
+  pipeline_options collect;
+  collect.collect_weights = true;
+  auto local = run_pipeline(*config, *data, observer, clock, collect, &error);
+  ASSERT_TRUE(local) << error;
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  const std::string worker_address = "ipc://" + directory + "/worker";
+  std::thread worker([&] {
+    worker_options settings;
+    settings.coordinator_address = options.listen_address;
+    settings.listen_address = worker_address;
+    wall_clock worker_clock;
+    std::string worker_error;
+    run_worker(settings, worker_clock, &worker_error);
+  });
+  // A stranger's messages: another job's forward and a stage nobody hosts.
+  transport::transport_context stranger;
+  auto out = transport::outbox::connect(stranger, worker_address, {}, nullptr);
+  ASSERT_TRUE(out);
+  for (int target : {0, 9}) {
+    transport::message forged;
+    forged.header.kind = transport::message_kind::forward;
+    forged.header.job_id = 4242;
+    forged.header.target_stage = target;
+    transport::add_payload(forged, {1, 12}, std::make_shared<const std::vector<float>>(12, 1.0f));
+    transport::send_result sent = out->send(forged);
+    while (sent.status == transport::send_status::would_block) {
+      out->wait_writable(std::chrono::milliseconds(100));
+      sent = out->send(forged);
+    }
+    ASSERT_TRUE(sent.ok()) << sent.detail;
+  }
+  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << error;
+  EXPECT_EQ(remote->dropped_frames, 2u);
+  EXPECT_EQ(weights_of(*remote), weights_of(*local));
 }
 
 TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {

@@ -10,6 +10,7 @@
 #include "actors/job_data.h"
 #include "actors/learning_rate.h"
 #include "actors/local_pipeline.h"
+#include "actors/partition.h"
 #include "actors/sequential_trainer.h"
 #include "layers/backend_registry.h"
 #include "tests/support/job_helpers.h"
@@ -24,6 +25,11 @@ using testing::weights;
 job_config small_job(int stages, int micro_batches, const std::string& mode,
                      const std::string& schedule) {
   return testing::small_pipeline_job(stages, micro_batches, mode, schedule, 640);
+}
+
+std::string* nullptr_error() {
+  static std::string error;
+  return &error;
 }
 
 std::unique_ptr<layers::backend> cpu() {
@@ -115,6 +121,45 @@ TEST(PipelineExactnessTest, OneForwardOneBackwardHoldsAtMostStagesContexts) {
   pipeline.train(data, 4);
   EXPECT_LE(pipeline.peak_active(), 4);
   for (int s = 0; s < 4; ++s) EXPECT_LE(pipeline.stage(s).peak_contexts(), 4u);
+}
+
+TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
+  job_config config = small_job(2, 1, "async", "gpipe");
+  auto device = cpu();
+  auto ranges = partition_model(config, nullptr_error());
+  auto last_device = make_layers_stage_device(config, (*ranges)[1], *device);
+  stage_logic last(stage_settings_of(config, 1, 10, 10), *last_device);
+  key_message wrong_shape;
+  wrong_shape.kind = key_kind::forward;
+  wrong_shape.payload = layers::tensor::filled(*device, device->default_stream(), {4, 7}, 1.0f);
+  wrong_shape.labels = std::make_shared<const std::vector<int32_t>>(4, 0);
+  std::string refusal;
+  EXPECT_TRUE(last.handle(wrong_shape, &refusal).empty());
+  EXPECT_NE(refusal.find("does not fit"), std::string::npos) << refusal;
+  key_message unknown_backward;
+  unknown_backward.kind = key_kind::backward;
+  unknown_backward.key = 99;
+  unknown_backward.payload =
+      layers::tensor::filled(*device, device->default_stream(), {4, 4}, 1.0f);
+  refusal.clear();
+  EXPECT_TRUE(last.handle(unknown_backward, &refusal).empty());
+  EXPECT_NE(refusal.find("never forwarded"), std::string::npos) << refusal;
+  EXPECT_EQ(last.refused(), 2);
+  EXPECT_EQ(last.version(), 0);
+}
+
+TEST(CoordinatorLogicTest, IgnoresRetirementsOfKeysNotInFlight) {
+  admission_settings settings;
+  settings.mode = "async";
+  settings.max_active_keys = 2;
+  settings.total_steps = 3;
+  coordinator_logic coordinator(settings);
+  auto admitted = coordinator.admit();
+  ASSERT_EQ(admitted.size(), 2u);
+  EXPECT_FALSE(coordinator.retired(7));
+  EXPECT_TRUE(coordinator.retired(0));
+  EXPECT_FALSE(coordinator.retired(0));
+  EXPECT_EQ(coordinator.retired_count(), 1);
 }
 
 int64_t max_staleness_seen(local_pipeline& pipeline, bool weights_used) {
