@@ -137,7 +137,13 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
     std::string worker_error;
     run_worker(settings, worker_clock, &worker_error);
   });
-  // A stranger's messages: another job's forward and a stage nobody hosts.
+  // A stranger's messages: another job's forward and a stage nobody hosts, sent once the
+  // worker's socket exists so that they arrive while it runs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::filesystem::exists(directory + "/worker") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
   transport::transport_context stranger;
   auto out = transport::outbox::connect(stranger, worker_address, {}, nullptr);
   ASSERT_TRUE(out);
