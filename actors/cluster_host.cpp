@@ -265,9 +265,18 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
     return 2;
   }
   const std::string own_address = in->address();
-  auto coordinator = connect_outbox(context, options.coordinator_address, error, options.security,
-                                    options.coordinator_key);
-  if (!coordinator) return 2;
+  // The final reports (weights included) are the last thing a worker sends: closing waits up
+  // to the heartbeat timeout for them to leave instead of dropping them.
+  transport::security_settings to_coordinator = options.security;
+  to_coordinator.server_public_key = options.coordinator_key;
+  transport::endpoint_options lingering = endpoint_settings(to_coordinator);
+  lingering.linger_ms = static_cast<int>(options.liveness.timeout_s * 1000);
+  auto coordinator =
+      transport::outbox::connect(context, options.coordinator_address, lingering, &problem);
+  if (!coordinator) {
+    *error = problem.text;
+    return 2;
+  }
   control_queue control;
   stage_routes routes;
   std::vector<transport::inbox> inboxes;
