@@ -87,4 +87,8 @@ int run_bench(const bench_options& options);
 /// `troupe bench pipeline`: pipelined against single-stage throughput, hand-off cost, memory.
 int run_bench_pipeline(const bench_options& options);
 
+/// `troupe bench transport`: troupe frames against raw ZeroMQ between two processes over
+/// loopback tcp, with CURVE off and on, and small-message round-trip latency.
+int run_bench_transport(const bench_options& options);
+
 }  // namespace troupe::apps

@@ -101,7 +101,7 @@ void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
   CLI::App* bench = app.add_subcommand("bench", "Measure the compute backend or the pipeline");
   bench->add_option("what", options.what, "What to measure")
-      ->check(CLI::IsMember({"compute", "pipeline"}))
+      ->check(CLI::IsMember({"compute", "pipeline", "transport"}))
       ->capture_default_str();
   bench->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   bench->add_option("--json", options.json_file, "Also write the figures to this JSON file");
@@ -141,5 +141,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
   if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
+  if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);
   return troupe::apps::run_bench(bench);
 }

@@ -206,15 +206,27 @@ std::optional<inbox> inbox::bind(transport_context& context, const std::string& 
   }
 }
 
+// zmq_poll can report POLLIN with nothing to receive: on a CURVE connection whose ZAP reply
+// names a user id, libzmq queues a "credential" item ahead of the first message, which counts
+// as readable but is skipped by recv; if that first message has several parts and its last part
+// is still on the wire, recv finds nothing. So an empty try_receive() means "poll again until
+// the deadline", not "timed out".
 std::optional<decode_result> inbox::receive(std::chrono::milliseconds timeout) {
   if (!socket_) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   zmq_pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
-  try {
-    if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
-  } catch (const zmq::error_t&) {
-    return std::nullopt;
+  for (std::chrono::milliseconds left = timeout;;) {
+    try {
+      if (zmq::poll(&item, 1, left) <= 0) return std::nullopt;
+    } catch (const zmq::error_t&) {
+      return std::nullopt;
+    }
+    if (std::optional<decode_result> received = try_receive()) return received;
+    if (timeout.count() < 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
   }
-  return try_receive();
 }
 
 // The parts of one message arrive together, so after the first one the rest are already here.
