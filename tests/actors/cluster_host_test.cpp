@@ -13,25 +13,15 @@
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
+#include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 #include "transport/endpoint.h"
 
 namespace troupe::actors {
 namespace {
 
-class wall_clock final : public clock_source {
- public:
-  double now_seconds() override {
-    using namespace std::chrono;
-    return duration<double>(steady_clock::now().time_since_epoch()).count();
-  }
-};
-
-class quiet_observer final : public training_observer {
- public:
-  void on_step(int64_t, int64_t, int64_t, double, double) override {}
-  void on_metrics(const metrics_record&) override {}
-};
+using testing::quiet_observer;
+using testing::wall_clock;
 
 const char* job_toml = R"(
 [model]

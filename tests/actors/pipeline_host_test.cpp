@@ -11,28 +11,17 @@
 #include "actors/pipeline_host.h"
 #include "actors/sequential_trainer.h"
 #include "layers/backend_registry.h"
+#include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 
 namespace troupe::actors {
 namespace {
 
+using testing::quiet_observer;
+using testing::wall_clock;
+
 using testing::max_relative_difference;
 using testing::weights;
-
-class wall_clock final : public clock_source {
- public:
-  double now_seconds() override {
-    using namespace std::chrono;
-    return duration<double>(steady_clock::now().time_since_epoch()).count();
-  }
-};
-
-class quiet_observer final : public training_observer {
- public:
-  void on_step(int64_t, int64_t, int64_t, double, double) override {}
-  void on_metrics(const metrics_record& record) override { records.push_back(record); }
-  std::vector<metrics_record> records;
-};
 
 job_config host_job(int stages, int micro_batches, const std::string& mode,
                     const std::string& schedule) {
