@@ -2,17 +2,19 @@
 // processes on tcp://127.0.0.1, measured side by side in one run: throughput of 64 KiB, 1 MiB
 // and 16 MiB activations with CURVE off and on, and the round trip of a small control message.
 //
-// The process forks before it creates any ZeroMQ context (so call it before starting threads);
+// The process forks before it creates any ZeroMQ context (so run it before starting threads);
 // the child receives and echoes, the parent sends. Each process binds one raw PULL socket and one
 // troupe inbox per security mode and connects a raw PUSH socket and a troupe outbox to the
 // other's; the ports travel over a socketpair. The parent sends commands as troupe control
-// messages, the child measures throughput where the data arrives (first message to last) and
-// answers with the figure. Every wait has a deadline, and the child is always reaped.
+// messages over the plaintext troupe pair; the child measures throughput where the data arrives
+// (first message to last) and answers with the figure. Every wait has a deadline, and the child
+// is always reaped.
 
 #include <malloc.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +49,7 @@ constexpr int64_t min_messages_per_figure = 8;  // even when the time is up
 constexpr size_t control_message_bytes = 64;    // encoded header of a latency probe
 constexpr std::chrono::milliseconds receive_timeout{10000};
 constexpr std::chrono::milliseconds command_timeout{60000};  // child: parent gone after this
+constexpr std::chrono::milliseconds answer_timeout{20000};   // parent: child gone after this
 constexpr int modes_count = 2;                               // CURVE off, CURVE on
 
 double seconds_between(clock_type::time_point from, clock_type::time_point to) {
@@ -58,13 +61,6 @@ std::string size_text(size_t bytes) {
                                     : std::to_string(bytes >> 10) + " KiB";
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
-
 double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -72,15 +68,18 @@ double percentile(std::vector<double> values, double fraction) {
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
-// Makes runs comparable: each process gets a CPU of its own when there are two or more (so
-// that its threads, ZeroMQ's I/O threads included, do not migrate or land beside the other
-// process's), and glibc keeps freed heap memory instead of handing it back to the kernel after
-// (almost) every received message. Without that, each 64 KiB message cost some 16 page faults in
+double median(const std::vector<double>& values) { return percentile(values, 0.5); }
+
+// Makes runs comparable: each process gets a CPU of its own when there are two or more (its
+// threads, ZeroMQ's I/O thread included, then neither migrate nor land beside the other
+// process's), and glibc keeps freed heap memory instead of returning it to the kernel after
+// almost every received message. Without that, a 64 KiB message cost about 16 page faults, in
 // bursts that favoured whichever context's I/O-thread arena sat at the top of its heap, and the
-// raw/troupe ratio swung from 0.7 to 1.3 between runs. Affects the whole process, which is
-// fine for `troupe bench`, one measurement per process. Returns the CPU, or -1 when not pinned.
+// troupe/raw ratio swung between 0.7 and 1.3 from run to run. Both apply to raw ZeroMQ and
+// troupe alike; they affect the whole process, which `troupe bench` spends on one measurement.
+// Returns the CPU, or -1 when the process was not pinned.
 int steady_process(int slot) {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // 16 MiB messages stay on the heap too
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // 16 MiB messages stay on the heap as well
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -95,13 +94,14 @@ int steady_process(int slot) {
   return -1;
 }
 
-// Answers the ZAP requests of one raw ZeroMQ context the way transport::zap_authenticator does
-// for troupe's: a CURVE client holding the allowed key gets 200, any other request 400. With
-// it the raw and the troupe servers authenticate every connection alike (once per handshake).
+// Answers the ZAP requests (RFC 27) of one raw ZeroMQ context exactly as
+// transport::zap_authenticator answers troupe's: 200 with the client key (Z85) as user id for the
+// allowed key, 400 for anything else. So raw and troupe connections are authenticated alike,
+// once per handshake.
 class raw_zap_handler {
  public:
   raw_zap_handler(zmq::context_t& context, const std::string& allowed_z85)
-      : socket_(context, zmq::socket_type::rep), allowed_(32, '\0') {
+      : socket_(context, zmq::socket_type::rep), allowed_(32, '\0'), allowed_z85_(allowed_z85) {
     zmq_z85_decode(reinterpret_cast<uint8_t*>(allowed_.data()), allowed_z85.c_str());
     socket_.set(zmq::sockopt::linger, 0);
     socket_.bind("inproc://zeromq.zap.01");
@@ -128,7 +128,7 @@ class raw_zap_handler {
     }
   }
 
-  // RFC 27: version, request id, domain, address, routing id, mechanism, credentials.
+  // Request: version, request id, domain, address, routing id, mechanism, client key.
   void answer_one() {
     std::vector<zmq::message_t> request;
     if (!zmq::recv_multipart(socket_, std::back_inserter(request))) return;
@@ -136,18 +136,21 @@ class raw_zap_handler {
                        request[6].to_string() == allowed_;
     (admit ? admitted_ : denied_).fetch_add(1);
     const std::string request_id = request.size() > 1 ? request[1].to_string() : "";
-    std::array<zmq::const_buffer, 6> reply = {
-        zmq::str_buffer("1.0"),
-        zmq::buffer(request_id),
-        admit ? zmq::str_buffer("200") : zmq::str_buffer("400"),
-        admit ? zmq::str_buffer("OK") : zmq::str_buffer("key not allowed"),
-        zmq::str_buffer(""),
-        zmq::str_buffer("")};
-    zmq::send_multipart(socket_, reply);
+    const std::string frames[] = {"1.0",
+                                  request_id,
+                                  admit ? "200" : "400",
+                                  admit ? "OK" : "key not allowed",
+                                  admit ? allowed_z85_ : "",
+                                  ""};
+    for (size_t i = 0; i < 6; ++i) {
+      socket_.send(zmq::buffer(frames[i]),
+                   i < 5 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
   }
 
   zmq::socket_t socket_;  // only the thread touches it once started
   std::string allowed_;   // 32-byte binary key
+  std::string allowed_z85_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> denied_{0};
@@ -174,7 +177,7 @@ int port_of(const std::string& address) {
 }
 
 // One process's side. Members are destroyed in reverse order: sockets, then the ZAP handlers,
-// then the contexts, as ZeroMQ requires.
+// then the contexts, as ZeroMQ requires. One ZeroMQ I/O thread per context, raw and troupe.
 class bench_peer {
  public:
   bench_peer(transport::curve_key_pair own, std::string peer_public_key, bool curve)
@@ -202,11 +205,14 @@ class bench_peer {
     return true;
   }
 
-  // ZAP answers of this process: raw admitted, raw denied, troupe admitted, troupe denied.
-  std::array<double, 4> zap_counts() const {
-    if (!raw_zap_) return {0, 0, 0, 0};
-    return {double(raw_zap_->admitted()), double(raw_zap_->denied()),
-            double(troupe_zap_->admitted()), double(troupe_zap_->denied())};
+  // Handshakes this process's ZAP handlers admitted, raw and troupe.
+  std::array<double, 2> admitted() const {
+    if (!raw_zap_) return {0, 0};
+    return {double(raw_zap_->admitted()), double(troupe_zap_->admitted())};
+  }
+  // Requests they denied, both together.
+  double denied() const {
+    return raw_zap_ ? double(raw_zap_->denied() + troupe_zap_->denied()) : 0;
   }
 
  private:
@@ -331,6 +337,11 @@ std::optional<transport::message> receive_message(transport::inbox& in,
   return std::move(*received->value);
 }
 
+std::string command_text(const char* verb, bool troupe, bool curve, int64_t amount) {
+  return std::string(verb) + (troupe ? " troupe " : " raw ") + (curve ? "1 " : "0 ") +
+         std::to_string(amount);
+}
+
 // ---- child: receives and echoes ----
 
 // Receives `bytes`-byte data messages until the end marker; MB/s from first message to last.
@@ -362,18 +373,16 @@ bool echo(link_sockets& over, bool troupe, int count) {
     if (troupe) {
       auto received = receive_message(*over.troupe_in, receive_timeout);
       if (!received || !send_whole(*over.troupe_out, *received)) return false;
-    } else {
-      if (!over.raw_in->recv(part) || !over.raw_out->send(part, zmq::send_flags::none)) {
-        return false;
-      }
+    } else if (!over.raw_in->recv(part) || !over.raw_out->send(part, zmq::send_flags::none)) {
+      return false;
     }
   }
   return true;
 }
 
-// Serves the parent's commands: "throughput raw|troupe CURVE BYTES", "echo raw|troupe CURVE
-// COUNT", "quit". Returns the exit status of the child.
-int serve(bench_peer& peer) {
+// Serves the parent's commands ("throughput raw|troupe CURVE BYTES", "echo raw|troupe CURVE
+// COUNT", "quit") until quit; returns the child's exit status.
+int serve(bench_peer& peer, int cpu) {
   while (true) {
     auto command = receive_message(*peer.control().troupe_in, command_timeout);
     if (!command) return 1;
@@ -384,11 +393,10 @@ int serve(bench_peer& peer) {
     words >> verb >> implementation >> curve >> amount;
     std::map<std::string, double> answer;
     if (verb == "quit") {
-      const auto counts = peer.zap_counts();
-      answer = {{"raw_admitted", counts[0]},
-                {"raw_denied", counts[1]},
-                {"troupe_admitted", counts[2]},
-                {"troupe_denied", counts[3]}};
+      answer = {{"raw_admitted", peer.admitted()[0]},
+                {"troupe_admitted", peer.admitted()[1]},
+                {"denied", peer.denied()},
+                {"cpu", cpu}};
     } else if (verb == "throughput") {
       answer["mb_per_s"] = receive_stream(peer.at(curve), implementation == "troupe", amount);
     } else if (verb == "echo") {
@@ -400,14 +408,14 @@ int serve(bench_peer& peer) {
 }
 
 int run_child(int channel, const bench_keys& keys, bool curve) {
-  steady_process(1);
+  const int cpu = steady_process(1);  // before the contexts, so their I/O threads inherit it
   bench_peer peer(keys.child, keys.parent.public_key, curve);
   std::string error;
   if (!peer.open(channel, &error)) {
     std::fprintf(stderr, "troupe: bench receiver: %s\n", error.c_str());
     return 1;
   }
-  return serve(peer);
+  return serve(peer, cpu);
 }
 
 // ---- parent: sends and measures ----
@@ -421,13 +429,6 @@ struct payloads {
     }
   }
 };
-
-std::optional<std::map<std::string, double>> ask(bench_peer& peer, const std::string& command) {
-  if (!send_whole(*peer.control().troupe_out, control_message(command))) return std::nullopt;
-  auto answer = receive_message(*peer.control().troupe_in, command_timeout);
-  if (!answer) return std::nullopt;
-  return answer->header.metrics;
-}
 
 bool send_raw_stream(zmq::socket_t& out, const std::vector<float>& values, double seconds) {
   const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
@@ -457,43 +458,40 @@ bool send_troupe_stream(transport::outbox& out, std::shared_ptr<const std::vecto
 // Receiver-side MB/s of one figure, or a negative number when it failed.
 double throughput(bench_peer& peer, bool troupe, bool curve,
                   const std::shared_ptr<const std::vector<float>>& values, double seconds) {
-  const size_t bytes = values->size() * sizeof(float);
-  const std::string command = std::string("throughput ") + (troupe ? "troupe " : "raw ") +
-                              (curve ? "1 " : "0 ") + std::to_string(bytes);
-  if (!send_whole(*peer.control().troupe_out, control_message(command))) return -1;
+  const auto bytes = static_cast<int64_t>(values->size() * sizeof(float));
+  if (!send_whole(*peer.control().troupe_out,
+                  control_message(command_text("throughput", troupe, curve, bytes)))) {
+    return -1;
+  }
   link_sockets& to = peer.at(curve);
   const bool sent = troupe ? send_troupe_stream(*to.troupe_out, values, seconds)
                            : send_raw_stream(*to.raw_out, *values, seconds);
-  auto answer = receive_message(*peer.control().troupe_in, command_timeout);
+  auto answer = receive_message(*peer.control().troupe_in, answer_timeout);
   if (!sent || !answer || !answer->header.metrics.count("mb_per_s")) return -1;
   return answer->header.metrics.at("mb_per_s");
 }
 
-// Appends the microseconds of `count` round trips (after a warm-up) to `into`.
+// Appends the microseconds of round_trips_per_round round trips (after a warm-up) to `into`.
 bool round_trips(bench_peer& peer, bool troupe, bool curve, std::vector<double>& into) {
   const int total = warm_up_round_trips + round_trips_per_round;
-  const std::string command = std::string("echo ") + (troupe ? "troupe " : "raw ") +
-                              (curve ? "1 " : "0 ") + std::to_string(total);
-  if (!send_whole(*peer.control().troupe_out, control_message(command))) return false;
+  if (!send_whole(*peer.control().troupe_out,
+                  control_message(command_text("echo", troupe, curve, total)))) {
+    return false;
+  }
   link_sockets& over = peer.at(curve);
   const transport::message probe = latency_probe();
   const std::string raw_probe(transport::encode_header(probe.header).size(), 'x');
   zmq::message_t reply;
   for (int i = 0; i < total; ++i) {
     const auto start = clock_type::now();
-    if (troupe) {
-      if (!send_whole(*over.troupe_out, probe) ||
-          !receive_message(*over.troupe_in, receive_timeout))
-        return false;
-    } else {
-      if (!over.raw_out->send(zmq::buffer(raw_probe), zmq::send_flags::none) ||
-          !over.raw_in->recv(reply)) {
-        return false;
-      }
-    }
+    const bool ok = troupe ? send_whole(*over.troupe_out, probe) &&
+                                 receive_message(*over.troupe_in, receive_timeout)
+                           : over.raw_out->send(zmq::buffer(raw_probe), zmq::send_flags::none) &&
+                                 over.raw_in->recv(reply);
+    if (!ok) return false;
     if (i >= warm_up_round_trips) into.push_back(seconds_between(start, clock_type::now()) * 1e6);
   }
-  auto answer = receive_message(*peer.control().troupe_in, command_timeout);
+  auto answer = receive_message(*peer.control().troupe_in, answer_timeout);
   return answer && answer->header.metrics["ok"] == 1;
 }
 
@@ -501,6 +499,14 @@ struct throughput_row {
   bool curve = false;
   size_t bytes = 0;
   std::vector<double> raw, troupe;  // MB/s per round
+
+  // troupe/raw of the rounds that ran back to back: drift that outlasts a round cancels out.
+  std::vector<double> paired_ratios() const {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < raw.size() && i < troupe.size(); ++i)
+      ratios.push_back(troupe[i] / raw[i]);
+    return ratios;
+  }
 };
 
 struct latency_row {
@@ -511,48 +517,87 @@ struct latency_row {
 struct bench_figures {
   std::vector<throughput_row> throughput;
   std::vector<latency_row> latency;
-  std::array<double, 4> zap{};  // both processes: raw admitted/denied, troupe admitted/denied
+  double raw_admitted = 0, troupe_admitted = 0, denied = 0;  // ZAP, both processes
+  int sender_cpu = -1, receiver_cpu = -1;
 };
 
-// Alternates raw and troupe (ABBA order over the rounds) so that drift hits both alike.
-bool measure(bench_peer& peer, const payloads& data, double seconds, bench_figures& figures) {
-  for (int mode = 0; mode < peer.modes(); ++mode) {
-    for (size_t i = 0; i < payload_sizes.size(); ++i) {
-      throughput_row row{mode == 1, payload_sizes[i], {}, {}};
-      for (int round = 0; round < rounds; ++round) {
-        for (bool troupe : {round % 2 == 1, round % 2 == 0}) {
-          const double figure = throughput(peer, troupe, mode == 1, data.values[i], seconds);
-          if (figure <= 0) return false;
-          (troupe ? row.troupe : row.raw).push_back(figure);
-        }
-      }
-      figures.throughput.push_back(row);
+// Runs `one(troupe)` for raw and troupe in ABBA order over the rounds, so that drift over the
+// measurement hits both alike.
+template <class measurement>
+bool alternate(measurement one) {
+  for (int round = 0; round < rounds; ++round) {
+    for (bool troupe : {round % 2 == 1, round % 2 == 0}) {
+      if (!one(troupe)) return false;
     }
-    latency_row row{mode == 1, {}, {}};
-    for (int round = 0; round < rounds; ++round) {
-      for (bool troupe : {round % 2 == 1, round % 2 == 0}) {
-        if (!round_trips(peer, troupe, mode == 1, troupe ? row.troupe : row.raw)) return false;
-      }
-    }
-    figures.latency.push_back(row);
   }
-  auto answer = ask(peer, "quit");
-  if (!answer) return false;
-  const auto own = peer.zap_counts();
-  const char* names[] = {"raw_admitted", "raw_denied", "troupe_admitted", "troupe_denied"};
-  for (int i = 0; i < 4; ++i) figures.zap[i] = own[i] + (*answer)[names[i]];
   return true;
 }
 
+bool measure(bench_peer& peer, const payloads& data, double seconds, bench_figures& figures) {
+  for (int mode = 0; mode < peer.modes(); ++mode) {
+    const bool curve = mode == 1;
+    for (size_t i = 0; i < payload_sizes.size(); ++i) {
+      throughput_row row{curve, payload_sizes[i], {}, {}};
+      const bool ok = alternate([&](bool troupe) {
+        const double figure = throughput(peer, troupe, curve, data.values[i], seconds);
+        (troupe ? row.troupe : row.raw).push_back(figure);
+        return figure > 0;
+      });
+      if (!ok) return false;
+      figures.throughput.push_back(row);
+    }
+    latency_row row{curve, {}, {}};
+    const bool ok = alternate([&](bool troupe) {
+      return round_trips(peer, troupe, curve, troupe ? row.troupe : row.raw);
+    });
+    if (!ok) return false;
+    figures.latency.push_back(row);
+  }
+  if (!send_whole(*peer.control().troupe_out, control_message("quit"))) return false;
+  auto answer = receive_message(*peer.control().troupe_in, answer_timeout);
+  if (!answer) return false;
+  std::map<std::string, double>& child = answer->header.metrics;
+  figures.raw_admitted = peer.admitted()[0] + child["raw_admitted"];
+  figures.troupe_admitted = peer.admitted()[1] + child["troupe_admitted"];
+  figures.denied = peer.denied() + child["denied"];
+  figures.receiver_cpu = static_cast<int>(child["cpu"]);
+  return true;
+}
+
+void print_method(double seconds, bool curve) {
+  const transport::endpoint_options defaults;
+  std::printf(
+      "troupe bench transport: two processes, PUSH/PULL over tcp://127.0.0.1, high-water marks "
+      "%d/%d\n"
+      "  MB/s = 10^6 bytes/s at the receiver, first message to last, %.2f s of sending per "
+      "figure; medians of %d rounds, raw and troupe alternating; ratio: median over the rounds of "
+      "troupe/raw, each pair measured back to back\n"
+      "  raw: cppzmq, one zero-copy frame of a preallocated buffer, blocking send/recv\n"
+      "  troupe: outbox::send of a header frame + one float32 frame (shared owner), "
+      "inbox::receive with decode\n"
+      "  CURVE on: raw and troupe servers both admit the client key through a ZAP handler\n",
+      defaults.send_high_water_mark, defaults.receive_high_water_mark, seconds, rounds);
+  if (!curve) std::printf("  CURVE is not available in this libzmq: CURVE-on rows skipped\n");
+  std::fflush(stdout);
+}
+
 void print(const bench_figures& figures) {
+  if (figures.sender_cpu >= 0 && figures.receiver_cpu >= 0) {
+    std::printf("  sender pinned to CPU %d, receiver to CPU %d; glibc heap trimming off in both\n",
+                figures.sender_cpu, figures.receiver_cpu);
+  } else {
+    std::printf("  processes not pinned (fewer than 2 CPUs); glibc heap trimming off in both\n");
+  }
   for (const throughput_row& row : figures.throughput) {
     if (row.bytes == payload_sizes.front()) {
       std::printf("\n  throughput, CURVE %s\n", row.curve ? "on" : "off");
-      std::printf("      size    raw MB/s  troupe MB/s  ratio  >= 0.90\n");
+      std::printf("      size    raw MB/s  troupe MB/s  ratio  >= 0.90  paired ratios p25..p75\n");
     }
     const double raw = median(row.raw), troupe = median(row.troupe);
-    std::printf("    %6s  %10.0f  %11.0f  %5.2f  %s\n", size_text(row.bytes).c_str(), raw, troupe,
-                troupe / raw, troupe >= 0.9 * raw ? "yes" : "NO");
+    const double ratio = median(row.paired_ratios());
+    std::printf("    %6s  %10.0f  %11.0f  %5.2f  %-6s  %.2f..%.2f\n", size_text(row.bytes).c_str(),
+                raw, troupe, ratio, ratio >= 0.9 ? "yes" : "NO",
+                percentile(row.paired_ratios(), 0.25), percentile(row.paired_ratios(), 0.75));
   }
   std::printf("\n  round trip of a %zu-byte control message (%d x %d each), microseconds\n",
               control_message_bytes, rounds, round_trips_per_round);
@@ -562,26 +607,31 @@ void print(const bench_figures& figures) {
                 median(row.raw), percentile(row.raw, 0.99), median(row.troupe),
                 percentile(row.troupe, 0.99));
   }
-  std::printf(
-      "\n  ZAP answers (both processes): raw %.0f admitted, %.0f denied; troupe %.0f "
-      "admitted, %.0f denied\n",
-      figures.zap[0], figures.zap[1], figures.zap[2], figures.zap[3]);
+  std::printf("\n  ZAP handshakes admitted: raw %.0f, troupe %.0f; requests denied: %.0f\n",
+              figures.raw_admitted, figures.troupe_admitted, figures.denied);
 }
 
 void write_json(const bench_figures& figures, double seconds, const std::string& file) {
-  nlohmann::json result = {{"figure_seconds", seconds}, {"rounds", rounds}};
-  result["throughput"] = nlohmann::json::array();
+  nlohmann::json result = {{"figure_seconds", seconds},
+                           {"rounds", rounds},
+                           {"sender_cpu", figures.sender_cpu},
+                           {"receiver_cpu", figures.receiver_cpu},
+                           {"zap_raw_admitted", figures.raw_admitted},
+                           {"zap_troupe_admitted", figures.troupe_admitted},
+                           {"zap_denied", figures.denied}};
   for (const throughput_row& row : figures.throughput) {
     const double raw = median(row.raw), troupe = median(row.troupe);
     result["throughput"].push_back({{"curve", row.curve},
                                     {"bytes", row.bytes},
                                     {"raw_mb_per_s", raw},
                                     {"troupe_mb_per_s", troupe},
-                                    {"ratio", troupe / raw},
+                                    {"ratio", median(row.paired_ratios())},
+                                    {"ratio_of_medians", troupe / raw},
+                                    {"paired_ratio_p25", percentile(row.paired_ratios(), 0.25)},
+                                    {"paired_ratio_p75", percentile(row.paired_ratios(), 0.75)},
                                     {"raw_rounds", row.raw},
                                     {"troupe_rounds", row.troupe}});
   }
-  result["latency"] = nlohmann::json::array();
   for (const latency_row& row : figures.latency) {
     result["latency"].push_back({{"curve", row.curve},
                                  {"message_bytes", control_message_bytes},
@@ -591,29 +641,15 @@ void write_json(const bench_figures& figures, double seconds, const std::string&
                                  {"troupe_median_us", median(row.troupe)},
                                  {"troupe_p99_us", percentile(row.troupe, 0.99)}});
   }
-  result["zap"] = {{"raw_admitted", figures.zap[0]},
-                   {"raw_denied", figures.zap[1]},
-                   {"troupe_admitted", figures.zap[2]},
-                   {"troupe_denied", figures.zap[3]}};
   std::ofstream(file) << result.dump(2) << "\n";
 }
 
 int run_parent(int channel, const bench_keys& keys, bool curve, const bench_options& options) {
-  const double seconds = std::max(0.05, options.seconds / 10);
-  std::printf(
-      "troupe bench transport: two processes, PUSH/PULL over tcp://127.0.0.1, high-water marks "
-      "%d/%d\n"
-      "  MB/s = 10^6 bytes/s at the receiver, first message to last, ~%.2f s of sending per "
-      "figure; median of %d alternating rounds\n"
-      "  raw: cppzmq, one zero-copy frame of a preallocated buffer; troupe: outbox::send of a "
-      "header + one float32 frame, inbox::receive with decode\n"
-      "  CURVE on: raw and troupe servers both check the client key with a ZAP handler\n",
-      transport::endpoint_options{}.send_high_water_mark,
-      transport::endpoint_options{}.receive_high_water_mark, seconds, rounds);
-  if (!curve) std::printf("  CURVE is not available in this libzmq: CURVE-on rows skipped\n");
-  std::fflush(stdout);
-  const payloads data;
+  const double seconds = std::max(0.05, options.seconds / 30);
+  print_method(seconds, curve);
   bench_figures figures;
+  figures.sender_cpu = steady_process(0);
+  const payloads data;  // outlives the sockets, which may still hold zero-copy references
   {
     bench_peer peer(keys.parent, keys.child.public_key, curve);
     std::string error;
@@ -629,7 +665,7 @@ int run_parent(int channel, const bench_keys& keys, bool curve, const bench_opti
 }
 
 // Waits up to 10 s for the child to exit (not at all after a failure), then kills it; either
-// way nothing is left behind.
+// way it is reaped.
 void reap(pid_t child, bool failed) {
   if (failed) kill(child, SIGKILL);
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
@@ -643,56 +679,63 @@ void reap(pid_t child, bool failed) {
   }
 }
 
+// zmq_curve_keypair needs no context, so the keys can be made before the fork.
+std::optional<bench_keys> make_keys(bool curve) {
+  if (!curve) return bench_keys{};
+  std::string error;
+  auto parent = transport::generate_key_pair(&error);
+  auto child = transport::generate_key_pair(&error);
+  if (parent && child) return bench_keys{*parent, *child};
+  std::fprintf(stderr, "troupe: bench transport: %s\n", error.c_str());
+  return std::nullopt;
+}
+
+// The child's whole life: serve the parent over `channel`, close its contexts, exit.
+[[noreturn]] void be_receiver(pid_t parent, int channel, const bench_keys& keys, bool curve) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);   // a parent killed mid-run takes the child with it
+  if (getppid() != parent) _exit(1);  // it already was
+  int status = 1;
+  try {
+    status = run_child(channel, keys, curve);  // returns once its contexts are closed
+  } catch (const std::exception& failure) {
+    std::fprintf(stderr, "troupe: bench receiver: %s\n", failure.what());
+  }
+  std::fflush(stderr);
+  _exit(status);
+}
+
 }  // namespace
 
 int run_bench_transport(const bench_options& options) {
-  // Keys are made before the fork: zmq_curve_keypair needs no context.
-  bench_keys keys;
   const bool curve = transport::curve_available();
-  if (curve) {
-    std::string error;
-    auto parent = transport::generate_key_pair(&error);
-    auto child = transport::generate_key_pair(&error);
-    if (!parent || !child) {
-      std::fprintf(stderr, "troupe: bench transport: %s\n", error.c_str());
-      return 1;
-    }
-    keys = {*parent, *child};
-  }
+  const std::optional<bench_keys> keys = make_keys(curve);
+  if (!keys) return 1;
   int channel[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, channel) != 0) {
     std::perror("troupe: bench transport: socketpair");
     return 1;
   }
-  std::fflush(stdout);
+  std::fflush(stdout);  // the child would hold a copy of anything still buffered
   std::fflush(stderr);
+  const pid_t parent = getpid();
   const pid_t child = fork();
-  if (child < 0) {
-    std::perror("troupe: bench transport: fork");
-    close(channel[0]);
-    close(channel[1]);
-    return 1;
-  }
   if (child == 0) {
     close(channel[0]);
-    int status = 1;
-    try {
-      status = run_child(channel[1], keys, curve);  // returns once its contexts are closed
-    } catch (const std::exception& failure) {
-      std::fprintf(stderr, "troupe: bench receiver: %s\n", failure.what());
-    }
-    std::fflush(stderr);
-    _exit(status);
+    be_receiver(parent, channel[1], *keys, curve);
   }
   close(channel[1]);
   int status = 1;
-  try {
-    status = run_parent(channel[0], keys, curve, options);
-  } catch (const std::exception& failure) {
-    std::fprintf(stderr, "troupe: bench transport: %s\n", failure.what());
+  if (child < 0) {
+    std::perror("troupe: bench transport: fork");
+  } else {
+    try {
+      status = run_parent(channel[0], *keys, curve, options);
+    } catch (const std::exception& failure) {
+      std::fprintf(stderr, "troupe: bench transport: %s\n", failure.what());
+    }
+    reap(child, status != 0);
   }
   close(channel[0]);
-  reap(child, status != 0);
   return status;
 }
 
