@@ -26,11 +26,7 @@ transport::endpoint_options endpoint_settings(const transport::security_settings
 }
 
 bool send_on(transport::outbox& out, const transport::message& message) {
-  transport::send_result result = out.send(message);
-  while (result.status == transport::send_status::would_block) {
-    out.wait_writable(std::chrono::milliseconds(100));
-    result = out.send(message);
-  }
+  const transport::send_result result = out.send_waiting(message, std::chrono::milliseconds(-1));
   if (!result.ok()) {
     std::fprintf(stderr, "troupe: send to %s failed: %s\n", out.address().c_str(),
                  result.detail.c_str());

@@ -95,11 +95,7 @@ double handoff_seconds(int repeats) {
   for (int i = 0; i < repeats; ++i) {
     message.key = i;
     const transport::message wire = actors::to_wire(message, actors::wire_route{});
-    auto sent = out->send(wire);
-    while (sent.status == transport::send_status::would_block) {
-      out->wait_writable(std::chrono::milliseconds(100));
-      sent = out->send(wire);
-    }
+    const auto sent = out->send_waiting(wire, std::chrono::milliseconds(1000));
     auto received = in->receive(std::chrono::milliseconds(1000));
     if (!sent.ok() || !received || !received->ok()) {
       std::fprintf(stderr, "troupe: hand-off failed: %s %s\n", sent.detail.c_str(),

@@ -300,11 +300,7 @@ class bench_peer {
 // ---- messages ----
 
 bool send_whole(transport::outbox& out, const transport::message& outgoing) {
-  transport::send_result sent = out.send(outgoing);
-  while (sent.status == transport::send_status::would_block) {
-    if (!out.wait_writable(receive_timeout)) return false;
-    sent = out.send(outgoing);
-  }
+  const transport::send_result sent = out.send_waiting(outgoing, receive_timeout);
   if (!sent.ok()) std::fprintf(stderr, "troupe: bench send: %s\n", sent.detail.c_str());
   return sent.ok();
 }

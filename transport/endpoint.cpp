@@ -163,6 +163,23 @@ send_result outbox::send_parts(const std::vector<uint8_t>& header,
   return {send_status::sent, ""};
 }
 
+send_result outbox::send_waiting(const message& outgoing, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  send_result result = send(outgoing);
+  while (result.status == send_status::would_block) {
+    std::chrono::milliseconds wait = std::chrono::milliseconds(100);
+    if (timeout.count() >= 0) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return result;
+      wait = std::min(wait, left);
+    }
+    wait_writable(wait);
+    result = send(outgoing);
+  }
+  return result;
+}
+
 bool outbox::wait_writable(std::chrono::milliseconds timeout) {
   if (!socket_) return false;
   zmq_pollitem_t item{socket_->handle(), 0, ZMQ_POLLOUT, 0};

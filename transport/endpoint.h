@@ -127,6 +127,10 @@ class outbox {
   /// Waits up to `timeout` until a send() would not report would_block; false on timeout.
   bool wait_writable(std::chrono::milliseconds timeout);
 
+  /// send(), waiting out a full queue for up to `timeout` in all (negative: no limit) instead
+  /// of reporting would_block; for callers that must not drop a message.
+  send_result send_waiting(const message& outgoing, std::chrono::milliseconds timeout);
+
   /// The address this outbox connects to.
   const std::string& address() const { return address_; }
 

@@ -143,11 +143,7 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
     forged.header.job_id = 4242;
     forged.header.target_stage = target;
     transport::add_payload(forged, {1, 12}, std::make_shared<const std::vector<float>>(12, 1.0f));
-    transport::send_result sent = out->send(forged);
-    while (sent.status == transport::send_status::would_block) {
-      out->wait_writable(std::chrono::milliseconds(100));
-      sent = out->send(forged);
-    }
+    const transport::send_result sent = out->send_waiting(forged, std::chrono::seconds(10));
     ASSERT_TRUE(sent.ok()) << sent.detail;
   }
   auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
