@@ -105,7 +105,7 @@ static stage_report snapshot(stage_parts& parts) {
   return report;
 }
 
-caf::behavior stage_actor(caf::stateful_actor<stage_state>* self,
+caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
   return {
@@ -121,7 +121,7 @@ static void dispatch(coordinator_parts& parts, const std::vector<key_message>& m
   }
 }
 
-caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
                                 std::shared_ptr<coordinator_parts> parts) {
   self->state.parts = std::move(parts);
   return {

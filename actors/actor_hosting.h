@@ -47,12 +47,12 @@ struct stage_parts {
   bool collect_weights = false;
 };
 
-struct stage_state {
+struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
 };
 
 /// A stage: handles key messages (transport frames) and answers collect_atom with its report.
-caf::behavior stage_actor(caf::stateful_actor<stage_state>* self,
+caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts);
 
 /// Everything the coordinator actor owns.
@@ -66,13 +66,13 @@ struct coordinator_parts {
   caf::actor listener;
 };
 
-struct coordinator_state {
+struct coordinator_actor_state {
   std::shared_ptr<coordinator_parts> parts;
 };
 
 /// The coordinator: start_atom starts the run, stage reports drive it; sends done_atom to
 /// parts->listener when the run has finished.
-caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
                                 std::shared_ptr<coordinator_parts> parts);
 
 /// The CPU threads each stage's backend may use: the job's share of the cores, split evenly.

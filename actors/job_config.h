@@ -16,6 +16,7 @@ struct model_config {
   std::vector<layers::layer_spec> layers;
   std::vector<int64_t> input_shape{1, 28, 28};
   std::string loss = "softmax_cross_entropy";
+  std::string init_from;  ///< a .safetensors file with the initial weights (empty: from the seed)
 };
 
 struct data_config {
@@ -69,6 +70,8 @@ struct checkpoint_config {
   int64_t interval_steps = 0;
   double interval_s = 0.0;
   int keep_last = 3;
+  int max_restarts = 3;             ///< worker losses recovered from before the run gives up
+  double rejoin_timeout_s = 120.0;  ///< how long a lost rank may take to come back
 };
 
 struct metrics_config {

@@ -94,7 +94,8 @@ std::vector<field> model_fields(model_config& model) {
   };
   return {required({"layers", read_layers, [&model] { return layers_json(model.layers); }}),
           {"input_shape", read_shape, write_value(&model.input_shape)},
-          string_field("loss", &model.loss, {"softmax_cross_entropy"})};
+          string_field("loss", &model.loss, {"softmax_cross_entropy"}),
+          string_field("init_from", &model.init_from)};
 }
 
 // parallelism.devices and parallelism.partition --------------------------------------------------
@@ -229,7 +230,9 @@ std::vector<section> job_schema(job_config& config) {
           {"checkpoint",
            {string_field("dir", &c.dir), integer_field("interval_steps", &c.interval_steps, 0),
             number_field("interval_s", &c.interval_s, kNonNegative),
-            integer_field("keep_last", &c.keep_last, 1)}},
+            integer_field("keep_last", &c.keep_last, 1),
+            integer_field("max_restarts", &c.max_restarts, 0),
+            number_field("rejoin_timeout_s", &c.rejoin_timeout_s, kNonNegative)}},
           {"metrics",
            {integer_field("log_interval", &m.log_interval, 1), bool_field("trace", &m.trace),
             bool_field("progress", &m.progress)}}};
@@ -370,14 +373,29 @@ nlohmann::json to_json(const job_config& config) {
   return json;
 }
 
-std::string config_hash(const job_config& config) {
-  const std::string text =
-      to_json(config).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+namespace {
+
+std::string fnv1a_hex(const nlohmann::json& json) {
+  const std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
   for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
   return hex;
+}
+
+}  // namespace
+
+std::string config_hash(const job_config& config) { return fnv1a_hex(to_json(config)); }
+
+std::string checkpoint_config_hash(const job_config& config) {
+  nlohmann::json json = to_json(config);
+  json.erase("checkpoint");
+  json.erase("metrics");
+  for (const char* key : {"epochs", "max_steps", "target_accuracy"}) json["training"].erase(key);
+  for (const char* key : {"threads", "devices"}) json["parallelism"].erase(key);
+  json["model"].erase("init_from");
+  return fnv1a_hex(json);
 }
 
 }  // namespace troupe::actors

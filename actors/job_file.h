@@ -41,4 +41,10 @@ nlohmann::json to_json(const job_config& config);
 /// because the JSON object keys are sorted.
 std::string config_hash(const job_config& config);
 
+/// The hash a checkpoint records and a resume must match: config_hash over everything that
+/// shapes the training state, leaving out what may change between runs of one job
+/// (training.epochs, max_steps and target_accuracy, parallelism.threads and devices,
+/// model.init_from, [checkpoint] and [metrics]).
+std::string checkpoint_config_hash(const job_config& config);
+
 }  // namespace troupe::actors

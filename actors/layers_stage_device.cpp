@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -15,12 +16,21 @@ namespace {
 class layers_stage_device final : public stage_device {
  public:
   layers_stage_device(const job_config& config, stage_range range, layers::backend& device)
-      : device_(device), stream_(device.default_stream()), seed_(config.training.seed) {
+      : device_(device),
+        stream_(device.default_stream()),
+        seed_(config.training.seed),
+        range_(range),
+        stages_(config.parallelism.stages) {
     layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
     model_ = std::make_unique<layers::sequential>(device, stream_, config.model.layers, input,
                                                   range.first, range.last, seed_);
     optimizer_ = std::make_unique<layers::optimizer>(
         stream_, optimizer_settings_of(config.training), model_->parameters());
+    for (size_t i = 0; i < model_->size(); ++i) {
+      const std::string layer =
+          config.model.layers[range.first + i].type + std::to_string(range.first + i);
+      for (layers::parameter* p : model_->at(i).parameters()) names_.push_back(layer + "." + p->name);
+    }
   }
 
   bool accepts(const key_message& message, std::string* error) const override {
@@ -94,6 +104,74 @@ class layers_stage_device final : public stage_device {
 
   std::vector<layers::parameter*> parameters() override { return model_->parameters(); }
 
+  stage_state save_state() override {
+    stage_state state;
+    state.stages = stages_;
+    state.first_block = static_cast<int64_t>(range_.first);
+    state.last_block = static_cast<int64_t>(range_.last);
+    state.seed = seed_;
+    state.optimizer_steps = optimizer_->steps_taken();
+    auto parameters = model_->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const layers::parameter& p = *parameters[i];
+      state.parameters.push_back({names_[i], p.value.dims(), p.value.to_host(stream_)});
+      if (p.has_gradient) {
+        state.gradients.push_back({names_[i], p.gradient.dims(), p.gradient.to_host(stream_)});
+      }
+      const std::vector<layers::tensor>& extra = optimizer_->state(i);
+      for (size_t k = 0; k < extra.size(); ++k) {
+        state.optimizer_state.push_back(
+            {names_[i] + optimizer_suffix(k), extra[k].dims(), extra[k].to_host(stream_)});
+      }
+    }
+    return state;
+  }
+
+  bool load_state(const stage_state& state, bool weights_only, std::string* error) override {
+    auto parameters = model_->parameters();
+    std::vector<std::pair<const named_tensor*, layers::tensor*>> copies;
+    if (!match_weights(state.parameters, parameters, error, &copies)) return false;
+    std::vector<bool> has_gradient(parameters.size(), false);
+    if (!weights_only) {
+      for (const named_tensor& gradient : state.gradients) {
+        const size_t i = index_of(gradient.name);
+        if (i == names_.size() || gradient.dims != parameters[i]->gradient.dims()) {
+          *error = "gradient " + gradient.name + " does not fit this stage";
+          return false;
+        }
+        has_gradient[i] = true;
+        copies.push_back({&gradient, &parameters[i]->gradient});
+      }
+      for (const named_tensor& extra : state.optimizer_state) {
+        bool found = false;
+        for (size_t i = 0; i < parameters.size() && !found; ++i) {
+          std::vector<layers::tensor>& tensors = optimizer_->state(i);
+          for (size_t k = 0; k < tensors.size() && !found; ++k) {
+            if (names_[i] + optimizer_suffix(k) != extra.name) continue;
+            if (extra.dims != tensors[k].dims()) break;
+            copies.push_back({&extra, &tensors[k]});
+            found = true;
+          }
+        }
+        if (!found) {
+          *error = "optimizer tensor " + extra.name + " does not fit this stage's " +
+                   optimizer_->settings().kind + " optimizer";
+          return false;
+        }
+      }
+    }
+    for (auto& [source, target] : copies) target->copy_from_host(stream_, source->values.data());
+    device_.synchronize(stream_);
+    if (!weights_only) {
+      for (size_t i = 0; i < parameters.size(); ++i) parameters[i]->has_gradient = has_gradient[i];
+      optimizer_->set_steps_taken(state.optimizer_steps);
+    }
+    contexts_.clear();
+    stash_.clear();
+    next_backward_version_ = -1;
+    return true;
+  }
+
  private:
   layers::run_options options_for(const key_message& message, bool training) const {
     return {stream_, training ? layers::pass_mode::training : layers::pass_mode::evaluation,
@@ -116,6 +194,42 @@ class layers_stage_device final : public stage_device {
     return current;
   }
 
+  const char* optimizer_suffix(size_t k) const {
+    if (optimizer_->settings().kind == "adam") return k == 0 ? ".exp_avg" : ".exp_avg_sq";
+    return ".velocity";
+  }
+
+  size_t index_of(const std::string& name) const {
+    return static_cast<size_t>(std::find(names_.begin(), names_.end(), name) - names_.begin());
+  }
+
+  /// Pairs every parameter with its tensor in `tensors` (all of them must be there with
+  /// their shapes, and nothing else).
+  bool match_weights(const std::vector<named_tensor>& tensors,
+                     std::vector<layers::parameter*>& parameters, std::string* error,
+                     std::vector<std::pair<const named_tensor*, layers::tensor*>>* copies) {
+    if (tensors.size() != parameters.size()) {
+      *error = std::to_string(tensors.size()) + " weight tensors for a stage with " +
+               std::to_string(parameters.size());
+      return false;
+    }
+    for (const named_tensor& tensor : tensors) {
+      const size_t i = index_of(tensor.name);
+      if (i == names_.size()) {
+        *error = "weight " + tensor.name + " is not a parameter of this stage";
+        return false;
+      }
+      layers::tensor* into = &parameters[i]->value;
+      if (tensor.dims != into->dims()) {
+        *error = "weight " + tensor.name + " has shape " + layers::to_string(tensor.dims) +
+                 " but the model's is " + layers::to_string(into->dims());
+        return false;
+      }
+      copies->push_back({&tensor, into});
+    }
+    return true;
+  }
+
   void restore(const std::vector<layers::tensor>& current) {
     auto parameters = model_->parameters();
     for (size_t i = 0; i < parameters.size(); ++i) parameters[i]->value = current[i];
@@ -124,6 +238,9 @@ class layers_stage_device final : public stage_device {
   layers::backend& device_;
   layers::stream stream_;
   uint64_t seed_;
+  stage_range range_;
+  int stages_;
+  std::vector<std::string> names_;  ///< "linear2.weight", parallel to model_->parameters()
   std::unique_ptr<layers::sequential> model_;
   std::unique_ptr<layers::optimizer> optimizer_;
   std::unordered_map<uint64_t, layers::sequential_context> contexts_;

@@ -12,6 +12,7 @@
 #include "actors/job_config.h"
 #include "actors/partition.h"
 #include "actors/pipeline_messages.h"
+#include "actors/stage_state.h"
 #include "layers/backend.h"
 #include "layers/layer.h"
 
@@ -52,6 +53,13 @@ class stage_device {
   virtual size_t held_contexts() const = 0;
   /// The stage's trainable parameters, in layer order.
   virtual std::vector<layers::parameter*> parameters() = 0;
+  /// Weights, accumulated gradients and optimizer state, copied to host memory (the version
+  /// fields are the stage logic's to fill). Only meaningful with no key in flight.
+  virtual stage_state save_state() = 0;
+  /// Puts `state`'s tensors in place (with `weights_only`, only its parameters, keeping the
+  /// fresh optimizer). False, with `error` naming the tensor, when a name or shape differs
+  /// from this stage's; nothing changes then. Drops forward contexts and stashed weights.
+  virtual bool load_state(const stage_state& state, bool weights_only, std::string* error) = 0;
 };
 
 /// The device work of blocks `range` of `config`'s model on `device`, with the job's optimizer.

@@ -123,4 +123,29 @@ void stage_logic::record(std::vector<int64_t>* histogram, int64_t value) {
   ++(*histogram)[value];
 }
 
+stage_state stage_logic::save_state() {
+  stage_state state = device_.save_state();
+  state.stage = settings_.index;
+  state.stages = settings_.count;
+  state.weight_version = version_;
+  state.keys_since_step = keys_since_step_;
+  return state;
+}
+
+bool stage_logic::load_state(const stage_state& state, bool weights_only, std::string* error) {
+  if (state.stage != settings_.index || state.stages != settings_.count) {
+    *error = "the state of stage " + std::to_string(state.stage) + " of " +
+             std::to_string(state.stages) + " cannot load into stage " +
+             std::to_string(settings_.index) + " of " + std::to_string(settings_.count);
+    return false;
+  }
+  if (!device_.load_state(state, weights_only, error)) return false;
+  forward_versions_.clear();
+  if (!weights_only) {
+    version_ = state.weight_version;
+    keys_since_step_ = state.keys_since_step;
+  }
+  return true;
+}
+
 }  // namespace troupe::actors

@@ -50,6 +50,13 @@ class stage_logic {
   /// Most forward contexts held at once.
   size_t peak_contexts() const { return peak_contexts_; }
 
+  /// Everything needed to continue from here (for a checkpoint; no key may be in flight).
+  stage_state save_state();
+  /// Continues from `state` (every key in flight is forgotten). With `weights_only` only the
+  /// weights are taken (initial weights from a file) and the version stays. False, with
+  /// `error` set and nothing changed, when the state belongs to another stage or model.
+  bool load_state(const stage_state& state, bool weights_only, std::string* error);
+
  private:
   void forward(const key_message& message, std::vector<stage_output>* outputs);
   void evaluate(const key_message& message, std::vector<stage_output>* outputs);

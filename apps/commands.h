@@ -91,4 +91,24 @@ int run_bench_pipeline(const bench_options& options);
 /// loopback tcp, with CURVE off and on, and small-message round-trip latency.
 int run_bench_transport(const bench_options& options);
 
+/// `troupe bench checkpoint`: save and load time and MB/s of checkpoint shards, for the MLP
+/// example and for a model of over 200 million parameters.
+int run_bench_checkpoint(const bench_options& options);
+
+struct inspect_options {
+  std::string path;  ///< a step directory, a checkpoints directory or a run's output directory
+};
+
+/// `troupe inspect PATH`: prints a checkpoint's manifest and verifies every shard.
+int run_inspect(const inspect_options& options);
+
+struct export_options {
+  std::string checkpoint;  ///< a step directory (or anything `troupe inspect` accepts)
+  std::string format = "safetensors";
+  std::string out;
+};
+
+/// `troupe export CHECKPOINT --format safetensors OUT`: writes the model's weights.
+int run_export(const export_options& options);
+
 }  // namespace troupe::apps

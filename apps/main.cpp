@@ -101,7 +101,7 @@ void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
   CLI::App* bench = app.add_subcommand("bench", "Measure the compute backend or the pipeline");
   bench->add_option("what", options.what, "What to measure")
-      ->check(CLI::IsMember({"compute", "pipeline", "transport"}))
+      ->check(CLI::IsMember({"compute", "pipeline", "transport", "checkpoint"}))
       ->capture_default_str();
   bench->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   bench->add_option("--json", options.json_file, "Also write the figures to this JSON file");
@@ -109,6 +109,21 @@ void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
       ->check(CLI::NonNegativeNumber);
   bench->add_option("--seconds", options.seconds, "Time spent on each measurement")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+void add_inspect(CLI::App& app, troupe::apps::inspect_options& options) {
+  CLI::App* inspect = app.add_subcommand("inspect", "Print a checkpoint's manifest and verify it");
+  inspect->add_option("path", options.path, "Checkpoint step directory, checkpoints directory or run")
+      ->required();
+}
+
+void add_export(CLI::App& app, troupe::apps::export_options& options) {
+  CLI::App* exporter = app.add_subcommand("export", "Write a checkpoint's weights for other tools");
+  exporter->add_option("checkpoint", options.checkpoint, "Checkpoint directory")->required();
+  exporter->add_option("out", options.out, "Output file")->required();
+  exporter->add_option("--format", options.format, "Output format")
+      ->check(CLI::IsMember({"safetensors"}))
       ->capture_default_str();
 }
 
@@ -129,6 +144,10 @@ int main(int argc, char** argv) {
   add_coordinator(app, coordinator);
   add_worker(app, worker);
   add_bench(app, bench);
+  troupe::apps::inspect_options inspect;
+  troupe::apps::export_options exporter;
+  add_inspect(app, inspect);
+  add_export(app, exporter);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -140,6 +159,9 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
   if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
   if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
+  if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
+  if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
+  if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);
   return troupe::apps::run_bench(bench);

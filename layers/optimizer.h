@@ -31,6 +31,8 @@ class optimizer {
   void step(stream s, float learning_rate, float gradient_scale = 1.0f);
 
   int64_t steps_taken() const { return steps_; }
+  /// Restores the step count from a checkpoint (Adam's bias correction depends on it).
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
   const optimizer_settings& settings() const { return settings_; }
   /// The state tensors of parameter i (velocity for SGD with momentum; two moments for Adam).
   std::vector<tensor>& state(size_t i) { return state_[i]; }

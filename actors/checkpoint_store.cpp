@@ -1,0 +1,1 @@
+#include "actors/checkpoint_store.h"

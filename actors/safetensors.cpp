@@ -1,0 +1,1 @@
+#include "actors/safetensors.h"
