@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/checkpoint_store.h"
 #include "actors/pipeline_host.h"
 #include "actors/stage_logic.h"
 #include "actors/training_run.h"
@@ -23,6 +24,8 @@ namespace troupe::actors {
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using collect_atom = caf::atom_constant<caf::atom("collect")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
+/// Asks the coordinator for a checkpoint at the next step boundary (bool: stop after it).
+using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 
 /// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
 /// secured as `security` says (plain by default, which only loopback addresses accept).
@@ -60,10 +63,28 @@ struct coordinator_parts {
   uint64_t job_id = 0;
   std::unique_ptr<layers::backend> host;
   std::unique_ptr<training_run> run;
-  std::optional<transport::outbox> first_stage;
+  /// One outbox per stage: keys enter at stage 0; checkpoints talk to every stage.
+  std::vector<std::optional<transport::outbox>> stages;
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
+  training_observer* observer = nullptr;  ///< checkpoint events (may be null)
   caf::actor listener;
+  /// Where checkpoints go (null: the run takes none).
+  std::unique_ptr<checkpoint_store> store;
+  std::string job_name;
+  std::string config_hash;
+  /// Shards each stage loads before the first key (resume, init_from); empty: none.
+  std::vector<std::shared_ptr<const std::string>> initial_shards;
+  bool initial_weights_only = false;
+  /// Set when the run cannot go on (a stage refused its shard); done_atom follows.
+  std::string failure;
+
+  // A round of state messages in progress (loading before the start, or saving).
+  enum class phase { training, loading, saving } round = phase::training;
+  std::vector<std::string> received;  ///< saving: each stage's shard
+  std::vector<bool> arrived;
+  int awaiting = 0;
+  double round_started_s = 0;
 };
 
 struct coordinator_actor_state {
@@ -74,6 +95,21 @@ struct coordinator_actor_state {
 /// parts->listener when the run has finished.
 caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
                                 std::shared_ptr<coordinator_parts> parts);
+
+/// The coordinator of `config`'s run as `options` say (checkpoints, resume, initial weights),
+/// without its outboxes. Nothing, with `error` set, when the resume point does not fit.
+std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& config,
+                                                          const job_data& data,
+                                                          const pipeline_options& options,
+                                                          training_observer& observer,
+                                                          clock_source& clock, std::string* error);
+
+/// Waits for the coordinator's done_atom, passing checkpoint requests on as they come.
+void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atomic<int>* requests);
+
+/// Passes a pending checkpoint request (SIGUSR1: 1, SIGTERM: 2) to the coordinator.
+void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,
+                                std::atomic<int>* requests);
 
 /// The CPU threads each stage's backend may use: the job's share of the cores, split evenly.
 int threads_per_stage(const job_config& config);

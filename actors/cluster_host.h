@@ -5,6 +5,7 @@
 // process, over ipc:// or tcp:// instead of inproc://, plus a control protocol: hello,
 // assignment, ready, heartbeats both ways, finish and the stages' final reports.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ struct worker_options {
   transport::security_settings security;
   /// With CURVE: the coordinator's public key.
   std::string coordinator_key;
+  /// checkpoint_config_hash() of the job this worker was started for (launchers, where every
+  /// rank reads the job file); the coordinator refuses a worker of another job. Empty: any.
+  std::string job_hash;
 };
 
 /// A worker's whole life: joins the coordinator, builds the stages it is assigned, serves them
@@ -45,14 +49,20 @@ struct coordinator_options {
   std::string job_toml;  ///< the job file's text and overrides, shipped to the workers
   std::vector<std::string> overrides;
   liveness_settings liveness;
+  /// Checkpoints, resume, initial weights and signal requests as in one process.
   pipeline_options pipeline;
+  /// Starts a replacement for a lost worker (local workers); empty: wait for the lost rank to
+  /// rejoin by itself (cluster launchers) for up to checkpoint.rejoin_timeout_s.
+  std::function<bool(std::string* error)> replace_worker;
   /// CURVE keys and policy of this process; workers must hold a key on its allow-list.
   transport::security_settings security;
 };
 
 /// Waits for `options.workers` workers, ships the job, trains, collects the stages' reports.
-/// Returns nothing with `error` naming the worker (stage, host, pid) when one dies or never
-/// answers.
+/// When a worker dies, the pipeline is reset, a replacement joins (started by
+/// options.replace_worker or rejoining by itself), every stage reloads the latest checkpoint
+/// and the run goes on, at most checkpoint.max_restarts times. Returns nothing with `error`
+/// naming the worker (stage, host, pid) when one dies past that or never answers.
 std::optional<pipeline_report> run_coordinator(const job_config& config, const job_data& data,
                                                const coordinator_options& options,
                                                training_observer& observer, clock_source& clock,

@@ -46,6 +46,7 @@ coordinator_logic::coordinator_logic(admission_settings settings)
 
 bool coordinator_logic::may_admit_next() const {
   if (admitted_ >= total_keys_ || active() >= limit_) return false;
+  if (pause_at_key_ >= 0 && admitted_ >= pause_at_key_) return false;
   if (settings_.mode == "async") return true;
   // Sync: the keys of one step at a time; the next step starts after every key of this one
   // has retired (every stage has stepped by then).
@@ -70,6 +71,12 @@ std::vector<admission> coordinator_logic::admit() {
     result.push_back(make_admission(key));
   }
   return result;
+}
+
+int64_t coordinator_logic::pause_at_step_boundary() {
+  const int64_t micro = settings_.micro_batches;
+  pause_at_key_ = std::min(total_keys_, (admitted_ + micro - 1) / micro * micro);
+  return pause_at_key_ / micro;
 }
 
 bool coordinator_logic::retired(uint64_t key) {

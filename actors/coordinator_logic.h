@@ -47,6 +47,15 @@ class coordinator_logic {
   /// in flight: a duplicate or a forgery.
   bool retired(uint64_t key);
 
+  /// Admits no key past the end of the step now being admitted (the sync schedules admit a
+  /// step at a time anyway): once the keys in flight retire, the pipeline is quiet at a step
+  /// boundary. Returns that step.
+  int64_t pause_at_step_boundary();
+  /// Admission goes on after a pause.
+  void resume() { pause_at_key_ = -1; }
+  /// Paused and nothing in flight: every stage has finished every admitted key.
+  bool quiet() const { return pause_at_key_ >= 0 && active() == 0 && admitted_ == pause_at_key_; }
+
   bool finished() const { return retired_ == total_keys_; }
   int64_t active() const { return admitted_ - retired_; }
   int64_t retired_count() const { return retired_; }
@@ -62,6 +71,7 @@ class coordinator_logic {
   int64_t admitted_;
   int64_t retired_;
   int64_t limit_ = 1;
+  int64_t pause_at_key_ = -1;  ///< -1: not paused
   std::set<uint64_t> active_keys_;
 };
 

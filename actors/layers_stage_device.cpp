@@ -29,7 +29,8 @@ class layers_stage_device final : public stage_device {
     for (size_t i = 0; i < model_->size(); ++i) {
       const std::string layer =
           config.model.layers[range.first + i].type + std::to_string(range.first + i);
-      for (layers::parameter* p : model_->at(i).parameters()) names_.push_back(layer + "." + p->name);
+      for (layers::parameter* p : model_->at(i).parameters())
+        names_.push_back(layer + "." + p->name);
     }
   }
 

@@ -56,15 +56,13 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   std::vector<transport::inbox> inboxes;
   if (!bind_inboxes(context, addresses, &inboxes, error)) return std::nullopt;
 
-  auto coordinator = std::make_shared<coordinator_parts>();
+  auto coordinator = make_coordinator_parts(config, data, options, observer, clock, error);
+  if (!coordinator) return std::nullopt;
   coordinator->job_id = job_id;
-  coordinator->host = layers::create_backend("cpu", 1, error);
-  coordinator->run =
-      std::make_unique<training_run>(config, data.train, data.test, *coordinator->host, observer);
-  coordinator->first_stage = connect_outbox(context, addresses.stages[0], error);
-  if (!coordinator->first_stage) return std::nullopt;
-  coordinator->clock = &clock;
-  coordinator->trace = options.trace;
+  for (int s = 0; s < stages; ++s) {
+    coordinator->stages.push_back(connect_outbox(context, addresses.stages[s], error));
+    if (!coordinator->stages.back()) return std::nullopt;
+  }
 
   std::vector<std::shared_ptr<stage_parts>> parts;
   for (int s = 0; s < stages; ++s) {
@@ -102,10 +100,17 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
                      problem.text.c_str());
       });
   caf::anon_send(coordinator_handle, start_atom::value);
-  self->receive([](done_atom) {});
+  await_run(self, coordinator_handle, options.checkpoint_requests);
 
   pipeline_report report;
   report.summary = coordinator->run->summary();
+  report.stopped = coordinator->run->stopped();
+  if (!coordinator->failure.empty()) {
+    *error = coordinator->failure;
+    receiver.stop();
+    for (auto& target : targets) caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+    return std::nullopt;
+  }
   for (int s = 0; s < stages; ++s) {
     self->request(targets[s], caf::infinite, collect_atom::value)
         .receive([&](const stage_report& stage) { report.stages.push_back(stage); },

@@ -5,11 +5,14 @@
 // inproc:// sockets between them (the same frames that ipc:// and tcp:// will carry). No CAF
 // or ZeroMQ type appears in this header.
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/checkpoint_store.h"
 #include "actors/job_config.h"
 #include "actors/job_data.h"
 #include "actors/trace_recorder.h"
@@ -22,6 +25,16 @@ struct pipeline_options {
   bool collect_weights = false;
   /// Record the timeline here when not null.
   trace_recorder* trace = nullptr;
+  /// Where checkpoints go (empty: nowhere; the run takes none).
+  std::string checkpoint_directory;
+  std::string job_name;  ///< recorded in each manifest
+  /// Continue from this checkpoint (its stages' shards and the coordinator's progress).
+  std::optional<loaded_checkpoint> resume;
+  /// Initial weights, one shard per stage loaded weights-only (model.init_from).
+  std::vector<std::shared_ptr<const std::string>> initial_weights;
+  /// Polled while training: 1 asks for a checkpoint, 2 for a checkpoint and then a stop
+  /// (SIGUSR1, SIGTERM); set back to 0 when passed on.
+  std::atomic<int>* checkpoint_requests = nullptr;
 };
 
 /// What the stages report at the end of a run.
@@ -38,6 +51,8 @@ struct pipeline_report {
   std::vector<stage_report> stages;
   /// Frames the receivers dropped as undecodable (0 in a healthy run).
   uint64_t dropped_frames = 0;
+  /// The run stopped early after a checkpoint (a stop request).
+  bool stopped = false;
 };
 
 /// Trains `config`'s model on `data` with its [parallelism] settings. The observer is called

@@ -4,6 +4,7 @@
 // from an injected clock and results go to an observer, so the loop itself does no I/O.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -51,6 +52,9 @@ class training_observer {
                        double samples_per_s) = 0;
   /// Every log_interval steps and after each epoch's evaluation.
   virtual void on_metrics(const metrics_record& record) = 0;
+  /// A checkpoint written, a worker lost and recovered from, ...: an object with an "event"
+  /// field, for metrics.jsonl.
+  virtual void on_event(const nlohmann::json& event) { (void)event; }
 };
 
 /// Total optimizer steps of a job on a training set of `train_samples` samples.

@@ -1,5 +1,6 @@
 #include "actors/wire_format.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace troupe::actors {
@@ -144,6 +145,41 @@ std::optional<stage_output> report_from_wire(const transport::message& message,
   *error = std::string("the coordinator cannot handle a ") +
            transport::to_string(message.header.kind) + " message";
   return std::nullopt;
+}
+
+transport::message state_to_wire(transport::message_kind kind, int64_t step,
+                                 std::shared_ptr<const std::string> shard,
+                                 const wire_route& route) {
+  constexpr size_t chunk = size_t{256} << 20;
+  transport::message result;
+  result.header = header_for(kind, 0, route);
+  result.header.step = step;
+  if (!shard) return result;
+  for (size_t offset = 0; offset < shard->size(); offset += chunk) {
+    const size_t bytes = std::min(chunk, shard->size() - offset);
+    result.header.frames.push_back({transport::element_type::bytes, {static_cast<int64_t>(bytes)}});
+    result.payloads.push_back(transport::frame{shard, shard->data() + offset, bytes});
+  }
+  return result;
+}
+
+std::optional<std::string> state_from_wire(const transport::message& message, std::string* error) {
+  size_t total = 0;
+  for (size_t i = 0; i < message.payloads.size(); ++i) {
+    if (message.header.frames[i].dtype != transport::element_type::bytes) {
+      *error = std::string("a ") + transport::to_string(message.header.kind) +
+               " message carries a " + transport::to_string(message.header.frames[i].dtype) +
+               " frame";
+      return std::nullopt;
+    }
+    total += message.payloads[i].bytes;
+  }
+  std::string bytes;
+  bytes.reserve(total);
+  for (const transport::frame& frame : message.payloads) {
+    bytes.append(static_cast<const char*>(frame.data), frame.bytes);
+  }
+  return bytes;
 }
 
 double sent_time(const transport::message& message) {

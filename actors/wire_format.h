@@ -36,6 +36,16 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
 /// The report a coordinator receives; nothing with `error` set for a malformed one.
 std::optional<stage_output> report_from_wire(const transport::message& message, std::string* error);
 
+/// A save_state, load_state or stage_state message for checkpoint step `step`. `shard` (may
+/// be null: a save request or a load's acknowledgement) travels as bytes frames of at most
+/// 256 MiB each, viewing the string in place.
+transport::message state_to_wire(transport::message_kind kind, int64_t step,
+                                 std::shared_ptr<const std::string> shard, const wire_route& route);
+
+/// The shard bytes a state message carries (its bytes frames joined); empty when it has none.
+/// Nothing, with `error` set, when a frame is not a bytes frame.
+std::optional<std::string> state_from_wire(const transport::message& message, std::string* error);
+
 /// The sender's clock stamped by wire_route::sent_s.
 double sent_time(const transport::message& message);
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "actors/job_file.h"
 #include "apps/commands.h"
 #include "apps/launch_environment.h"
 #include "transport/curve.h"
@@ -125,6 +126,14 @@ int run_launch(const launch_options& options) {
   worker.keys_directory = train.keys_directory;
   worker.insecure = train.insecure;
   worker.key_name = options.worker_key_name;
+  // Every rank reads the job file: the coordinator refuses a rank started for another job.
+  actors::job_error problem;
+  auto config = actors::load_job_file(train.job_file, train.overrides, &problem);
+  if (!config) {
+    std::fprintf(stderr, "troupe launch: %s\n", problem.message.c_str());
+    return 2;
+  }
+  worker.job_hash = actors::checkpoint_config_hash(*config);
   return run_worker_command(worker);
 }
 

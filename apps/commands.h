@@ -27,6 +27,10 @@ struct train_options {
   std::string keys_directory;
   std::string key_name = "coordinator";
   bool insecure = false;
+  /// --resume [PATH]: continue from PATH (a checkpoint, a checkpoints directory or a run's
+  /// output directory), or from the job's own checkpoints when PATH is empty.
+  bool resume = false;
+  std::string resume_path;
 };
 
 int run_train(const train_options& options);
@@ -40,6 +44,7 @@ struct worker_command_options {
   std::string key_name;  ///< empty: this host's name
   std::string coordinator_key_name = "coordinator";
   bool insecure = false;
+  std::string job_hash;  ///< the job this worker was started for (empty: any)
 };
 
 /// `troupe worker`: joins a coordinator and hosts the stages it assigns.

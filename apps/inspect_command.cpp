@@ -1,7 +1,194 @@
+// `troupe inspect PATH`: what a checkpoint holds and whether it is whole. PATH is a step
+// directory (that checkpoint), a checkpoints directory or a run's output directory (the newest
+// committed checkpoint that verifies, as --resume would pick it, naming the ones it skipped).
+// Exit status: 0 verified, 1 a file is damaged, 2 no checkpoint there.
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/checkpoint_store.h"
+#include "actors/stage_state.h"
 #include "apps/commands.h"
 
 namespace troupe::apps {
+namespace {
 
-int run_inspect(const inspect_options&) { return 1; }
+namespace fs = std::filesystem;
+
+int refuse(int status, const std::string& problem) {
+  std::fprintf(stderr, "troupe inspect: %s\n", problem.c_str());
+  return status;
+}
+
+bool is_step_name(const std::string& name) {
+  return name.size() > 5 && name.compare(0, 5, "step-") == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+/// PATH without trailing slashes, so that "runs/x/step-10/" is named step-10.
+fs::path named_path(const std::string& path) {
+  fs::path result(path);
+  while (!result.has_filename() && result.has_parent_path() && result != result.root_path()) {
+    result = result.parent_path();
+  }
+  return result;
+}
+
+bool is_step_directory(const fs::path& path) {
+  std::error_code failure;
+  return fs::exists(path / "manifest.json", failure) || is_step_name(path.filename().string());
+}
+
+bool has_step_directories(const fs::path& directory) {
+  std::error_code failure;
+  for (fs::directory_iterator it(directory, failure), end; !failure && it != end;
+       it.increment(failure)) {
+    std::error_code type_failure;
+    if (is_step_name(it->path().filename().string()) && it->is_directory(type_failure)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string utc_time(double unix_seconds) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
+  std::tm parts{};
+  char text[64] = "?";
+  if (gmtime_r(&seconds, &parts) != nullptr) {
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &parts);
+  }
+  return text;
+}
+
+void print_manifest(const std::string& directory, const actors::checkpoint_manifest& manifest) {
+  std::printf("checkpoint %s\n", directory.c_str());
+  std::printf("  job           %s\n", manifest.job.c_str());
+  std::printf("  step          %lld\n", static_cast<long long>(manifest.step));
+  std::printf("  epoch         %lld\n", static_cast<long long>(manifest.epoch));
+  std::printf("  config hash   %s\n", manifest.config_hash.c_str());
+  std::printf("  created       %s (unix %.3f)\n", utc_time(manifest.created_unix_s).c_str(),
+              manifest.created_unix_s);
+  std::printf("  stages        %d\n", manifest.stages);
+  std::printf("  shards:\n");
+  for (const actors::shard_entry& shard : manifest.shards) {
+    std::printf("    stage %-3d %-18s %14llu bytes  xxh3 %s\n", shard.stage, shard.file.c_str(),
+                static_cast<unsigned long long>(shard.bytes), shard.xxh3.c_str());
+  }
+  std::printf("  coordinator   %s\n", manifest.coordinator.dump().c_str());
+}
+
+/// Prints what DIRECTORY/manifest.json says, when it says anything, before the verification
+/// that failed on some other file is reported.
+void print_manifest_if_readable(const fs::path& directory) {
+  std::ifstream file(directory / "manifest.json", std::ios::binary);
+  if (!file) return;
+  const std::string text{std::istreambuf_iterator<char>(file), {}};
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::string ignored;
+  const auto manifest =
+      json.is_discarded() ? std::nullopt : actors::manifest_from_json(json, &ignored);
+  if (manifest) print_manifest(directory.string(), *manifest);
+}
+
+/// Parses every shard and prints what each stage holds; false, with `error` naming the
+/// shard's file, when one does not parse or holds another stage than the manifest says.
+bool verify_stages(const actors::loaded_checkpoint& checkpoint, std::string* error) {
+  std::printf("verified sizes and xxh3 checksums of %zu shards; stage states:\n",
+              checkpoint.shards.size());
+  for (size_t i = 0; i < checkpoint.shards.size(); ++i) {
+    const std::string file = checkpoint.directory + "/" + checkpoint.manifest.shards[i].file;
+    std::string problem;
+    auto state = actors::parse_stage_state(checkpoint.shards[i].data(), checkpoint.shards[i].size(),
+                                           &problem);
+    if (state &&
+        (state->stage != static_cast<int32_t>(i) || state->stages != checkpoint.manifest.stages)) {
+      problem = "holds stage " + std::to_string(state->stage) + " of " +
+                std::to_string(state->stages) + ", the manifest says stage " + std::to_string(i) +
+                " of " + std::to_string(checkpoint.manifest.stages);
+      state.reset();
+    }
+    if (!state) {
+      *error = file + ": " + problem;
+      return false;
+    }
+    std::printf(
+        "    stage %zu: blocks [%lld, %lld), %zu parameters, %zu gradients, %zu optimizer "
+        "tensors, %lld values, weight version %lld, optimizer steps %lld\n",
+        i, static_cast<long long>(state->first_block), static_cast<long long>(state->last_block),
+        state->parameters.size(), state->gradients.size(), state->optimizer_state.size(),
+        static_cast<long long>(actors::stage_state_values(*state)),
+        static_cast<long long>(state->weight_version),
+        static_cast<long long>(state->optimizer_steps));
+  }
+  return true;
+}
+
+/// Prints and verifies a checkpoint that loaded; 0 when every stage parses, else 1.
+int report(const actors::loaded_checkpoint& checkpoint) {
+  print_manifest(checkpoint.directory, checkpoint.manifest);
+  std::string error;
+  if (!verify_stages(checkpoint, &error)) return refuse(1, error);
+  std::printf("ok: step %lld verifies\n", static_cast<long long>(checkpoint.manifest.step));
+  return 0;
+}
+
+int inspect_step(const fs::path& directory) {
+  std::string error;
+  const auto checkpoint = actors::load_checkpoint(directory.string(), "", &error);
+  if (checkpoint) return report(*checkpoint);
+  std::error_code failure;
+  if (!fs::exists(directory / "manifest.json", failure)) return refuse(2, error);
+  print_manifest_if_readable(directory);
+  return refuse(1, error);
+}
+
+/// The newest committed checkpoint of DIRECTORY that verifies, naming the newer ones skipped.
+int inspect_collection(const fs::path& directory) {
+  const actors::checkpoint_store store(directory.string(), 0);
+  std::vector<std::string> problems;
+  const auto checkpoint = store.load_latest("", &problems);
+  for (const std::string& problem : problems) std::printf("skipped: %s\n", problem.c_str());
+  std::ifstream latest(directory / "latest");
+  std::string named;
+  if (std::getline(latest, named))
+    std::printf("%s/latest names %s\n", directory.c_str(), named.c_str());
+  if (checkpoint) return report(*checkpoint);
+  if (store.committed().empty()) {
+    return refuse(2,
+                  directory.string() + " holds no committed checkpoint (no step-N/manifest.json)");
+  }
+  return refuse(
+      1, "no checkpoint in " + directory.string() + " verifies; the newest: " + problems.front());
+}
+
+}  // namespace
+
+int run_inspect(const inspect_options& options) {
+  const fs::path path = named_path(options.path);
+  std::error_code failure;
+  if (options.path.empty() || !fs::exists(path, failure)) {
+    return refuse(2, options.path + ": no such file or directory");
+  }
+  try {
+    if (is_step_directory(path)) return inspect_step(path);
+    if (has_step_directories(path)) return inspect_collection(path);
+    if (fs::is_directory(path / "checkpoints", failure))
+      return inspect_collection(path / "checkpoints");
+  } catch (const std::exception& problem) {
+    return refuse(1, options.path + ": " + problem.what());
+  }
+  return refuse(2, options.path +
+                       " holds no checkpoint (no manifest.json, no step-N directories, no "
+                       "checkpoints/)");
+}
 
 }  // namespace troupe::apps

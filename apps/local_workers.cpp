@@ -21,22 +21,6 @@ namespace {
 constexpr int max_children = 256;
 std::atomic<pid_t> running_children[max_children];
 
-void stop_children_and_exit(int signal_number) {
-  for (auto& child : running_children) {
-    const pid_t pid = child.load();
-    if (pid > 0) kill(pid, SIGTERM);
-  }
-  _exit(128 + signal_number);
-}
-
-void install_handlers() {
-  struct sigaction action {};
-  action.sa_handler = stop_children_and_exit;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
 void remember(pid_t pid) {
   for (auto& child : running_children) {
     pid_t empty = 0;
@@ -65,41 +49,62 @@ local_workers::~local_workers() {
   if (directory_ != "/tmp") std::filesystem::remove_all(directory_, ignored);
 }
 
-bool local_workers::start(int count, std::string* error) {
-  install_handlers();
+void local_workers::terminate_all() {
+  for (auto& child : running_children) {
+    const pid_t pid = child.load();
+    if (pid > 0) kill(pid, SIGTERM);
+  }
+}
+
+bool local_workers::spawn_worker(std::string* error) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string coordinator = coordinator_address();
+  const int index = started_++;
+  // A fresh address per worker: a replacement never meets its predecessor's leftovers.
+  const std::string listen = "ipc://" + directory_ + "/worker-" + std::to_string(index);
+  std::vector<std::string> arguments = {
+      self, "worker", "--coordinator", coordinator_address(), "--listen", listen};
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int failure = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (failure != 0) {
+    *error = "cannot start worker " + std::to_string(index) + ": " + std::strerror(failure);
+    return false;
+  }
+  children_.push_back(pid);
+  remember(pid);
+  return true;
+}
+
+bool local_workers::start(int count, std::string* error) {
   for (int i = 0; i < count; ++i) {
-    const std::string listen = "ipc://" + directory_ + "/worker-" + std::to_string(i);
-    std::vector<std::string> arguments = {self,        "worker",   "--coordinator",
-                                          coordinator, "--listen", listen};
-    std::vector<char*> argv;
-    for (auto& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int failure = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ);
-    if (failure != 0) {
-      *error = "cannot start worker " + std::to_string(i) + ": " + std::strerror(failure);
-      return false;
-    }
-    children_.push_back(pid);
-    remember(pid);
+    if (!spawn_worker(error)) return false;
   }
   return true;
+}
+
+void local_workers::reap_exited() {
+  for (size_t i = 0; i < children_.size();) {
+    int status = 0;
+    if (waitpid(children_[i], &status, WNOHANG) == children_[i]) {
+      forget(children_[i]);
+      children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool local_workers::start_replacement(std::string* error) {
+  reap_exited();
+  return spawn_worker(error);
 }
 
 void local_workers::reap(double grace_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
   while (!children_.empty()) {
-    for (size_t i = 0; i < children_.size();) {
-      int status = 0;
-      if (waitpid(children_[i], &status, WNOHANG) == children_[i]) {
-        forget(children_[i]);
-        children_.erase(children_.begin() + i);
-      } else {
-        ++i;
-      }
-    }
+    reap_exited();
     if (children_.empty()) break;
     if (std::chrono::steady_clock::now() > deadline) {
       for (pid_t pid : children_) kill(pid, SIGKILL);

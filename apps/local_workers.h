@@ -1,7 +1,7 @@
 #pragma once
 
 // `troupe train --workers N`: worker processes of this same binary on this machine, started
-// before the run and cleaned up after it, on errors and on Ctrl-C or SIGTERM alike.
+// before the run and cleaned up after it, on errors and on Ctrl-C alike (see run_signals.h).
 
 #include <sys/types.h>
 #include <string>
@@ -22,13 +22,21 @@ class local_workers {
   /// Starts `count` `troupe worker` processes that join coordinator_address(); false with
   /// `error` set when one cannot be started.
   bool start(int count, std::string* error);
+  /// Starts one more worker (replacing a lost one); reaps the workers that have exited.
+  bool start_replacement(std::string* error);
+  /// Sends SIGTERM to every running worker of this process (async-signal-safe).
+  static void terminate_all();
   /// Waits for the workers to exit (they do after the run's finish message); kills any still
   /// running after `grace_s` seconds.
   void reap(double grace_s);
 
  private:
+  bool spawn_worker(std::string* error);
+  void reap_exited();
+
   std::string directory_;
   std::vector<pid_t> children_;
+  int started_ = 0;
 };
 
 }  // namespace troupe::apps

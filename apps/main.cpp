@@ -7,6 +7,20 @@
 
 namespace {
 
+void add_resume(CLI::App* command, troupe::apps::train_options& options) {
+  command
+      ->add_option_function<std::vector<std::string>>(
+          "--resume",
+          [&options](const std::vector<std::string>& values) {
+            options.resume = true;
+            options.resume_path = values.empty() ? "" : values.front();
+          },
+          "Continue from the latest checkpoint, or from PATH (a checkpoint, a checkpoints "
+          "directory or a run directory)")
+      ->expected(0, 1)
+      ->allow_extra_args(false);
+}
+
 void add_train(CLI::App& app, troupe::apps::train_options& options) {
   CLI::App* train = app.add_subcommand("train", "Train the model a job file describes");
   train->add_option("job", options.job_file, "Job file (TOML)")->required();
@@ -21,6 +35,7 @@ void add_train(CLI::App& app, troupe::apps::train_options& options) {
       ->add_option("--workers", options.workers,
                    "Run the stages in N local worker processes (over ipc://)")
       ->check(CLI::PositiveNumber);
+  add_resume(train, options);
 }
 
 void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
@@ -47,6 +62,7 @@ void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
   coordinator->add_option("--key-name", options.key_name, "This node's key name")
       ->capture_default_str();
   coordinator->add_flag("--insecure", options.insecure, "Allow unencrypted non-loopback addresses");
+  add_resume(coordinator, options);
 }
 
 void add_keygen(CLI::App& app, troupe::apps::keygen_options& options) {
@@ -77,6 +93,7 @@ void add_launch(CLI::App& app, troupe::apps::launch_options& options) {
                      "This rank's key name (default: coordinator on rank 0, else the host name)");
   launch->add_flag("--insecure", options.train.insecure,
                    "Allow unencrypted non-loopback addresses");
+  add_resume(launch, options.train);
 }
 
 void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
@@ -114,7 +131,8 @@ void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
 
 void add_inspect(CLI::App& app, troupe::apps::inspect_options& options) {
   CLI::App* inspect = app.add_subcommand("inspect", "Print a checkpoint's manifest and verify it");
-  inspect->add_option("path", options.path, "Checkpoint step directory, checkpoints directory or run")
+  inspect
+      ->add_option("path", options.path, "Checkpoint step directory, checkpoints directory or run")
       ->required();
 }
 

@@ -50,6 +50,18 @@ void run_reporter::clear_bar() {
   bar_drawn_ = false;
 }
 
+void run_reporter::on_event(const nlohmann::json& event) {
+  if (log_) log_->append(event);
+  const std::string kind = event.value("event", std::string());
+  if (kind == "checkpoint") {
+    clear_bar();
+    std::fprintf(terminal_, "checkpoint step %lld written to %s (%.1f MB in %.2f s)\n",
+                 static_cast<long long>(event.value("step", int64_t{0})),
+                 event.value("directory", std::string()).c_str(), event.value("bytes", 0.0) / 1e6,
+                 event.value("seconds", 0.0));
+  }
+}
+
 void run_reporter::on_metrics(const actors::metrics_record& record) {
   if (log_) log_->append(to_json(record));
   if (record.test_accuracy) {

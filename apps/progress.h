@@ -26,6 +26,7 @@ class run_reporter final : public actors::training_observer {
   void on_step(int64_t step, int64_t total_steps, int64_t epoch, double loss,
                double samples_per_s) override;
   void on_metrics(const actors::metrics_record& record) override;
+  void on_event(const nlohmann::json& event) override;
 
  private:
   void draw_bar(int64_t step, int64_t total_steps, int64_t epoch);

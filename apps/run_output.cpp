@@ -62,7 +62,8 @@ nlohmann::json to_json(const actors::training_summary& summary) {
   return value;
 }
 
-metrics_log::metrics_log(const std::string& path) : file_(path, std::ios::trunc) {}
+metrics_log::metrics_log(const std::string& path, bool append)
+    : file_(path, append ? std::ios::app : std::ios::trunc) {}
 
 void metrics_log::append(const nlohmann::json& line) {
   file_ << line.dump() << '\n';

@@ -24,8 +24,8 @@ nlohmann::json to_json(const actors::training_summary& summary);
 /// Appends one JSON object per line to DIR/metrics.jsonl, flushed after every line.
 class metrics_log {
  public:
-  /// Truncates or creates the file; check ok() afterwards.
-  explicit metrics_log(const std::string& path);
+  /// Truncates or creates the file (with `append`, adds to it: a resumed run); check ok().
+  explicit metrics_log(const std::string& path, bool append = false);
   bool ok() const { return static_cast<bool>(file_); }
   void append(const nlohmann::json& line);
 

@@ -10,12 +10,15 @@
 #include "actors/job_file.h"
 #include "actors/partition.h"
 #include "actors/pipeline_host.h"
+#include "actors/safetensors.h"
 #include "actors/sequential_trainer.h"
+#include "actors/stage_state.h"
 #include "actors/training_loop.h"
 #include "apps/commands.h"
 #include "apps/local_workers.h"
 #include "apps/progress.h"
 #include "apps/run_output.h"
+#include "apps/run_signals.h"
 #include "layers/backend_registry.h"
 
 namespace troupe::apps {
@@ -44,12 +47,6 @@ int classes_of(const actors::job_config& config) {
   return config.data.dataset == "synthetic" ? config.data.classes : 10;
 }
 
-/// Whether the job needs the actor engine rather than the sequential reference trainer.
-bool pipelined(const actors::job_config& config) {
-  const auto& p = config.parallelism;
-  return p.stages > 1 || p.micro_batches > 1 || p.mode == "async";
-}
-
 nlohmann::json stages_json(const actors::pipeline_report& report) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& stage : report.stages) {
@@ -63,17 +60,18 @@ nlohmann::json stages_json(const actors::pipeline_report& report) {
 
 struct run_outcome {
   actors::training_summary summary;
-  nlohmann::json stages;  // null for the sequential trainer
+  nlohmann::json stages;
+  bool stopped = false;  ///< stopped early after a checkpoint (SIGTERM)
 };
 
 /// Trains through the stage and coordinator actors; writes trace.json when asked.
 std::optional<run_outcome> train_pipelined(const actors::job_config& config,
                                            const actors::job_data& data, const std::string& out,
+                                           actors::pipeline_options options,
                                            actors::training_observer& observer,
                                            std::string* error) {
   steady_clock_source clock;
   actors::trace_recorder trace(config.parallelism.stages);
-  actors::pipeline_options options;
   if (config.metrics.trace) options.trace = &trace;
   auto report = actors::run_pipeline(config, data, observer, clock, options, error);
   if (!report) return std::nullopt;
@@ -82,7 +80,7 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
     std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
                  static_cast<unsigned long long>(report->dropped_frames));
   }
-  return run_outcome{report->summary, stages_json(*report)};
+  return run_outcome{report->summary, stages_json(*report), report->stopped};
 }
 
 std::string read_text(const std::string& path) {
@@ -96,7 +94,7 @@ std::string read_text(const std::string& path) {
 /// `options.listen`. A worker that dies ends the run with a message naming it.
 std::optional<run_outcome> train_cluster(const actors::job_config& config,
                                          const actors::job_data& data, const train_options& options,
-                                         const std::string& out,
+                                         const std::string& out, actors::pipeline_options pipeline,
                                          actors::training_observer& observer, std::string* error) {
   steady_clock_source clock;
   actors::coordinator_options cluster;
@@ -108,19 +106,66 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   if (!security) return std::nullopt;
   cluster.security = *security;
   actors::trace_recorder trace(config.parallelism.stages);
+  cluster.pipeline = std::move(pipeline);
   if (config.metrics.trace) cluster.pipeline.trace = &trace;
   std::optional<local_workers> local;
   if (options.listen.empty()) {
     local.emplace();
     cluster.listen_address = local->coordinator_address();
     if (!local->start(options.workers, error)) return std::nullopt;
+    cluster.replace_worker = [&local](std::string* problem) {
+      return local->start_replacement(problem);
+    };
   } else {
     cluster.listen_address = options.listen;
   }
   auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
   if (!report) return std::nullopt;
   if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
-  return run_outcome{report->summary, stages_json(*report)};
+  return run_outcome{report->summary, stages_json(*report), report->stopped};
+}
+
+/// The checkpoint to continue from for --resume; nothing, with `error` set, when none loads.
+std::optional<actors::loaded_checkpoint> checkpoint_to_resume(const actors::job_config& config,
+                                                              const train_options& options,
+                                                              const std::string& checkpoints,
+                                                              std::string* error) {
+  const std::string path = options.resume_path.empty() ? checkpoints : options.resume_path;
+  std::vector<std::string> problems;
+  auto checkpoint =
+      actors::resolve_resume(path, actors::checkpoint_config_hash(config), &problems, error);
+  for (const std::string& problem : problems) {
+    std::fprintf(stderr, "troupe: skipped a checkpoint: %s\n", problem.c_str());
+  }
+  if (checkpoint) {
+    std::fprintf(stderr, "troupe: resuming from %s (step %lld, epoch %lld)\n",
+                 checkpoint->directory.c_str(), static_cast<long long>(checkpoint->manifest.step),
+                 static_cast<long long>(checkpoint->manifest.epoch));
+  }
+  return checkpoint;
+}
+
+/// The run's checkpoint, resume and initial-weight settings; nothing with `error` set when the
+/// resume point or the initial weights cannot be had.
+std::optional<actors::pipeline_options> run_settings(const actors::job_config& config,
+                                                     const train_options& options,
+                                                     const std::string& out, std::string* error) {
+  actors::pipeline_options pipeline;
+  pipeline.checkpoint_directory =
+      config.checkpoint.dir.empty() ? out + "/checkpoints" : config.checkpoint.dir;
+  pipeline.job_name = std::filesystem::path(options.job_file).stem().string();
+  if (options.resume) {
+    pipeline.resume = checkpoint_to_resume(config, options, pipeline.checkpoint_directory, error);
+    if (!pipeline.resume) return std::nullopt;
+  } else if (!config.model.init_from.empty()) {
+    auto states = actors::initial_stage_states(config, error);
+    if (!states) return std::nullopt;
+    for (const actors::stage_state& state : *states) {
+      pipeline.initial_weights.push_back(
+          std::make_shared<const std::string>(actors::serialize_stage_state(state)));
+    }
+  }
+  return pipeline;
 }
 
 }  // namespace
@@ -131,6 +176,7 @@ int run_worker_command(const worker_command_options& options) {
   worker.coordinator_address = options.coordinator;
   worker.listen_address = options.listen;
   worker.liveness.timeout_s = options.heartbeat_timeout_s;
+  worker.job_hash = options.job_hash;
   std::string error;
   auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);
   if (!security) {
@@ -177,7 +223,10 @@ int run_train(const train_options& options) {
       !write_json_file(out + "/config.json", actors::to_json(*config), &error)) {
     return bad_input(error);
   }
-  metrics_log log(out + "/metrics.jsonl");
+  auto pipeline = run_settings(*config, options, out, &error);
+  if (!pipeline) return bad_input(error);
+  pipeline->checkpoint_requests = install_run_signals();
+  metrics_log log(out + "/metrics.jsonl", options.resume);
   if (!log.ok()) return bad_input("cannot write " + out + "/metrics.jsonl");
 
   const int64_t per_epoch = data->train.count() / config->training.batch_size;
@@ -190,28 +239,29 @@ int run_train(const train_options& options) {
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
   run_outcome outcome;
   if (options.workers > 0) {
-    auto result = train_cluster(*config, *data, options, out, reporter, &error);
+    auto result = train_cluster(*config, *data, options, out, *pipeline, reporter, &error);
     if (!result) {
       std::fprintf(stderr, "troupe: %s\n", error.c_str());
       return 1;
     }
     outcome = std::move(*result);
-  } else if (pipelined(*config)) {
-    auto result = train_pipelined(*config, *data, out, reporter, &error);
+  } else {
+    auto result = train_pipelined(*config, *data, out, *pipeline, reporter, &error);
     if (!result) return bad_input(options.job_file + ": " + error);
     outcome = std::move(*result);
-  } else {
-    actors::sequential_trainer trainer(*config, *device);
-    steady_clock_source clock;
-    outcome.summary =
-        actors::run_training(*config, trainer, data->train, data->test, clock, reporter);
   }
   const actors::training_summary& summary = outcome.summary;
   nlohmann::json summary_json = to_json(summary);
   if (!outcome.stages.is_null()) summary_json["stages"] = outcome.stages;
+  summary_json["stopped_early"] = outcome.stopped;
   if (!write_json_file(out + "/summary.json", summary_json, &error)) {
     std::fprintf(stderr, "troupe: %s\n", error.c_str());
     return 1;
+  }
+  if (outcome.stopped) {
+    std::fprintf(stderr,
+                 "troupe: stopped at step %lld after a checkpoint; continue with --resume\n",
+                 static_cast<long long>(summary.steps));
   }
   std::printf("final_test_accuracy %.4f  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n",
               summary.final_test_accuracy, static_cast<long long>(summary.steps),

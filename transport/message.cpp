@@ -11,6 +11,8 @@ size_t element_size(element_type type) {
       return sizeof(float);
     case element_type::int32:
       return sizeof(int32_t);
+    case element_type::bytes:
+      return 1;
   }
   return 0;
 }
@@ -27,6 +29,12 @@ const char* to_string(message_kind kind) {
       return "loss_report";
     case message_kind::control:
       return "control";
+    case message_kind::save_state:
+      return "save_state";
+    case message_kind::load_state:
+      return "load_state";
+    case message_kind::stage_state:
+      return "stage_state";
   }
   return "unknown";
 }
@@ -37,6 +45,8 @@ const char* to_string(element_type type) {
       return "float32";
     case element_type::int32:
       return "int32";
+    case element_type::bytes:
+      return "bytes";
   }
   return "unknown";
 }
@@ -81,6 +91,14 @@ void add_payload(message& into, std::vector<int64_t> dims,
                  std::shared_ptr<const std::vector<int32_t>> values) {
   into.header.frames.push_back(tensor_frame_info{element_type::int32, std::move(dims)});
   into.payloads.push_back(make_frame(std::move(values)));
+}
+
+void add_payload(message& into, std::shared_ptr<const std::string> values) {
+  const int64_t size = static_cast<int64_t>(values->size());
+  into.header.frames.push_back(tensor_frame_info{element_type::bytes, {size}});
+  const void* data = values->data();
+  into.payloads.push_back(
+      frame{std::shared_ptr<const void>(std::move(values)), data, static_cast<size_t>(size)});
 }
 
 }  // namespace troupe::transport

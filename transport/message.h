@@ -17,7 +17,7 @@
 namespace troupe::transport {
 
 /// Wire protocol version this build writes into every header; decoders reject any other.
-inline constexpr uint16_t current_protocol_version = 1;
+inline constexpr uint16_t current_protocol_version = 2;
 
 /// Stage number that stands for the coordinator in source_stage / target_stage.
 inline constexpr int32_t coordinator_stage = -1;
@@ -29,27 +29,31 @@ enum class message_kind : uint8_t {
   evaluate,     ///< activations of an evaluation batch: no backward pass follows
   loss_report,  ///< loss / accuracy figures (in message_header::metrics) for the coordinator
   control,      ///< coordinator commands and acknowledgements (admit, checkpoint, stop)
+  save_state,   ///< coordinator → stage: send your state for the checkpoint of step `step`
+  load_state,   ///< coordinator → stage: continue from the shard in the payload frames
+  stage_state,  ///< stage → coordinator: a saved shard, or (no frames) a load's acknowledgement
 };
 
 /// Number of message_kind values; a kind byte at or above it is invalid on the wire.
-inline constexpr uint8_t message_kind_count = 5;
+inline constexpr uint8_t message_kind_count = 8;
 
 /// Element type of a payload frame.
 enum class element_type : uint8_t {
   float32 = 0,  ///< activations, gradients
   int32 = 1,    ///< class labels
+  bytes = 2,    ///< opaque bytes (checkpoint shards)
 };
 
 /// Number of element_type values; a dtype byte at or above it is invalid on the wire.
-inline constexpr uint8_t element_type_count = 2;
+inline constexpr uint8_t element_type_count = 3;
 
-/// Bytes per element of `type` (4 for both types today).
+/// Bytes per element of `type`.
 size_t element_size(element_type type);
 
 /// "forward", "backward", ... (for log lines and error messages).
 const char* to_string(message_kind kind);
 
-/// "float32" or "int32".
+/// "float32", "int32" or "bytes".
 const char* to_string(element_type type);
 
 /// Shape and element type of one payload frame, as announced by the header.
@@ -128,6 +132,9 @@ struct message {
 /// are checked when the message is sent or decoded, not here.
 void add_payload(message& into, std::vector<int64_t> dims,
                  std::shared_ptr<const std::vector<float>> values);
+
+/// Appends `values` as a one-dimensional bytes payload (not copied).
+void add_payload(message& into, std::shared_ptr<const std::string> values);
 
 /// Appends an int32 payload of shape `dims` viewing `values` (not copied) to `into`.
 void add_payload(message& into, std::vector<int64_t> dims,

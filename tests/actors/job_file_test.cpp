@@ -450,7 +450,7 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
   ASSERT_TRUE(config);
   const nlohmann::json json = to_json(*config);
   const std::vector<std::pair<std::string, std::set<std::string>>> expected = {
-      {"model", {"layers", "input_shape", "loss"}},
+      {"model", {"layers", "input_shape", "loss", "init_from"}},
       {"data",
        {"dataset", "path", "shuffle", "normalize", "train_samples", "test_samples",
         "synthetic_train", "synthetic_test", "classes"}},
@@ -461,7 +461,8 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
        {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
         "beta2", "epsilon", "lr_schedule", "lr_decay", "lr_decay_epochs", "warmup_steps", "seed",
         "target_accuracy", "precision"}},
-      {"checkpoint", {"dir", "interval_steps", "interval_s", "keep_last"}},
+      {"checkpoint",
+       {"dir", "interval_steps", "interval_s", "keep_last", "max_restarts", "rejoin_timeout_s"}},
       {"metrics", {"log_interval", "trace", "progress"}},
   };
   ASSERT_EQ(json.size(), expected.size());

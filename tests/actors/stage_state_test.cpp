@@ -24,7 +24,8 @@ stage_state sample_state() {
   state.keys_since_step = 2;
   state.optimizer_steps = 17;
   state.seed = 99;
-  state.parameters = {{"linear2.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"linear2.bias", {2}, {7, 8}}};
+  state.parameters = {{"linear2.weight", {2, 3}, {1, 2, 3, 4, 5, 6}},
+                      {"linear2.bias", {2}, {7, 8}}};
   state.gradients = {{"linear2.bias", {2}, {0.5f, -0.5f}}};
   state.optimizer_state = {{"linear2.weight.velocity", {2, 3}, {0, 0, 0, 1, 1, 1}}};
   return state;
@@ -107,9 +108,10 @@ TEST(StageStateTest, LoadedStageContinuesExactlyAsTheOriginal) {
   std::unique_ptr<stage_device> first_device, second_device;
   auto first = make(&first_device);
   auto second = make(&second_device);
-  const layers::shape input = first_device->save_state().parameters.empty()
-                                  ? layers::shape{}
-                                  : layers::shape{4, first_device->save_state().parameters[0].dims[1]};
+  const layers::shape input =
+      first_device->save_state().parameters.empty()
+          ? layers::shape{}
+          : layers::shape{4, first_device->save_state().parameters[0].dims[1]};
   auto run_key = [&](stage_logic& logic, uint64_t key) {
     key_message message;
     message.key = key;

@@ -19,83 +19,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/cli_helpers.h"
+
 extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct run_result {
-  int status = -1;
-  std::string errors;
-  std::string output;
-};
+using namespace troupe::testing;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-class CliTest : public ::testing::Test {
+class CliTest : public troupe_command_test {
  protected:
-  void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("troupe_cli_" +
-                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(directory_);
-    fs::create_directories(directory_);
-  }
-  void TearDown() override { fs::remove_all(directory_); }
-
-  /// Runs `troupe ARGUMENTS` with stdout and stderr captured to files.
-  run_result troupe(const std::string& arguments) {
-    const fs::path out = directory_ / "stdout.txt", err = directory_ / "stderr.txt";
-    const std::string command =
-        std::string(TROUPE_BINARY) + " " + arguments + " >" + out.string() + " 2>" + err.string();
-    const int raw = std::system(command.c_str());
-    run_result result;
-    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    result.output = read_file(out);
-    result.errors = read_file(err);
-    return result;
-  }
-
-  fs::path write(const std::string& name, const std::string& text) {
-    const fs::path path = directory_ / name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  /// A tiny synthetic job that trains in well under a second.
-  fs::path tiny_job() {
-    return write("tiny.toml", R"(
-[model]
-input_shape = [8]
-layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 512
-synthetic_test = 128
-classes = 4
-[training]
-batch_size = 32
-epochs = 2
-lr = 0.1
-target_accuracy = 0.3
-[metrics]
-log_interval = 4
-)");
-  }
-
   static void expect_one_line(const run_result& result, const std::string& needle) {
     EXPECT_EQ(result.status, 2) << result.errors;
     EXPECT_NE(result.errors.find(needle), std::string::npos) << result.errors;
     EXPECT_EQ(std::count(result.errors.begin(), result.errors.end(), '\n'), 1) << result.errors;
   }
-
-  fs::path directory_;
 };
 
 TEST_F(CliTest, TrainsAndWritesOutputs) {
@@ -259,32 +199,6 @@ TEST_F(CliTest, LocalWorkerProcessesTrainLikeOneProcess) {
   EXPECT_EQ(actual["stages"].size(), 3u);
 }
 
-/// Starts `troupe ARGUMENTS...` in the background with stderr to `errors`.
-pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::path& errors) {
-  std::vector<std::string> all = {TROUPE_BINARY};
-  all.insert(all.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& argument : all) argv.push_back(argument.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-/// Polls until `done()` or `seconds` pass; returns done().
-bool wait_until(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  return done();
-}
-
 TEST_F(CliTest, KilledWorkerIsNamedByTheCoordinator) {
   const fs::path job = write("long.toml", R"(
 [model]
@@ -302,6 +216,8 @@ mode = "async"
 [training]
 batch_size = 8
 epochs = 1000
+[checkpoint]
+max_restarts = 0
 [metrics]
 log_interval = 1
 )");

@@ -1,0 +1,472 @@
+// The coordinator half of the cluster host: gathers workers, assigns them stages, drives the
+// run through the coordinator actor, watches heartbeats, and when a worker is lost resets the
+// pipeline, brings in a replacement and continues from the latest checkpoint.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "actors/actor_hosting.h"
+#include "actors/cluster_control.h"
+#include "actors/cluster_host.h"
+#include "actors/job_file.h"
+#include "actors/partition.h"
+
+namespace troupe::actors {
+namespace {
+
+using json = nlohmann::json;
+
+/// A worker as the coordinator knows it.
+struct worker_peer {
+  std::string address;
+  std::string host;
+  int64_t pid = 0;
+  std::string public_key;  ///< with CURVE: what its inbox proves to hold
+  std::optional<transport::outbox> control;
+  std::vector<int> stages;
+  double last_heard = 0;
+
+  std::string describe() const {
+    std::string text = "worker pid " + std::to_string(pid) + " on " + host + " (stage";
+    text += stages.size() == 1 ? " " : "s ";
+    for (size_t i = 0; i < stages.size(); ++i) {
+      text += (i ? "," : "") + std::to_string(stages[i]);
+    }
+    return text + ")";
+  }
+};
+
+stage_report report_from(const json& body, const transport::message& message) {
+  stage_report report;
+  report.version = body.value("version", int64_t{0});
+  report.peak_contexts = body.value("peak_contexts", size_t{0});
+  report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
+  report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
+  for (const transport::frame& frame : message.payloads) {
+    const auto* begin = static_cast<const float*>(frame.data);
+    report.weights.emplace_back(begin, begin + frame.bytes / sizeof(float));
+  }
+  return report;
+}
+
+/// Job ids for clusters: the coordinator's pid and a counter (a new one per generation).
+uint64_t fresh_cluster_job_id() {
+  static std::atomic<uint64_t> counter{0};
+  return (static_cast<uint64_t>(::getpid()) << 20) + (uint64_t{1} << 19) + counter.fetch_add(1);
+}
+
+class cluster_coordinator {
+ public:
+  cluster_coordinator(const job_config& config, const job_data& data,
+                      const coordinator_options& options, training_observer& observer,
+                      clock_source& clock, int stages)
+      : config_(config),
+        data_(data),
+        options_(options),
+        observer_(observer),
+        clock_(clock),
+        stages_(stages),
+        system_(system_settings()),
+        self_(system_) {}
+
+  ~cluster_coordinator() {
+    stop_generation();
+    if (receiver_) receiver_->stop();
+  }
+
+  std::optional<pipeline_report> run(std::string* error) {
+    if (!bind(error) || !gather(options_.workers, options_.liveness.startup_s, error) ||
+        !start_generation(options_.pipeline.resume, error)) {
+      finish_workers();
+      return std::nullopt;
+    }
+    for (;;) {
+      size_t lost = 0;
+      const outcome result = watch(&lost, error);
+      if (result == outcome::done) break;
+      if (result == outcome::failed || !recover(lost, error)) {
+        finish_workers();
+        return std::nullopt;
+      }
+    }
+    finish_workers();
+    collect_reports();
+    if (static_cast<int>(reports_.size()) < stages_) {
+      *error = "only " + std::to_string(reports_.size()) + " of " + std::to_string(stages_) +
+               " stages reported at the end of the run";
+      return std::nullopt;
+    }
+    pipeline_report report;
+    report.summary = parts_->run->summary();
+    report.stopped = parts_->run->stopped();
+    for (auto& [stage, stage_result] : reports_) report.stages.push_back(std::move(stage_result));
+    report.dropped_frames = dropped_ + receiver_->dropped();
+    return report;
+  }
+
+ private:
+  enum class outcome { done, worker_lost, failed };
+
+  static caf::actor_system_config& system_settings() {
+    static caf::actor_system_config settings;
+    settings.set("scheduler.max-threads", 1);
+    return settings;
+  }
+
+  bool bind(std::string* error) {
+    authenticator_ = start_authenticator(context_, options_.security, error);
+    if (options_.security.curve && !authenticator_) return false;
+    transport::endpoint_error problem;
+    auto in = transport::inbox::bind(context_, options_.listen_address,
+                                     endpoint_settings(options_.security), &problem);
+    if (!in) {
+      *error = problem.text;
+      return false;
+    }
+    address_ = in->address();
+    std::vector<transport::inbox> inboxes;
+    inboxes.push_back(std::move(*in));
+    receiver_ = std::make_unique<transport::receiver_thread>(
+        context_, std::move(inboxes),
+        [this](transport::message&& message) {
+          if (is_control(message)) {
+            control_.push(std::move(message));
+            return;
+          }
+          std::lock_guard<std::mutex> lock(route_mutex_);
+          if (current_) caf::anon_send(current_, std::move(message));
+        },
+        log_dropped_frame);
+    return true;
+  }
+
+  // Control messages ------------------------------------------------------------------------
+
+  /// Handles every control message that arrives within `wait_s` (and those already queued).
+  void take_control(double wait_s) {
+    auto message = control_.pop(wait_s);
+    while (message) {
+      json body = control_body(*message);
+      if (!body.is_null()) handle_control(body, *message);
+      message = control_.pop(0);
+    }
+  }
+
+  void handle_control(const json& body, const transport::message& message) {
+    const std::string type = body["type"];
+    const int64_t pid = body.value("pid", int64_t{-1});
+    for (auto& worker : workers_) {
+      if (worker.pid == pid) worker.last_heard = clock_.now_seconds();
+    }
+    if (type == "hello") {
+      admit_hello(body);
+    } else if (type == "ready" && body.value("job_id", uint64_t{0}) == job_id_) {
+      ++ready_;
+    } else if (type == "report") {
+      reports_[body.value("stage", -1)] = report_from(body, message);
+      auto count = message.header.metrics.find("dropped");
+      if (count != message.header.metrics.end()) dropped_ += static_cast<uint64_t>(count->second);
+    }
+  }
+
+  /// Checks a hello (protocol version, job identity, CURVE key) and adds its worker, or
+  /// tells it why not.
+  void admit_hello(const json& body) {
+    worker_peer peer;
+    peer.address = body.value("address", "");
+    peer.host = body.value("host", "?");
+    peer.pid = body.value("pid", int64_t{0});
+    peer.public_key = body.value("public_key", "");
+    const auto& allowed = options_.security.allowed_public_keys;
+    if (options_.security.curve &&
+        std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
+      std::fprintf(stderr, "troupe: ignored a hello from %s: its key is not on the allow-list\n",
+                   peer.host.c_str());
+      return;
+    }
+    std::string error;
+    peer.control =
+        connect_outbox(context_, peer.address, &error, options_.security, peer.public_key);
+    if (!peer.control) {
+      std::fprintf(stderr, "troupe: ignored a hello from %s: %s\n", peer.host.c_str(),
+                   error.c_str());
+      return;
+    }
+    const int protocol = body.value("protocol", 0);
+    const std::string job_hash = body.value("job_hash", std::string());
+    std::string refusal;
+    if (protocol != transport::current_protocol_version) {
+      refusal = "it speaks protocol version " + std::to_string(protocol) +
+                ", this coordinator speaks " + std::to_string(transport::current_protocol_version);
+    } else if (!job_hash.empty() && job_hash != checkpoint_config_hash(config_)) {
+      refusal = "it was started for another job (config hash " + job_hash + ", this job's is " +
+                checkpoint_config_hash(config_) + ")";
+    } else if (static_cast<int>(workers_.size()) >= expected_workers_) {
+      refusal = "the job already has its " + std::to_string(expected_workers_) + " workers";
+    }
+    if (!refusal.empty()) {
+      std::fprintf(stderr, "troupe: refused worker pid %lld on %s: %s\n",
+                   static_cast<long long>(peer.pid), peer.host.c_str(), refusal.c_str());
+      send_on(*peer.control, control_message({{"type", "refuse"}, {"reason", refusal}}));
+      refused_.push_back(std::move(peer));
+      return;
+    }
+    peer.last_heard = clock_.now_seconds();
+    workers_.push_back(std::move(peer));
+  }
+
+  void heartbeat_workers(double now) {
+    if (now - last_heartbeat_ < options_.liveness.heartbeat_s) return;
+    for (auto& worker : workers_) {
+      send_on(*worker.control, control_message({{"type", "heartbeat"}}));
+    }
+    last_heartbeat_ = now;
+  }
+
+  /// The first worker silent for longer than the timeout.
+  std::optional<size_t> silent_worker(double now) const {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (now - workers_[i].last_heard > options_.liveness.timeout_s) return i;
+    }
+    return std::nullopt;
+  }
+
+  // Generations -----------------------------------------------------------------------------
+
+  /// Waits for hellos until `count` workers have joined, within `seconds`.
+  bool gather(int count, double seconds, std::string* error) {
+    expected_workers_ = count;
+    const double deadline = clock_.now_seconds() + seconds;
+    while (static_cast<int>(workers_.size()) < count) {
+      const double now = clock_.now_seconds();
+      if (now >= deadline) {
+        *error = "only " + std::to_string(workers_.size()) + " of " + std::to_string(count) +
+                 " workers joined at " + address_ + " within " +
+                 std::to_string(static_cast<int>(seconds)) + " s";
+        return false;
+      }
+      take_control(std::min(options_.liveness.heartbeat_s / 2, deadline - now));
+      heartbeat_workers(clock_.now_seconds());
+      if (auto lost = silent_worker(clock_.now_seconds())) {
+        std::fprintf(stderr, "troupe: %s at %s stopped responding while the job was starting\n",
+                     workers_[*lost].describe().c_str(), workers_[*lost].address.c_str());
+        workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(*lost));
+        if (options_.replace_worker && !options_.replace_worker(error)) return false;
+      }
+    }
+    return true;
+  }
+
+  /// Assigns the stages to the workers, waits until they are ready, and starts a coordinator
+  /// actor (continuing from `resume` when given).
+  bool start_generation(const std::optional<loaded_checkpoint>& resume, std::string* error) {
+    job_id_ = fresh_cluster_job_id();
+    std::vector<std::string> addresses(stages_), keys(stages_);
+    for (auto& worker : workers_) worker.stages.clear();
+    for (int s = 0; s < stages_; ++s) {
+      worker_peer& owner = workers_[static_cast<size_t>(s) * workers_.size() / stages_];
+      owner.stages.push_back(s);
+      addresses[s] = owner.address;
+      keys[s] = owner.public_key;
+    }
+    pipeline_options pipeline = options_.pipeline;
+    pipeline.resume = resume;
+    auto parts = make_coordinator_parts(config_, data_, pipeline, observer_, clock_, error);
+    if (!parts) return false;
+    parts->job_id = job_id_;
+    parts->listener = caf::actor{self_};
+    for (worker_peer& worker : workers_) {
+      send_on(*worker.control,
+              control_message({{"type", "assign"},
+                               {"job_toml", options_.job_toml},
+                               {"overrides", options_.overrides},
+                               {"stages", worker.stages},
+                               {"addresses", addresses},
+                               {"keys", keys},
+                               {"coordinator", address_},
+                               {"coordinator_key", options_.security.own.public_key},
+                               {"job_id", job_id_},
+                               {"steps_per_epoch", parts->run->steps_per_epoch()},
+                               {"total_steps", parts->run->total_steps()}}));
+    }
+    ready_ = 0;
+    const double deadline = clock_.now_seconds() + options_.liveness.startup_s;
+    while (ready_ < workers_.size()) {
+      const double now = clock_.now_seconds();
+      if (now >= deadline) {
+        *error = std::to_string(workers_.size() - ready_) + " worker(s) did not get ready within " +
+                 std::to_string(static_cast<int>(options_.liveness.startup_s)) + " s";
+        return false;
+      }
+      take_control(std::min(options_.liveness.heartbeat_s / 2, deadline - now));
+      heartbeat_workers(clock_.now_seconds());
+    }
+    for (auto& worker : workers_) worker.last_heard = clock_.now_seconds();
+    for (int s = 0; s < stages_; ++s) {
+      parts->stages.push_back(
+          connect_outbox(context_, addresses[s], error, options_.security, keys[s]));
+      if (!parts->stages.back()) return false;
+    }
+    parts_ = parts;
+    caf::actor handle = system_.spawn(coordinator_actor, parts);
+    {
+      std::lock_guard<std::mutex> lock(route_mutex_);
+      current_ = handle;
+    }
+    caf::anon_send(handle, start_atom::value);
+    return true;
+  }
+
+  void stop_generation() {
+    caf::actor old;
+    {
+      std::lock_guard<std::mutex> lock(route_mutex_);
+      std::swap(old, current_);
+    }
+    if (old) {
+      self_->send_exit(old, caf::exit_reason::user_shutdown);
+      self_->wait_for(old);
+    }
+  }
+
+  /// Heartbeats both ways until the run is done, fails, or a worker goes silent.
+  outcome watch(size_t* lost, std::string* error) {
+    for (;;) {
+      bool done = false;
+      self_->receive([&](done_atom) { done = true; },
+                     caf::after(std::chrono::milliseconds(
+                         static_cast<int64_t>(options_.liveness.heartbeat_s * 500))) >>
+                         [] {});
+      if (done && !parts_->failure.empty()) {
+        *error = parts_->failure;
+        return outcome::failed;
+      }
+      if (done && parts_->run->finished()) return outcome::done;
+      forward_checkpoint_request(self_, current_, options_.pipeline.checkpoint_requests);
+      take_control(0);
+      const double now = clock_.now_seconds();
+      heartbeat_workers(now);
+      if (auto silent = silent_worker(now)) {
+        *lost = *silent;
+        const worker_peer& worker = workers_[*silent];
+        *error = worker.describe() + " at " + worker.address + " stopped responding " +
+                 std::to_string(static_cast<int>(now - worker.last_heard)) + " s ago";
+        return outcome::worker_lost;
+      }
+    }
+  }
+
+  /// Resets the pipeline after losing worker `lost`, brings in a replacement and continues
+  /// from the latest checkpoint. False, with `error` set, when that is not possible.
+  bool recover(size_t lost, std::string* error) {
+    const int limit = config_.checkpoint.max_restarts;
+    if (restarts_ >= limit) {
+      *error += limit == 0 ? "" : " (after " + std::to_string(restarts_) + " restarts, the limit)";
+      return false;
+    }
+    ++restarts_;
+    const double started = clock_.now_seconds();
+    stop_generation();
+    const worker_peer dead = std::move(workers_[lost]);
+    workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(lost));
+    std::fprintf(stderr, "troupe: %s; restarting from the latest checkpoint (restart %d of %d)\n",
+                 error->c_str(), restarts_, limit);
+    observer_.on_event({{"event", "worker_lost"},
+                        {"worker", dead.describe()},
+                        {"address", dead.address},
+                        {"stages", dead.stages},
+                        {"restart", restarts_},
+                        {"wall_s", started}});
+    error->clear();
+    for (auto& worker : workers_) send_on(*worker.control, control_message({{"type", "reset"}}));
+    if (options_.replace_worker && !options_.replace_worker(error)) return false;
+    if (!gather(options_.workers, config_.checkpoint.rejoin_timeout_s, error)) return false;
+    std::optional<loaded_checkpoint> checkpoint = options_.pipeline.resume;
+    if (!options_.pipeline.checkpoint_directory.empty()) {
+      std::vector<std::string> problems;
+      checkpoint_store store(options_.pipeline.checkpoint_directory, 0);
+      auto latest = store.load_latest(checkpoint_config_hash(config_), &problems);
+      for (const std::string& problem : problems) {
+        std::fprintf(stderr, "troupe: skipped a checkpoint: %s\n", problem.c_str());
+      }
+      if (latest) checkpoint = std::move(latest);
+    }
+    if (!start_generation(checkpoint, error)) return false;
+    const int64_t step = checkpoint ? checkpoint->manifest.step : 0;
+    std::fprintf(stderr, "troupe: recovered in %.1f s; continuing from step %lld\n",
+                 clock_.now_seconds() - started, static_cast<long long>(step));
+    observer_.on_event({{"event", "recovered"},
+                        {"restart", restarts_},
+                        {"resumed_from_step", step},
+                        {"seconds", clock_.now_seconds() - started}});
+    return true;
+  }
+
+  void finish_workers() {
+    stop_generation();
+    for (worker_peer& worker : workers_) {
+      send_on(*worker.control, control_message({{"type", "finish"}}));
+    }
+  }
+
+  /// Waits for the stages' final reports (sent after "finish").
+  void collect_reports() {
+    const double deadline = clock_.now_seconds() + options_.liveness.timeout_s;
+    while (static_cast<int>(reports_.size()) < stages_) {
+      const double left = deadline - clock_.now_seconds();
+      if (left <= 0) return;
+      take_control(std::min(left, 0.05));
+    }
+  }
+
+  const job_config& config_;
+  const job_data& data_;
+  const coordinator_options& options_;
+  training_observer& observer_;
+  clock_source& clock_;
+  const int stages_;
+  transport::transport_context context_;
+  std::unique_ptr<transport::zap_authenticator> authenticator_;
+  std::string address_;
+  control_queue control_;
+  std::vector<worker_peer> workers_;
+  std::vector<worker_peer> refused_;  ///< kept so that their refusal is delivered
+  int expected_workers_ = 0;
+  caf::actor_system system_;
+  caf::scoped_actor self_;
+  std::mutex route_mutex_;
+  caf::actor current_;  ///< the coordinator actor of the current generation
+  std::shared_ptr<coordinator_parts> parts_;
+  uint64_t job_id_ = 0;
+  size_t ready_ = 0;
+  double last_heartbeat_ = 0;
+  int restarts_ = 0;
+  std::map<int, stage_report> reports_;
+  uint64_t dropped_ = 0;
+  // Last: stopped first, before what its callback touches goes away.
+  std::unique_ptr<transport::receiver_thread> receiver_;
+};
+
+}  // namespace
+
+std::optional<pipeline_report> run_coordinator(const job_config& config, const job_data& data,
+                                               const coordinator_options& options,
+                                               training_observer& observer, clock_source& clock,
+                                               std::string* error) {
+  auto ranges = partition_model(config, error);
+  if (!ranges) return std::nullopt;
+  const int stages = static_cast<int>(ranges->size());
+  if (options.workers < 1 || options.workers > stages) {
+    *error = std::to_string(options.workers) + " workers for " + std::to_string(stages) +
+             " stages: every worker must host at least one stage";
+    return std::nullopt;
+  }
+  cluster_coordinator coordinator(config, data, options, observer, clock, stages);
+  return coordinator.run(error);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,294 @@
+// The worker half of the cluster host: joins a coordinator, builds and serves the stages it is
+// assigned, and rebuilds them when the coordinator resets the pipeline after losing a peer.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "actors/actor_hosting.h"
+#include "actors/cluster_control.h"
+#include "actors/cluster_host.h"
+#include "actors/job_file.h"
+#include "actors/partition.h"
+
+namespace troupe::actors {
+namespace {
+
+using json = nlohmann::json;
+
+/// Routes data messages to the local stage actors once they exist.
+class stage_routes {
+ public:
+  void set(std::vector<std::pair<int, caf::actor>> routes, uint64_t job_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_id_ != 0) past_jobs_.push_back(job_id_);
+    routes_ = std::move(routes);
+    job_id_ = job_id;
+  }
+  /// Hands a data message to its stage; false (counted) when it belongs to another job or to a
+  /// stage this worker does not host. Messages still in flight from an earlier generation of
+  /// this job (before a reset) are dropped quietly.
+  bool deliver(transport::message&& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (message.header.job_id != job_id_) {
+      if (std::find(past_jobs_.begin(), past_jobs_.end(), message.header.job_id) !=
+          past_jobs_.end()) {
+        return true;
+      }
+      ++rejected_;
+      return false;
+    }
+    for (auto& [stage, actor] : routes_) {
+      if (stage == message.header.target_stage) {
+        caf::anon_send(actor, std::move(message));
+        return true;
+      }
+    }
+    ++rejected_;
+    return false;
+  }
+  uint64_t rejected() const { return rejected_.load(); }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<int, caf::actor>> routes_;
+  uint64_t job_id_ = 0;
+  std::vector<uint64_t> past_jobs_;
+  std::atomic<uint64_t> rejected_{0};
+};
+
+transport::message report_message(const stage_report& report, int stage) {
+  transport::message message =
+      control_message({{"type", "report"},
+                       {"stage", stage},
+                       {"version", report.version},
+                       {"peak_contexts", report.peak_contexts},
+                       {"staleness", report.staleness_histogram},
+                       {"weight_staleness", report.weight_staleness_histogram}});
+  for (const auto& weights : report.weights) {
+    transport::add_payload(message, {static_cast<int64_t>(weights.size())},
+                           std::make_shared<const std::vector<float>>(weights));
+  }
+  return message;
+}
+
+/// What a worker builds from its assignment.
+struct worker_stages {
+  job_config config;
+  std::vector<int> indices;
+  std::vector<std::shared_ptr<stage_parts>> parts;
+};
+
+std::optional<worker_stages> build_assigned_stages(const json& assignment,
+                                                   const transport::security_settings& security,
+                                                   transport::transport_context& context,
+                                                   clock_source& clock, std::string* error) {
+  job_error problem;
+  auto config = parse_job(assignment.value("job_toml", ""), "the coordinator's job",
+                          assignment.value("overrides", std::vector<std::string>{}), &problem);
+  if (!config) {
+    *error = problem.message;
+    return std::nullopt;
+  }
+  auto ranges = partition_model(*config, error);
+  if (!ranges) return std::nullopt;
+  worker_stages result;
+  result.config = *config;
+  address_book addresses;
+  addresses.stages = assignment.value("addresses", std::vector<std::string>{});
+  addresses.coordinator = assignment.value("coordinator", "");
+  addresses.stage_keys = assignment.value("keys", std::vector<std::string>{});
+  addresses.coordinator_key = assignment.value("coordinator_key", "");
+  addresses.security = security;
+  for (int stage : assignment.value("stages", std::vector<int>{})) {
+    if (stage < 0 || stage >= static_cast<int>(ranges->size()) ||
+        addresses.stages.size() != ranges->size()) {
+      *error = "the assignment names stage " + std::to_string(stage) + " of a " +
+               std::to_string(ranges->size()) + "-stage job";
+      return std::nullopt;
+    }
+    auto parts = make_stage_parts(
+        result.config, (*ranges)[stage], stage, assignment.value("steps_per_epoch", int64_t{1}),
+        assignment.value("total_steps", int64_t{0}), context, addresses, error);
+    if (!parts) return std::nullopt;
+    parts->job_id = assignment.value("job_id", uint64_t{0});
+    parts->clock = &clock;
+    parts->collect_weights = true;
+    result.indices.push_back(stage);
+    result.parts.push_back(std::move(parts));
+  }
+  return result;
+}
+
+/// Sends each local stage's final report to the coordinator.
+void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf::actor>>& actors,
+                  transport::outbox& coordinator, uint64_t dropped) {
+  for (const auto& [stage, actor] : actors) {
+    self->request(actor, caf::infinite, collect_atom::value)
+        .receive(
+            [&](const stage_report& report) {
+              transport::message message = report_message(report, stage);
+              // The worker's dropped messages ride on its first report only.
+              message.header.metrics["dropped"] = static_cast<double>(dropped);
+              dropped = 0;
+              send_on(coordinator, message);
+            },
+            [&](const caf::error&) {});
+  }
+}
+
+/// Waits for a control message of one of `types` from the coordinator, sending heartbeats the
+/// while; null, with `error` set, when the coordinator stays silent for `silence_s`.
+json await_coordinator(control_queue& control, transport::outbox& coordinator,
+                       const std::set<std::string>& types, double silence_s,
+                       const worker_options& options, clock_source& clock, std::string* error) {
+  const double heartbeat_s = options.liveness.heartbeat_s;
+  double last_heard = clock.now_seconds(), last_sent = 0;
+  for (;;) {
+    auto message = control.pop(heartbeat_s);
+    const double now = clock.now_seconds();
+    if (message) {
+      last_heard = now;
+      json body = control_body(*message);
+      if (!body.is_null() && types.count(body["type"].get<std::string>())) return body;
+    }
+    if (now - last_sent >= heartbeat_s) {
+      send_on(coordinator, control_message({{"type", "heartbeat"}, {"pid", ::getpid()}}));
+      last_sent = now;
+    }
+    if (now - last_heard > silence_s) {
+      *error = "the coordinator at " + options.coordinator_address + " has been silent for " +
+               std::to_string(static_cast<int>(now - last_heard)) + " s";
+      return json();
+    }
+  }
+}
+
+/// Builds the assigned stages, serves them until the coordinator says finish or reset, then
+/// stops them. Returns the next control body (finish or reset), or null with `error` set.
+json serve_generation(const json& assignment, control_queue& control,
+                      transport::outbox& coordinator, transport::transport_context& context,
+                      stage_routes& routes, const worker_options& options, clock_source& clock,
+                      const std::function<uint64_t()>& dropped, bool* bad_assignment,
+                      std::string* error) {
+  auto stages = build_assigned_stages(assignment, options.security, context, clock, error);
+  if (!stages) {
+    *bad_assignment = true;
+    return json();
+  }
+  caf::actor_system_config settings;
+  settings.set("scheduler.max-threads",
+               std::max<int>(1, std::min<int>(static_cast<int>(stages->parts.size()),
+                                              std::thread::hardware_concurrency())));
+  caf::actor_system system{settings};
+  caf::scoped_actor self{system};
+  std::vector<std::pair<int, caf::actor>> actors;
+  for (size_t i = 0; i < stages->parts.size(); ++i) {
+    actors.push_back({stages->indices[i], system.spawn(stage_actor, stages->parts[i])});
+  }
+  const uint64_t job_id = assignment.value("job_id", uint64_t{0});
+  routes.set(actors, job_id);
+  send_on(coordinator, control_message({{"type", "ready"},
+                                        {"stages", stages->indices},
+                                        {"job_id", job_id},
+                                        {"pid", ::getpid()}}));
+  json next = await_coordinator(control, coordinator, {"finish", "reset"},
+                                options.liveness.timeout_s, options, clock, error);
+  if (!next.is_null() && next["type"] == "finish") {
+    send_reports(self, actors, coordinator, dropped());
+  }
+  routes.set({}, 0);
+  for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  return next;
+}
+
+}  // namespace
+
+int run_worker(const worker_options& options, clock_source& clock, std::string* error) {
+  transport::transport_context context;
+  auto authenticator = start_authenticator(context, options.security, error);
+  if (options.security.curve && !authenticator) return 2;
+  transport::endpoint_error problem;
+  auto in = transport::inbox::bind(context, options.listen_address,
+                                   endpoint_settings(options.security), &problem);
+  if (!in) {
+    *error = problem.text;
+    return 2;
+  }
+  const std::string own_address = in->address();
+  // The final reports (weights included) are the last thing a worker sends: closing waits up
+  // to the heartbeat timeout for them to leave instead of dropping them.
+  transport::security_settings to_coordinator = options.security;
+  to_coordinator.server_public_key = options.coordinator_key;
+  transport::endpoint_options lingering = endpoint_settings(to_coordinator);
+  lingering.linger_ms = static_cast<int>(options.liveness.timeout_s * 1000);
+  auto coordinator =
+      transport::outbox::connect(context, options.coordinator_address, lingering, &problem);
+  if (!coordinator) {
+    *error = problem.text;
+    return 2;
+  }
+  control_queue control;
+  stage_routes routes;
+  std::vector<transport::inbox> inboxes;
+  inboxes.push_back(std::move(*in));
+  transport::receiver_thread receiver(
+      context, std::move(inboxes),
+      [&](transport::message&& message) {
+        if (is_control(message)) {
+          control.push(std::move(message));
+          return;
+        }
+        const int target = message.header.target_stage;
+        const uint64_t job = message.header.job_id;
+        if (!routes.deliver(std::move(message))) {
+          std::fprintf(stderr,
+                       "troupe: worker %d dropped a message for stage %d of job %llu: not a "
+                       "stage it hosts for this job\n",
+                       ::getpid(), target, static_cast<unsigned long long>(job));
+        }
+      },
+      log_dropped_frame);
+  send_on(*coordinator, control_message({{"type", "hello"},
+                                         {"protocol", transport::current_protocol_version},
+                                         {"job_hash", options.job_hash},
+                                         {"address", own_address},
+                                         {"host", host_name()},
+                                         {"pid", ::getpid()},
+                                         {"public_key", options.security.own.public_key}}));
+  json next = wait_for(control, {"assign", "refuse"}, options.liveness.startup_s, clock);
+  if (next.is_null()) {
+    *error = "no assignment from the coordinator at " + options.coordinator_address + " within " +
+             std::to_string(static_cast<int>(options.liveness.startup_s)) + " s";
+    return 1;
+  }
+  int status = 0;
+  bool bad_assignment = false;
+  const auto dropped = [&] { return receiver.dropped() + routes.rejected(); };
+  // One generation per assignment; a reset (a peer was lost) leads to a new assignment.
+  while (status == 0 && next["type"] != "finish") {
+    if (next["type"] == "refuse") {
+      *error = "the coordinator at " + options.coordinator_address +
+               " refused this worker: " + next.value("reason", std::string("no reason given"));
+      status = 2;
+      break;
+    }
+    if (next["type"] == "reset") {
+      next = await_coordinator(control, *coordinator, {"assign", "finish"},
+                               options.liveness.timeout_s, options, clock, error);
+    } else {
+      next = serve_generation(next, control, *coordinator, context, routes, options, clock, dropped,
+                              &bad_assignment, error);
+    }
+    if (next.is_null()) status = bad_assignment ? 2 : 1;
+  }
+  receiver.stop();
+  return status;
+}
+
+}  // namespace troupe::actors

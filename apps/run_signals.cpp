@@ -1,0 +1,42 @@
+#include "apps/run_signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "apps/local_workers.h"
+
+namespace troupe::apps {
+namespace {
+
+std::atomic<int> checkpoint_requests{0};
+std::atomic<bool> stopping{false};
+
+void end_now(int signal_number) {
+  local_workers::terminate_all();
+  _exit(128 + signal_number);
+}
+
+void on_signal(int signal_number) {
+  if (signal_number == SIGUSR1) {
+    int none = 0;
+    checkpoint_requests.compare_exchange_strong(none, 1);
+    return;
+  }
+  if (signal_number == SIGTERM && !stopping.exchange(true)) {
+    checkpoint_requests.store(2);
+    return;
+  }
+  end_now(signal_number);
+}
+
+}  // namespace
+
+std::atomic<int>* install_run_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : {SIGINT, SIGTERM, SIGUSR1}) sigaction(signal_number, &action, nullptr);
+  return &checkpoint_requests;
+}
+
+}  // namespace troupe::apps

@@ -1,0 +1,218 @@
+// Checkpoints, resume and recovery through the `troupe` binary: a resumed sync run ends with
+// the very weights of an uninterrupted one, in one process and with worker processes; SIGTERM
+// checkpoints and stops; a worker killed at a random moment of an async run is replaced and the
+// run finishes as well as an uninterrupted one.
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "tests/support/cli_helpers.h"
+
+namespace {
+
+using namespace troupe::testing;
+using json = nlohmann::json;
+
+class RecoveryTest : public troupe_command_test {
+ protected:
+  /// A 3-stage sync job with a checkpoint every 8 steps (16 steps an epoch).
+  fs::path sync_job() {
+    return write("sync.toml", R"(
+[model]
+input_shape = [8]
+layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 16 },
+          { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 512
+synthetic_test = 128
+classes = 4
+[parallelism]
+stages = 3
+micro_batches = 2
+[training]
+batch_size = 32
+epochs = 2
+lr = 0.05
+optimizer = "adam"
+[checkpoint]
+interval_steps = 8
+keep_last = 10
+[metrics]
+log_interval = 4
+)");
+  }
+
+  json manifest(const fs::path& run, int step) {
+    return json::parse(
+        read_file(run / "checkpoints" / ("step-" + std::to_string(step)) / "manifest.json"));
+  }
+
+  /// The xxh3 of every shard of a checkpoint: equal lists mean equal states, bit for bit.
+  std::vector<std::string> shard_hashes(const fs::path& run, int step) {
+    std::vector<std::string> hashes;
+    for (const auto& shard : manifest(run, step)["shards"]) hashes.push_back(shard["xxh3"]);
+    return hashes;
+  }
+
+  void expect_bitwise_resume(const std::string& where) {
+    const std::string job = sync_job().string();
+    const fs::path whole = directory_ / "whole", parts = directory_ / "parts";
+    run_result uninterrupted = troupe("train " + job + where + " --quiet --out " + whole.string());
+    ASSERT_EQ(uninterrupted.status, 0) << uninterrupted.errors;
+    run_result first =
+        troupe("train " + job + where + " --set training.epochs=1 --quiet --out " + parts.string());
+    ASSERT_EQ(first.status, 0) << first.errors;
+    run_result rest = troupe("train " + job + where + " --resume --quiet --out " + parts.string());
+    ASSERT_EQ(rest.status, 0) << rest.errors;
+    EXPECT_NE(rest.errors.find("resuming from"), std::string::npos) << rest.errors;
+    EXPECT_EQ(shard_hashes(parts, 16), shard_hashes(whole, 16));
+    EXPECT_EQ(shard_hashes(parts, 32), shard_hashes(whole, 32));
+    const json a = json::parse(read_file(whole / "summary.json"));
+    const json b = json::parse(read_file(parts / "summary.json"));
+    EXPECT_EQ(a["final_test_loss"], b["final_test_loss"]);
+    EXPECT_EQ(b["steps"], 32);
+    // The second part really started at step 16: no training step was logged twice.
+    std::istringstream lines(read_file(parts / "metrics.jsonl"));
+    std::multiset<int64_t> steps;
+    for (std::string line; std::getline(lines, line);) {
+      const json record = json::parse(line);
+      if (record.contains("loss") && !record.contains("test_accuracy"))
+        steps.insert(record["step"].get<int64_t>());
+    }
+    EXPECT_EQ(steps.size(), 8u);
+    for (int64_t step : steps) EXPECT_EQ(steps.count(step), 1u) << step;
+  }
+};
+
+TEST_F(RecoveryTest, ResumedSyncRunEqualsUninterruptedInProcess) { expect_bitwise_resume(""); }
+
+TEST_F(RecoveryTest, ResumedSyncRunEqualsUninterruptedWithWorkers) {
+  expect_bitwise_resume(" --workers 2");
+}
+
+TEST_F(RecoveryTest, ResumeFallsBackWhenTheLatestCheckpointIsCorrupt) {
+  const std::string job = sync_job().string();
+  const fs::path run = directory_ / "run";
+  ASSERT_EQ(
+      troupe("train " + job + " --set training.epochs=1 --quiet --out " + run.string()).status, 0);
+  const fs::path shard = run / "checkpoints" / "step-16" / "stage-1.shard";
+  std::string bytes = read_file(shard);
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  run_result resumed = troupe("train " + job + " --resume --quiet --out " + run.string());
+  ASSERT_EQ(resumed.status, 0) << resumed.errors;
+  EXPECT_NE(resumed.errors.find("stage-1.shard"), std::string::npos) << resumed.errors;
+  EXPECT_NE(resumed.errors.find("step-8"), std::string::npos) << resumed.errors;
+}
+
+TEST_F(RecoveryTest, ResumeFromAnotherJobIsRefusedByName) {
+  const fs::path run = directory_ / "run";
+  ASSERT_EQ(troupe("train " + sync_job().string() + " --set training.epochs=1 --quiet --out " +
+                   run.string())
+                .status,
+            0);
+  run_result other =
+      troupe("train " + sync_job().string() + " --set training.lr=0.5 --resume " +
+             (run / "checkpoints").string() + " --quiet --out " + (directory_ / "other").string());
+  EXPECT_EQ(other.status, 2) << other.errors;
+  EXPECT_NE(other.errors.find("config hash"), std::string::npos) << other.errors;
+  EXPECT_NE(other.errors.find("manifest.json"), std::string::npos) << other.errors;
+}
+
+TEST_F(RecoveryTest, SigtermCheckpointsAndStopsThenResumeFinishes) {
+  const fs::path job = write("long.toml", R"(
+[model]
+input_shape = [32]
+layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 2048
+synthetic_test = 64
+classes = 4
+[parallelism]
+stages = 2
+mode = "async"
+[training]
+batch_size = 8
+epochs = 200
+[metrics]
+log_interval = 10
+)");
+  const fs::path run = directory_ / "run";
+  pid_t pid = spawn_troupe({"train", job.string(), "--quiet", "--out", run.string()},
+                           directory_ / "errors.txt");
+  ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 500; }, 60));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string errors = read_file(directory_ / "errors.txt");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << errors;
+  EXPECT_NE(errors.find("stopped at step"), std::string::npos) << errors;
+  const json summary = json::parse(read_file(run / "summary.json"));
+  EXPECT_TRUE(summary["stopped_early"].get<bool>());
+  const int64_t step = summary["steps"];
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / ("step-" + std::to_string(step)) / "manifest.json"));
+  run_result resumed =
+      troupe("train " + job.string() + " --set training.epochs=" + std::to_string(step / 256 + 1) +
+             " --resume --quiet --out " + run.string());
+  ASSERT_EQ(resumed.status, 0) << resumed.errors;
+  EXPECT_EQ(json::parse(read_file(run / "summary.json"))["steps"], (step / 256 + 1) * 256);
+}
+
+/// Only committed checkpoints (a manifest that parses) under `root`.
+void expect_only_committed(const fs::path& root) {
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    EXPECT_TRUE(fs::exists(entry.path() / "manifest.json")) << entry.path();
+    const json manifest = json::parse(read_file(entry.path() / "manifest.json"), nullptr, false);
+    EXPECT_FALSE(manifest.is_discarded()) << entry.path();
+  }
+}
+
+TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
+  const char* trials_text = std::getenv("TROUPE_KILL_TRIALS");
+  const int trials = trials_text ? std::atoi(trials_text) : 10;
+  const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp.toml";
+  const std::string settings =
+      " --set training.epochs=1 --set checkpoint.interval_steps=100 --set checkpoint.keep_last=2"
+      " --set checkpoint.max_restarts=3 --heartbeat-timeout 1 --quiet";
+  run_result baseline =
+      troupe("train " + job + settings + " --workers 4 --out " + (directory_ / "base").string());
+  ASSERT_EQ(baseline.status, 0) << baseline.errors;
+  const double expected =
+      json::parse(read_file(directory_ / "base" / "summary.json"))["final_test_accuracy"];
+  std::mt19937 random(20261121);
+  for (int trial = 0; trial < trials; ++trial) {
+    const fs::path run = directory_ / ("trial" + std::to_string(trial));
+    pid_t pid = spawn_troupe(
+        {"train", job, "--set", "training.epochs=1", "--set", "checkpoint.interval_steps=100",
+         "--set", "checkpoint.keep_last=2", "--set", "checkpoint.max_restarts=3",
+         "--heartbeat-timeout", "1", "--quiet", "--workers", "4", "--out", run.string()},
+        directory_ / "errors.txt");
+    // A random moment once training is under way: after 0-2 s of metrics.
+    ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 0; }, 60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 2000));
+    std::vector<pid_t> children;
+    std::istringstream list(
+        read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+    for (pid_t child; list >> child;) children.push_back(child);
+    ASSERT_FALSE(children.empty());
+    const pid_t victim = children[random() % children.size()];
+    kill(victim, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    const std::string errors = read_file(directory_ / "errors.txt");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "trial " << trial << "\n"
+                                                               << errors;
+    const double accuracy = json::parse(read_file(run / "summary.json"))["final_test_accuracy"];
+    std::printf("trial %d: killed worker pid %d, final_test_accuracy %.4f (uninterrupted %.4f)\n",
+                trial, victim, accuracy, expected);
+    EXPECT_NEAR(accuracy, expected, 0.005) << "trial " << trial;
+    EXPECT_NE(read_file(run / "metrics.jsonl").find("\"worker_lost\""), std::string::npos);
+    expect_only_committed(run / "checkpoints");
+  }
+}
+
+}  // namespace

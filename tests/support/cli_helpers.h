@@ -1,0 +1,121 @@
+#pragma once
+
+// Running the `troupe` binary from tests: a fixture with a private directory, commands run to
+// completion with their output captured, and commands started in the background.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace troupe::testing {
+
+namespace fs = std::filesystem;
+
+struct run_result {
+  int status = -1;
+  std::string errors;
+  std::string output;
+};
+
+inline std::string read_file(const fs::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+class troupe_command_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("troupe_cli_" +
+                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  /// Runs `troupe ARGUMENTS` with stdout and stderr captured to files.
+  run_result troupe(const std::string& arguments) {
+    const fs::path out = directory_ / "stdout.txt", err = directory_ / "stderr.txt";
+    const std::string command =
+        std::string(TROUPE_BINARY) + " " + arguments + " >" + out.string() + " 2>" + err.string();
+    const int raw = std::system(command.c_str());
+    run_result result;
+    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    result.output = read_file(out);
+    result.errors = read_file(err);
+    return result;
+  }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path path = directory_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  /// A tiny synthetic job that trains in well under a second.
+  fs::path tiny_job() {
+    return write("tiny.toml", R"(
+[model]
+input_shape = [8]
+layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 512
+synthetic_test = 128
+classes = 4
+[training]
+batch_size = 32
+epochs = 2
+lr = 0.1
+target_accuracy = 0.3
+[metrics]
+log_interval = 4
+)");
+  }
+
+  fs::path directory_;
+};
+
+/// Starts `troupe ARGUMENTS...` in the background with stderr to `errors`.
+inline pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::path& errors) {
+  std::vector<std::string> all = {TROUPE_BINARY};
+  all.insert(all.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& argument : all) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+/// Polls until `done()` or `seconds` pass; returns done().
+inline bool wait_until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+}  // namespace troupe::testing
