@@ -394,6 +394,7 @@ bool commit_checkpoint(const fs::path& root, int keep_last, checkpoint_manifest 
       !sync_directory(directory.string(), error) || !sync_directory(root.string(), error)) {
     return false;
   }
+  // The creation time is for people reading the manifest; nothing in a run decides on it.
   if (manifest.created_unix_s == 0) {
     manifest.created_unix_s =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -331,6 +331,12 @@ class cluster_coordinator {
       self_->send_exit(old, caf::exit_reason::user_shutdown);
       self_->wait_for(old);
     }
+    // Keys queued for a lost stage hold tensors of this coordinator's host backend until
+    // ZeroMQ drops them: close the sockets now, free the backend after the context has ended.
+    if (parts_) {
+      parts_->stages.clear();
+      retired_.push_back(parts_);
+    }
   }
 
   /// Heartbeats both ways until the run is done, fails, or a worker goes silent.
@@ -379,8 +385,7 @@ class cluster_coordinator {
                         {"worker", dead.describe()},
                         {"address", dead.address},
                         {"stages", dead.stages},
-                        {"restart", restarts_},
-                        {"wall_s", started}});
+                        {"restart", restarts_}});
     error->clear();
     for (auto& worker : workers_) send_on(*worker.control, control_message({{"type", "reset"}}));
     if (options_.replace_worker && !options_.replace_worker(error)) return false;
@@ -429,6 +434,7 @@ class cluster_coordinator {
   training_observer& observer_;
   clock_source& clock_;
   const int stages_;
+  std::vector<std::shared_ptr<coordinator_parts>> retired_;  ///< outlives context_
   transport::transport_context context_;
   std::unique_ptr<transport::zap_authenticator> authenticator_;
   std::string address_;

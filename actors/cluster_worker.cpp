@@ -174,42 +174,56 @@ json await_coordinator(control_queue& control, transport::outbox& coordinator,
 json serve_generation(const json& assignment, control_queue& control,
                       transport::outbox& coordinator, transport::transport_context& context,
                       stage_routes& routes, const worker_options& options, clock_source& clock,
-                      const std::function<uint64_t()>& dropped, bool* bad_assignment,
+                      const std::function<uint64_t()>& dropped,
+                      std::vector<std::shared_ptr<stage_parts>>* retired, bool* bad_assignment,
                       std::string* error) {
   auto stages = build_assigned_stages(assignment, options.security, context, clock, error);
   if (!stages) {
     *bad_assignment = true;
     return json();
   }
-  caf::actor_system_config settings;
-  settings.set("scheduler.max-threads",
-               std::max<int>(1, std::min<int>(static_cast<int>(stages->parts.size()),
-                                              std::thread::hardware_concurrency())));
-  caf::actor_system system{settings};
-  caf::scoped_actor self{system};
-  std::vector<std::pair<int, caf::actor>> actors;
-  for (size_t i = 0; i < stages->parts.size(); ++i) {
-    actors.push_back({stages->indices[i], system.spawn(stage_actor, stages->parts[i])});
+  json next;
+  {
+    caf::actor_system_config settings;
+    settings.set("scheduler.max-threads",
+                 std::max<int>(1, std::min<int>(static_cast<int>(stages->parts.size()),
+                                                std::thread::hardware_concurrency())));
+    caf::actor_system system{settings};
+    caf::scoped_actor self{system};
+    std::vector<std::pair<int, caf::actor>> actors;
+    for (size_t i = 0; i < stages->parts.size(); ++i) {
+      actors.push_back({stages->indices[i], system.spawn(stage_actor, stages->parts[i])});
+    }
+    const uint64_t job_id = assignment.value("job_id", uint64_t{0});
+    routes.set(actors, job_id);
+    send_on(coordinator, control_message({{"type", "ready"},
+                                          {"stages", stages->indices},
+                                          {"job_id", job_id},
+                                          {"pid", ::getpid()}}));
+    next = await_coordinator(control, coordinator, {"finish", "reset"}, options.liveness.timeout_s,
+                             options, clock, error);
+    if (!next.is_null() && next["type"] == "finish") {
+      send_reports(self, actors, coordinator, dropped());
+    }
+    routes.set({}, 0);
+    for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }  // the actor system waits for the stage actors here
+  // Messages still queued for a lost peer hold tensors of these stages' backends until ZeroMQ
+  // drops them: close the sockets now, free the backends only after the context has ended.
+  for (auto& parts : stages->parts) {
+    parts->next.reset();
+    parts->previous.reset();
+    parts->coordinator.reset();
+    retired->push_back(parts);
   }
-  const uint64_t job_id = assignment.value("job_id", uint64_t{0});
-  routes.set(actors, job_id);
-  send_on(coordinator, control_message({{"type", "ready"},
-                                        {"stages", stages->indices},
-                                        {"job_id", job_id},
-                                        {"pid", ::getpid()}}));
-  json next = await_coordinator(control, coordinator, {"finish", "reset"},
-                                options.liveness.timeout_s, options, clock, error);
-  if (!next.is_null() && next["type"] == "finish") {
-    send_reports(self, actors, coordinator, dropped());
-  }
-  routes.set({}, 0);
-  for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   return next;
 }
 
 }  // namespace
 
 int run_worker(const worker_options& options, clock_source& clock, std::string* error) {
+  // Outlives the transport context (destroyed after it): see serve_generation.
+  std::vector<std::shared_ptr<stage_parts>> retired;
   transport::transport_context context;
   auto authenticator = start_authenticator(context, options.security, error);
   if (options.security.curve && !authenticator) return 2;
@@ -283,7 +297,7 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
                                options.liveness.timeout_s, options, clock, error);
     } else {
       next = serve_generation(next, control, *coordinator, context, routes, options, clock, dropped,
-                              &bad_assignment, error);
+                              &retired, &bad_assignment, error);
     }
     if (next.is_null()) status = bad_assignment ? 2 : 1;
   }

@@ -99,6 +99,21 @@ void print_manifest_if_readable(const fs::path& directory) {
   if (manifest) print_manifest(directory.string(), *manifest);
 }
 
+void print_stage(size_t index, const actors::stage_state& state) {
+  int64_t parameter_values = 0;
+  for (const auto& tensor : state.parameters) {
+    parameter_values += static_cast<int64_t>(tensor.values.size());
+  }
+  std::printf(
+      "    stage %zu: blocks [%lld, %lld), %zu parameter tensors (%lld values), %zu gradient "
+      "tensors, %zu optimizer tensors, %lld values in all, weight version %lld, optimizer "
+      "steps %lld\n",
+      index, static_cast<long long>(state.first_block), static_cast<long long>(state.last_block),
+      state.parameters.size(), static_cast<long long>(parameter_values), state.gradients.size(),
+      state.optimizer_state.size(), static_cast<long long>(actors::stage_state_values(state)),
+      static_cast<long long>(state.weight_version), static_cast<long long>(state.optimizer_steps));
+}
+
 /// Parses every shard and prints what each stage holds; false, with `error` naming the
 /// shard's file, when one does not parse or holds another stage than the manifest says.
 bool verify_stages(const actors::loaded_checkpoint& checkpoint, std::string* error) {
@@ -120,31 +135,26 @@ bool verify_stages(const actors::loaded_checkpoint& checkpoint, std::string* err
       *error = file + ": " + problem;
       return false;
     }
-    std::printf(
-        "    stage %zu: blocks [%lld, %lld), %zu parameters, %zu gradients, %zu optimizer "
-        "tensors, %lld values, weight version %lld, optimizer steps %lld\n",
-        i, static_cast<long long>(state->first_block), static_cast<long long>(state->last_block),
-        state->parameters.size(), state->gradients.size(), state->optimizer_state.size(),
-        static_cast<long long>(actors::stage_state_values(*state)),
-        static_cast<long long>(state->weight_version),
-        static_cast<long long>(state->optimizer_steps));
+    print_stage(i, *state);
   }
   return true;
 }
 
 /// Prints and verifies a checkpoint that loaded; 0 when every stage parses, else 1.
-int report(const actors::loaded_checkpoint& checkpoint) {
+int report(const actors::loaded_checkpoint& checkpoint, size_t skipped) {
   print_manifest(checkpoint.directory, checkpoint.manifest);
   std::string error;
   if (!verify_stages(checkpoint, &error)) return refuse(1, error);
-  std::printf("ok: step %lld verifies\n", static_cast<long long>(checkpoint.manifest.step));
+  std::printf("ok: step %lld verifies", static_cast<long long>(checkpoint.manifest.step));
+  if (skipped > 0) std::printf(" (%zu newer step directories skipped, see above)", skipped);
+  std::printf("\n");
   return 0;
 }
 
 int inspect_step(const fs::path& directory) {
   std::string error;
   const auto checkpoint = actors::load_checkpoint(directory.string(), "", &error);
-  if (checkpoint) return report(*checkpoint);
+  if (checkpoint) return report(*checkpoint, 0);
   std::error_code failure;
   if (!fs::exists(directory / "manifest.json", failure)) return refuse(2, error);
   print_manifest_if_readable(directory);
@@ -161,7 +171,7 @@ int inspect_collection(const fs::path& directory) {
   std::string named;
   if (std::getline(latest, named))
     std::printf("%s/latest names %s\n", directory.c_str(), named.c_str());
-  if (checkpoint) return report(*checkpoint);
+  if (checkpoint) return report(*checkpoint, problems.size());
   if (store.committed().empty()) {
     return refuse(2,
                   directory.string() + " holds no committed checkpoint (no step-N/manifest.json)");

@@ -35,6 +35,11 @@ void add_train(CLI::App& app, troupe::apps::train_options& options) {
       ->add_option("--workers", options.workers,
                    "Run the stages in N local worker processes (over ipc://)")
       ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--heartbeat-timeout", options.heartbeat_timeout_s,
+                   "With --workers: seconds of silence after which a worker counts as dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_resume(train, options);
 }
 

@@ -120,7 +120,7 @@ TEST_F(CheckpointStoreTest, CommitWritesShardsManifestAndLatest) {
   EXPECT_EQ(loaded->directory, directory.string());
 }
 
-TEST_F(CheckpointStoreTest, XxhHexIsSixteenLowercaseDigits) {
+TEST_F(CheckpointStoreTest, Xxh3HexIsSixteenLowercaseDigits) {
   EXPECT_EQ(xxh3_hex("", 0), "2d06800538d394c2");  // XXH3_64bits of no bytes, seed 0
   EXPECT_EQ(xxh3_hex("abc", 3).size(), 16u);
   EXPECT_NE(xxh3_hex("abc", 3), xxh3_hex("abd", 3));
