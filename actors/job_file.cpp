@@ -201,7 +201,7 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
 
 std::vector<field> training_fields(training_config& t) {
   return {integer_field("batch_size", &t.batch_size, 1),
-          integer_field("epochs", &t.epochs, 1),
+          integer_field("epochs", &t.epochs, 0),
           integer_field("max_steps", &t.max_steps, 0),
           string_field("optimizer", &t.optimizer, {"sgd", "adam"}),
           number_field("lr", &t.lr, kPositive),

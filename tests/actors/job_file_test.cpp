@@ -327,7 +327,7 @@ TEST(JobFileTest, IntegerIsAcceptedWhereANumberIsExpected) {
 TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"[training]\nbatch_size = 0", "training.batch_size must be >= 1, got 0"},
-      {"[training]\nepochs = 0", "training.epochs must be >= 1, got 0"},
+      {"[training]\nepochs = -1", "training.epochs must be >= 0, got -1"},
       {"[training]\nlr = 0", "training.lr must be > 0, got 0"},
       {"[training]\nlr = -0.1", "training.lr must be > 0, got -0.1"},
       {"[training]\nlr = nan", "training.lr must be a finite number, got nan"},

@@ -161,6 +161,51 @@ log_interval = 10
   EXPECT_EQ(json::parse(read_file(run / "summary.json"))["steps"], (step / 256 + 1) * 256);
 }
 
+TEST_F(RecoveryTest, CrashDuringSaveLeavesNothingThatLoads) {
+  const std::string job = sync_job().string();
+  const fs::path run = directory_ / "run";
+  ASSERT_EQ(
+      troupe("train " + job + " --set training.epochs=1 --quiet --out " + run.string()).status, 0);
+  for (const char* fault : {"after-shard-1", "before-manifest-rename"}) {
+    // The resumed run dies by SIGKILL in the middle of writing step 24.
+    const std::string command = std::string("TROUPE_CHECKPOINT_FAULT=") + fault + " " +
+                                TROUPE_BINARY + " train " + job + " --resume --quiet --out " +
+                                run.string() + " 2>/dev/null";
+    fs::remove_all(run / "checkpoints" / "step-24");
+    fs::remove_all(run / "checkpoints" / "step-32");
+    std::ofstream(run / "checkpoints" / "latest") << "step-16\n";
+    const int raw = std::system(command.c_str());
+    EXPECT_FALSE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << fault;
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-24")) << fault;
+    EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-24" / "manifest.json")) << fault;
+    run_result inspect = troupe("inspect " + (run / "checkpoints" / "step-24").string());
+    EXPECT_NE(inspect.status, 0) << fault;
+    run_result resumed = troupe("train " + job + " --resume --quiet --out " + run.string());
+    ASSERT_EQ(resumed.status, 0) << resumed.errors;
+    EXPECT_NE(resumed.errors.find("step-16"), std::string::npos) << resumed.errors;
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-24" / "manifest.json")) << fault;
+  }
+}
+
+TEST_F(RecoveryTest, ExportedWeightsEvaluateToTheSameAccuracy) {
+  const std::string job = sync_job().string();
+  const fs::path run = directory_ / "run", file = directory_ / "weights.safetensors";
+  ASSERT_EQ(troupe("train " + job + " --quiet --out " + run.string()).status, 0);
+  run_result exported = troupe("export " + (run / "checkpoints" / "step-32").string() + " " +
+                               file.string() + " --format safetensors");
+  ASSERT_EQ(exported.status, 0) << exported.errors;
+  // A fresh run of another partition that only evaluates the imported weights.
+  run_result evaluated = troupe("train " + job + " --set model.init_from=" + file.string() +
+                                " --set training.epochs=0 --set parallelism.stages=2 --quiet"
+                                " --out " +
+                                (directory_ / "fresh").string());
+  ASSERT_EQ(evaluated.status, 0) << evaluated.errors;
+  const json trained = json::parse(read_file(run / "summary.json"));
+  const json fresh = json::parse(read_file(directory_ / "fresh" / "summary.json"));
+  EXPECT_EQ(fresh["final_test_accuracy"], trained["final_test_accuracy"]);
+  EXPECT_EQ(fresh["final_test_loss"], trained["final_test_loss"]);
+}
+
 /// Only committed checkpoints (a manifest that parses) under `root`.
 void expect_only_committed(const fs::path& root) {
   for (const auto& entry : fs::directory_iterator(root)) {
