@@ -70,7 +70,7 @@ class cluster_coordinator {
         observer_(observer),
         clock_(clock),
         stages_(stages),
-        system_(system_settings()),
+        system_(single_thread(settings_)),
         self_(system_) {}
 
   ~cluster_coordinator() {
@@ -111,8 +111,7 @@ class cluster_coordinator {
  private:
   enum class outcome { done, worker_lost, failed };
 
-  static caf::actor_system_config& system_settings() {
-    static caf::actor_system_config settings;
+  static caf::actor_system_config& single_thread(caf::actor_system_config& settings) {
     settings.set("scheduler.max-threads", 1);
     return settings;
   }
@@ -442,6 +441,7 @@ class cluster_coordinator {
   std::vector<worker_peer> workers_;
   std::vector<worker_peer> refused_;  ///< kept so that their refusal is delivered
   int expected_workers_ = 0;
+  caf::actor_system_config settings_;  ///< the actor system keeps a reference to it
   caf::actor_system system_;
   caf::scoped_actor self_;
   std::mutex route_mutex_;

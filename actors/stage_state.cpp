@@ -4,7 +4,6 @@
 #include <cstring>
 #include <exception>
 #include <istream>
-#include <sstream>
 #include <streambuf>
 
 namespace troupe::actors {
@@ -23,6 +22,27 @@ class byte_reader : public std::streambuf {
     setg(begin, begin, begin + bytes);
   }
   uint64_t remaining() const { return static_cast<uint64_t>(egptr() - gptr()); }
+};
+
+// A streambuf that appends to a string reserved up front, so a shard of gigabytes is written
+// once instead of growing a stream buffer and copying it out.
+class string_writer : public std::streambuf {
+ public:
+  explicit string_writer(size_t reserve) { bytes_.reserve(reserve); }
+  std::string take() { return std::move(bytes_); }
+
+ protected:
+  std::streamsize xsputn(const char* data, std::streamsize count) override {
+    bytes_.append(data, static_cast<size_t>(count));
+    return count;
+  }
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) bytes_.push_back(static_cast<char>(c));
+    return traits_type::not_eof(c);
+  }
+
+ private:
+  std::string bytes_;
 };
 
 struct shard_error : std::exception {
@@ -89,7 +109,8 @@ std::vector<named_tensor> read_tensors(cereal::PortableBinaryInputArchive& archi
 }  // namespace
 
 std::string serialize_stage_state(const stage_state& state) {
-  std::ostringstream stream(std::ios::binary);
+  string_writer writer(static_cast<size_t>(stage_state_values(state)) * sizeof(float) + 4096);
+  std::ostream stream(&writer);
   {
     cereal::PortableBinaryOutputArchive archive(stream);
     archive(cereal::binary_data(shard_magic, sizeof shard_magic), shard_format);
@@ -99,7 +120,7 @@ std::string serialize_stage_state(const stage_state& state) {
     write_tensors(archive, state.gradients);
     write_tensors(archive, state.optimizer_state);
   }
-  return std::move(stream).str();
+  return writer.take();
 }
 
 std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std::string* error) {

@@ -296,7 +296,7 @@ std::vector<key_message> training_run::checkpoint_done(double now_s) {
   if (stop_after_checkpoint_ && after_ != after_checkpoint::finish) {
     stopped_ = true;
     if (after_ == after_checkpoint::admit) {
-      // The epoch was cut short: count its training time so far.
+      // The epoch was cut short: count its training so far.
       train_s_ += now_s - epoch_start_s_;
       train_samples_ += epoch_totals_.samples;
     }
