@@ -298,6 +298,13 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* se
           return;
         }
         dispatch(parts, parts.run->handle(*report, parts.clock->now_seconds()));
+        if (!parts.run->failure().empty()) {
+          if (parts.failure.empty()) {
+            parts.failure = parts.run->failure();
+            self->send(parts.listener, done_atom::value);
+          }
+          return;
+        }
         after_run_changed(self, parts);
       },
   };

@@ -105,20 +105,26 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   pipeline_report report;
   report.summary = coordinator->run->summary();
   report.stopped = coordinator->run->stopped();
-  if (!coordinator->failure.empty()) {
-    *error = coordinator->failure;
-    receiver.stop();
-    for (auto& target : targets) caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
-    return std::nullopt;
+  const bool failed = !coordinator->failure.empty();
+  if (!failed) {
+    for (int s = 0; s < stages; ++s) {
+      self->request(targets[s], caf::infinite, collect_atom::value)
+          .receive([&](const stage_report& stage) { report.stages.push_back(stage); },
+                   [&](const caf::error&) { report.stages.emplace_back(); });
+    }
   }
-  for (int s = 0; s < stages; ++s) {
-    self->request(targets[s], caf::infinite, collect_atom::value)
-        .receive([&](const stage_report& stage) { report.stages.push_back(stage); },
-                 [&](const caf::error&) { report.stages.emplace_back(); });
+  // Stop the actors while the receiver still drains their sockets: a stage in the middle of
+  // sending (a failed run leaves keys in flight) must be able to finish before it can exit.
+  for (auto& target : targets) {
+    self->send_exit(target, caf::exit_reason::user_shutdown);
+    self->wait_for(target);
   }
   receiver.stop();
+  if (failed) {
+    *error = coordinator->failure;
+    return std::nullopt;
+  }
   report.dropped_frames = receiver.dropped();
-  for (auto& target : targets) caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
   return report;
 }
 

@@ -1,6 +1,8 @@
 #include "actors/training_run.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "actors/learning_rate.h"
 #include "layers/check.h"
@@ -159,6 +161,19 @@ key_message training_run::message_for(key_kind kind, uint64_t key,
 }
 
 std::vector<key_message> training_run::handle(const stage_output& report, double now_s) {
+  if (!failure_.empty()) return {};
+  if (report.what == stage_output::kind::loss_report && !std::isfinite(report.loss_sum)) {
+    // A loss that is NaN or infinite never comes back: stop instead of training on garbage.
+    const int64_t step = report.message.step;
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g",
+                  learning_rate_at(config_.training, step, steps_per_epoch_, total_steps_));
+    failure_ = "training diverged: the loss of step " + std::to_string(step + 1) + " is " +
+               (std::isnan(report.loss_sum) ? "NaN" : "infinite") + " (lr " + rate +
+               "); lower training.lr, raise training.warmup_steps, or resume from an earlier "
+               "checkpoint";
+    return {};
+  }
   if (report.message.key >= first_evaluation_key) return handle_evaluation(report, now_s);
   if (report.what == stage_output::kind::retired) return handle_retired(report.message.key, now_s);
   if (report.what != stage_output::kind::loss_report) {

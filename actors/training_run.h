@@ -65,6 +65,9 @@ class training_run {
   run_progress progress(double now_s) const;
 
   bool finished() const { return finished_; }
+  /// Why the run cannot go on (the training loss stopped being finite); empty while it can.
+  /// The run admits nothing more once this is set.
+  const std::string& failure() const { return failure_; }
   /// The run ended early after a checkpoint asked with stop_after.
   bool stopped() const { return stopped_; }
   /// Reports that matched no key in flight (duplicates or forgeries), ignored.
@@ -115,6 +118,7 @@ class training_run {
   training_summary summary_;
   bool finished_ = false;
   bool stopped_ = false;
+  std::string failure_;
   int64_t ignored_reports_ = 0;
   // Checkpoints and resuming.
   std::optional<run_progress> resume_;

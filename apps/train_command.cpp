@@ -247,7 +247,10 @@ int run_train(const train_options& options) {
     outcome = std::move(*result);
   } else {
     auto result = train_pipelined(*config, *data, out, *pipeline, reporter, &error);
-    if (!result) return bad_input(options.job_file + ": " + error);
+    if (!result) {
+      std::fprintf(stderr, "troupe: %s: %s\n", options.job_file.c_str(), error.c_str());
+      return 1;
+    }
     outcome = std::move(*result);
   }
   const actors::training_summary& summary = outcome.summary;

@@ -98,5 +98,27 @@ TEST(PipelineHostTest, AsyncStalenessStaysWithinItsBoundAndTheRunEvaluates) {
   EXPECT_GT(report.summary.final_test_accuracy, 0.5);
 }
 
+TEST(PipelineHostTest, ADivergingRunStopsAndNamesTheStepAndTheLearningRate) {
+  job_config config = host_job(3, 2, "async", "gpipe");
+  config.training.lr = 1e30;
+  config.training.lr_schedule = "constant";
+  config.training.epochs = 3;
+  std::string error;
+  auto data = load_job_data(config, &error);
+  ASSERT_TRUE(data.has_value()) << error;
+  wall_clock clock;
+  quiet_observer observer;
+  auto report = run_pipeline(config, *data, observer, clock, pipeline_options(), &error);
+  EXPECT_FALSE(report.has_value());
+  EXPECT_NE(error.find("training diverged: the loss of step "), std::string::npos) << error;
+  EXPECT_NE(error.find("(lr 1e+30)"), std::string::npos) << error;
+  EXPECT_NE(error.find("training.lr"), std::string::npos) << error;
+
+  config.training.lr = 0.05;  // the same job with a sane rate finishes
+  report = run_pipeline(config, *data, observer, clock, pipeline_options(), &error);
+  ASSERT_TRUE(report.has_value()) << error;
+  EXPECT_EQ(report->summary.epochs, 3);
+}
+
 }  // namespace
 }  // namespace troupe::actors

@@ -38,6 +38,35 @@ class CliTest : public troupe_command_test {
   }
 };
 
+TEST_F(CliTest, ADivergingRunStopsWithStatusOneNamingTheStep) {
+  const fs::path job = write("relu.toml", R"(
+[model]
+input_shape = [8]
+layers = [{ type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 16 },
+          { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 512
+synthetic_test = 128
+classes = 4
+[parallelism]
+stages = 2
+[training]
+batch_size = 32
+epochs = 2
+lr = 1e30
+lr_schedule = "constant"
+)");
+  for (const std::string workers : {"", " --workers 2"}) {
+    const fs::path out = directory_ / ("diverged" + std::to_string(workers.size()));
+    run_result result = troupe("train " + job.string() + " --quiet --out " + out.string() + workers);
+    EXPECT_EQ(result.status, 1) << workers << "\n" << result.errors;
+    EXPECT_NE(result.errors.find("training diverged: the loss of step "), std::string::npos)
+        << workers << "\n" << result.errors;
+    EXPECT_FALSE(fs::exists(out / "summary.json")) << workers;
+  }
+}
+
 TEST_F(CliTest, TrainsAndWritesOutputs) {
   const fs::path out = directory_ / "run";
   run_result result = troupe("train " + tiny_job().string() + " --out " + out.string());
