@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/cluster_control.h"
 #include "actors/cluster_host.h"
 #include "actors/job_data.h"
 #include "actors/job_file.h"
@@ -152,6 +153,75 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
   ASSERT_TRUE(remote) << error;
   EXPECT_EQ(remote->dropped_frames, 2u);
   EXPECT_EQ(weights_of(*remote), weights_of(*local));
+}
+
+TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", {}, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  std::optional<pipeline_report> remote;
+  std::string coordinator_error;
+  std::thread coordinator([&] {
+    wall_clock clock;
+    quiet_observer observer;
+    remote = run_coordinator(*config, *data, options, observer, clock, &coordinator_error);
+  });
+
+  // A peer speaking protocol version 1 gets a refusal that says so.
+  transport::transport_context context;
+  auto in = transport::inbox::bind(context, "ipc://" + directory + "/old", {}, nullptr);
+  ASSERT_TRUE(in);
+  auto out = transport::outbox::connect(context, options.listen_address, {}, nullptr);
+  ASSERT_TRUE(out);
+  const nlohmann::json hello = {{"type", "hello"},        {"protocol", 1},
+                                {"address", in->address()}, {"host", "old-host"},
+                                {"pid", 1},                 {"public_key", ""}};
+  ASSERT_TRUE(out->send_waiting(control_message(hello), std::chrono::seconds(10)).ok());
+  nlohmann::json answer;
+  for (int tries = 0; tries < 100 && answer.is_null(); ++tries) {
+    auto received = in->receive(std::chrono::milliseconds(100));
+    if (received && received->value) answer = control_body(*received->value);
+  }
+  ASSERT_FALSE(answer.is_null()) << "no answer to an old protocol's hello";
+  EXPECT_EQ(answer["type"], "refuse");
+  EXPECT_NE(answer.value("reason", "").find("protocol version 1, this coordinator speaks " +
+                                            std::to_string(transport::current_protocol_version)),
+            std::string::npos)
+      << answer.dump();
+
+  // A worker started for another job is refused and exits 2 naming both config hashes.
+  wall_clock clock;
+  worker_options stranger;
+  stranger.coordinator_address = options.listen_address;
+  stranger.listen_address = "ipc://" + directory + "/stranger";
+  stranger.job_hash = "0123456789abcdef";
+  std::string stranger_error;
+  EXPECT_EQ(run_worker(stranger, clock, &stranger_error), 2);
+  EXPECT_NE(stranger_error.find("refused this worker: it was started for another job (config "
+                                "hash 0123456789abcdef, this job's is " +
+                                checkpoint_config_hash(*config) + ")"),
+            std::string::npos)
+      << stranger_error;
+
+  // The coordinator is still waiting, and the job's own worker runs it to the end.
+  worker_options own;
+  own.coordinator_address = options.listen_address;
+  own.listen_address = "ipc://" + directory + "/worker";
+  own.job_hash = checkpoint_config_hash(*config);
+  std::string own_error;
+  EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
+  coordinator.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << coordinator_error;
+  EXPECT_EQ(remote->summary.epochs, 2);
 }
 
 TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
