@@ -218,18 +218,23 @@ void expect_only_committed(const fs::path& root) {
 
 // Disabled until a lost-worker recovery that sometimes resumes with NaN losses is fixed (about
 // one trial in eight); run it with --gtest_also_run_disabled_tests.
-TEST_F(RecoveryTest, DISABLED_KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
+TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   const char* trials_text = std::getenv("TROUPE_KILL_TRIALS");
   const int trials = trials_text ? std::atoi(trials_text) : 10;
   const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp.toml";
   const std::string settings =
       " --set training.epochs=1 --set checkpoint.interval_steps=100 --set checkpoint.keep_last=2"
       " --set checkpoint.max_restarts=3 --heartbeat-timeout 1 --quiet";
-  run_result baseline =
-      troupe("train " + job + settings + " --workers 4 --out " + (directory_ / "base").string());
-  ASSERT_EQ(baseline.status, 0) << baseline.errors;
-  const double expected =
-      json::parse(read_file(directory_ / "base" / "summary.json"))["final_test_accuracy"];
+  // Async interleavings vary from run to run: the reference is the mean of two runs.
+  double expected = 0;
+  for (const char* name : {"base1", "base2"}) {
+    run_result baseline =
+        troupe("train " + job + settings + " --workers 4 --out " + (directory_ / name).string());
+    ASSERT_EQ(baseline.status, 0) << baseline.errors;
+    expected += json::parse(read_file(directory_ / name / "summary.json"))["final_test_accuracy"]
+                    .get<double>() /
+                2;
+  }
   std::mt19937 random(20261121);
   for (int trial = 0; trial < trials; ++trial) {
     const fs::path run = directory_ / ("trial" + std::to_string(trial));
