@@ -3,6 +3,7 @@
 // The subcommands of `troupe`. Each returns the process exit status: 0 on success, 2 on bad
 // input (job file, command line, data files), 1 on a failure while running.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,6 +75,22 @@ std::optional<transport::security_settings> security_from(const std::string& dir
 /// The public key in DIRECTORY/NAME.pub.
 std::optional<std::string> public_key_named(const std::string& directory, const std::string& name,
                                             std::string* error);
+
+struct simulate_options {
+  std::string job_file;
+  std::string cluster_file;
+  std::vector<std::string> overrides;
+  /// KEY=V1,V2,...: one simulation per value, one table row each.
+  std::string sweep;
+  std::string out_directory;  ///< empty: runs/simulation
+  bool numerics = false;
+  uint64_t seed = 1;
+  std::vector<std::string> stragglers;    ///< DEVICE=SLOWDOWN[@PROBABILITY]
+  std::vector<std::string> degradations;  ///< LINK=FACTOR@START-END
+};
+
+/// `troupe simulate JOB --cluster FILE`: the job in virtual time on a modelled cluster.
+int run_simulate(const simulate_options& options);
 
 /// `troupe launch JOB`: run by every rank of srun, mpirun, torchrun or a hostfile; rank 0
 /// coordinates, the others are workers.

@@ -150,6 +150,28 @@ void add_export(CLI::App& app, troupe::apps::export_options& options) {
       ->capture_default_str();
 }
 
+void add_simulate(CLI::App& app, troupe::apps::simulate_options& options) {
+  CLI::App* simulate =
+      app.add_subcommand("simulate", "Predict a job's behaviour on a modelled cluster");
+  simulate->add_option("job", options.job_file, "Job file (TOML)")->required();
+  simulate->add_option("--cluster", options.cluster_file, "Cluster file (TOML)")->required();
+  simulate->add_option("--set", options.overrides, "Override a job-file key: section.key=value")
+      ->take_all()
+      ->allow_extra_args(false);
+  simulate->add_option("--sweep", options.sweep,
+                       "KEY=V1,V2,...: simulate once per value and print one row each");
+  simulate->add_option("--out", options.out_directory,
+                       "Output directory (default: runs/simulation)");
+  simulate->add_flag("--numerics", options.numerics,
+                     "Really run the math on the CPU: loss and accuracy against simulated time");
+  simulate->add_option("--seed", options.seed, "Seed of the simulation's random draws")
+      ->capture_default_str();
+  simulate->add_option("--straggler", options.stragglers,
+                       "DEVICE=SLOWDOWN[@PROBABILITY]: a device whose work is slower");
+  simulate->add_option("--degrade", options.degradations,
+                       "LINK=FACTOR@START-END: a link's bandwidth times FACTOR for a while");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,6 +193,8 @@ int main(int argc, char** argv) {
   troupe::apps::export_options exporter;
   add_inspect(app, inspect);
   add_export(app, exporter);
+  troupe::apps::simulate_options simulate;
+  add_simulate(app, simulate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +208,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
   if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
   if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
+  if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

@@ -181,9 +181,8 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   ASSERT_TRUE(in);
   auto out = transport::outbox::connect(context, options.listen_address, {}, nullptr);
   ASSERT_TRUE(out);
-  const nlohmann::json hello = {{"type", "hello"},        {"protocol", 1},
-                                {"address", in->address()}, {"host", "old-host"},
-                                {"pid", 1},                 {"public_key", ""}};
+  const nlohmann::json hello = {{"type", "hello"},    {"protocol", 1}, {"address", in->address()},
+                                {"host", "old-host"}, {"pid", 1},      {"public_key", ""}};
   ASSERT_TRUE(out->send_waiting(control_message(hello), std::chrono::seconds(10)).ok());
   nlohmann::json answer;
   for (int tries = 0; tries < 100 && answer.is_null(); ++tries) {
@@ -192,8 +191,9 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   }
   ASSERT_FALSE(answer.is_null()) << "no answer to an old protocol's hello";
   EXPECT_EQ(answer["type"], "refuse");
-  EXPECT_NE(answer.value("reason", "").find("protocol version 1, this coordinator speaks " +
-                                            std::to_string(transport::current_protocol_version)),
+  EXPECT_NE(answer.value("reason", "")
+                .find("protocol version 1, this coordinator speaks " +
+                      std::to_string(transport::current_protocol_version)),
             std::string::npos)
       << answer.dump();
 

@@ -59,12 +59,65 @@ lr_schedule = "constant"
 )");
   for (const std::string workers : {"", " --workers 2"}) {
     const fs::path out = directory_ / ("diverged" + std::to_string(workers.size()));
-    run_result result = troupe("train " + job.string() + " --quiet --out " + out.string() + workers);
+    run_result result =
+        troupe("train " + job.string() + " --quiet --out " + out.string() + workers);
     EXPECT_EQ(result.status, 1) << workers << "\n" << result.errors;
     EXPECT_NE(result.errors.find("training diverged: the loss of step "), std::string::npos)
-        << workers << "\n" << result.errors;
+        << workers << "\n"
+        << result.errors;
     EXPECT_FALSE(fs::exists(out / "summary.json")) << workers;
   }
+}
+
+TEST_F(CliTest, SimulateWritesItsSummaryAndRefusesABadClusterFileByField) {
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_ethernet_16_nodes.toml";
+  const fs::path out = directory_ / "simulated";
+  run_result result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                             " --set parallelism.stages=2 --out " + out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  for (const char* key : {"samples_per_s", "stage_utilization", "stage_idle_fraction", "events",
+                          "events_per_s", "wall_s", "trace_hash"}) {
+    EXPECT_TRUE(summary.contains(key)) << key;
+  }
+  EXPECT_EQ(summary["stage_utilization"].size(), 2u);
+  EXPECT_GT(summary["samples_per_s"].get<double>(), 0);
+  EXPECT_TRUE(fs::exists(out / "trace.json"));
+
+  const fs::path bad = write("bad.toml", R"(
+[device_types.gpu]
+peak_flops = 1e14
+memory_bandwidth = 1e12
+memory_bytes = 1e10
+[[nodes]]
+name = "n"
+device_type = "gpu"
+devices = 2
+device_link = { bandwidth = 1e10, latency_s = -1 }
+nic = { bandwidth = 1e10 }
+)");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + bad.string()),
+                  "nodes[0].device_link.latency_s");
+  const fs::path missing = write("missing.toml", R"(
+[device_types.gpu]
+peak_flops = 1e14
+memory_bytes = 1e10
+[[nodes]]
+name = "n"
+device_type = "gpu"
+devices = 2
+device_link = { bandwidth = 1e10 }
+nic = { bandwidth = 1e10 }
+)");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + missing.string()),
+                  "device_types.gpu.memory_bandwidth");
+  const fs::path placed = write("placed.toml", read_file(cluster) +
+                                                   "\n[placement]\nstages = [\"node0/gpu0\", "
+                                                   "\"node99/gpu0\"]\n");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + placed.string() +
+                         " --set parallelism.stages=2"),
+                  "node99/gpu0");
 }
 
 TEST_F(CliTest, TrainsAndWritesOutputs) {

@@ -1,0 +1,285 @@
+// `troupe simulate JOB --cluster FILE`: the job's pipeline in virtual time on a modelled
+// cluster (sim/), with a table on stdout and summary.json / trace.json in the output directory.
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "apps/commands.h"
+#include "apps/run_output.h"
+#include "sim/simulation.h"
+
+namespace troupe::apps {
+namespace {
+
+using json = nlohmann::json;
+
+int bad_input(const std::string& message) {
+  std::fprintf(stderr, "troupe simulate: %s\n", message.c_str());
+  return 2;
+}
+
+/// Writes numerics-mode metrics to metrics.jsonl; timing-only runs report nothing per step.
+class simulation_observer final : public actors::training_observer {
+ public:
+  explicit simulation_observer(metrics_log* log) : log_(log) {}
+  void on_step(int64_t, int64_t, int64_t, double, double) override {}
+  void on_metrics(const actors::metrics_record& record) override {
+    if (log_) log_->append(to_json(record));
+  }
+
+ private:
+  metrics_log* log_;
+};
+
+int device_named(const sim::cluster_model& cluster, const std::string& name) {
+  for (size_t d = 0; d < cluster.devices.size(); ++d) {
+    if (cluster.devices[d].name == name) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+int link_named(const sim::cluster_model& cluster, const std::string& name) {
+  for (size_t l = 0; l < cluster.links.size(); ++l) {
+    if (cluster.links[l].name == name) return static_cast<int>(l);
+  }
+  return -1;
+}
+
+bool parse_number(const std::string& text, double* value) {
+  std::istringstream in(text);
+  return static_cast<bool>(in >> *value) && in.eof();
+}
+
+/// "DEVICE=SLOWDOWN" or "DEVICE=SLOWDOWN@PROBABILITY".
+bool parse_straggler(const std::string& text, const sim::cluster_model& cluster,
+                     sim::straggler* out, std::string* error) {
+  const size_t equals = text.rfind('=');
+  const size_t at = text.find('@', equals == std::string::npos ? 0 : equals);
+  *error = "--straggler " + text + ": ";
+  if (equals == std::string::npos) {
+    *error += "expected DEVICE=SLOWDOWN[@PROBABILITY]";
+    return false;
+  }
+  out->device = device_named(cluster, text.substr(0, equals));
+  if (out->device < 0) {
+    *error += "no device named " + text.substr(0, equals) + " in the cluster";
+    return false;
+  }
+  const std::string slowdown =
+      text.substr(equals + 1, at == std::string::npos ? at : at - equals - 1);
+  if (!parse_number(slowdown, &out->slowdown) || out->slowdown < 1) {
+    *error += "the slowdown must be a number >= 1";
+    return false;
+  }
+  out->probability = 1;
+  if (at != std::string::npos && (!parse_number(text.substr(at + 1), &out->probability) ||
+                                  out->probability <= 0 || out->probability > 1)) {
+    *error += "the probability must be in (0, 1]";
+    return false;
+  }
+  return true;
+}
+
+/// "LINK=FACTOR@START-END" (seconds of virtual time).
+bool parse_degradation(const std::string& text, const sim::cluster_model& cluster,
+                       sim::link_degradation* out, std::string* error) {
+  const size_t equals = text.rfind('=');
+  const size_t at = text.find('@', equals == std::string::npos ? 0 : equals);
+  const size_t dash = text.find('-', at == std::string::npos ? 0 : at);
+  *error = "--degrade " + text + ": ";
+  if (equals == std::string::npos || at == std::string::npos || dash == std::string::npos) {
+    *error += "expected LINK=FACTOR@START-END";
+    return false;
+  }
+  out->link = link_named(cluster, text.substr(0, equals));
+  if (out->link < 0) {
+    *error += "no link named \"" + text.substr(0, equals) + "\" in the cluster";
+    return false;
+  }
+  if (!parse_number(text.substr(equals + 1, at - equals - 1), &out->factor) || out->factor <= 0 ||
+      !parse_number(text.substr(at + 1, dash - at - 1), &out->start_s) ||
+      !parse_number(text.substr(dash + 1), &out->end_s) || out->start_s < 0 ||
+      out->end_s <= out->start_s) {
+    *error += "FACTOR must be > 0 and 0 <= START < END";
+    return false;
+  }
+  return true;
+}
+
+json summary_json(const sim::simulation_result& result, bool numerics) {
+  json summary = {{"samples_per_s", result.summary.samples_per_s},
+                  {"virtual_s", result.virtual_s},
+                  {"steps", result.summary.steps},
+                  {"epochs", result.summary.epochs},
+                  {"stage_utilization", result.stage_utilization},
+                  {"stage_idle_fraction", result.stage_idle_fraction},
+                  {"staleness_histogram", result.staleness_histogram},
+                  {"events", result.events},
+                  {"events_per_s", result.events_per_s},
+                  {"wall_s", result.wall_s},
+                  {"trace_hash", result.trace_hash}};
+  json links = json::object();
+  for (size_t l = 0; l < result.link_names.size(); ++l) {
+    links[result.link_names[l]] = result.link_utilization[l];
+  }
+  summary["link_utilization"] = links;
+  json memory = json::array();
+  for (size_t d = 0; d < result.device_names.size(); ++d) {
+    memory.push_back(
+        {{"device", result.device_names[d]},
+         {"peak_bytes", result.device_peak_bytes[d]},
+         {"capacity_bytes", result.device_memory_bytes[d]},
+         {"out_of_memory", result.device_peak_bytes[d] > result.device_memory_bytes[d]}});
+  }
+  summary["peak_memory"] = memory;
+  if (numerics) {
+    summary["final_test_accuracy"] = result.summary.final_test_accuracy;
+    summary["final_test_loss"] = result.summary.final_test_loss;
+    summary["time_to_target_s"] =
+        result.summary.time_to_target_s ? json(*result.summary.time_to_target_s) : json(nullptr);
+  }
+  return summary;
+}
+
+void print_details(const sim::simulation_result& result, bool numerics) {
+  std::printf("%-8s %12s %8s\n", "stage", "utilization", "idle");
+  for (size_t s = 0; s < result.stage_utilization.size(); ++s) {
+    std::printf("%-8zu %11.1f%% %7.1f%%\n", s, 100 * result.stage_utilization[s],
+                100 * result.stage_idle_fraction[s]);
+  }
+  std::printf("\n%-32s %12s\n", "link", "utilization");
+  for (size_t l = 0; l < result.link_names.size(); ++l) {
+    std::printf("%-32s %11.1f%%\n", result.link_names[l].c_str(), 100 * result.link_utilization[l]);
+  }
+  std::printf("\nstaleness (backward passes):");
+  for (size_t i = 0; i < result.staleness_histogram.size(); ++i) {
+    std::printf(" %zu:%lld", i, static_cast<long long>(result.staleness_histogram[i]));
+  }
+  std::printf("\n\n%-20s %14s %14s\n", "device", "peak memory", "capacity");
+  for (size_t d = 0; d < result.device_names.size(); ++d) {
+    const bool over = result.device_peak_bytes[d] > result.device_memory_bytes[d];
+    std::printf("%-20s %11.2f GB %11.2f GB%s\n", result.device_names[d].c_str(),
+                result.device_peak_bytes[d] / 1e9, result.device_memory_bytes[d] / 1e9,
+                over ? "  OUT OF MEMORY" : "");
+  }
+  std::printf(
+      "\nsamples/s %.1f  simulated %.3f s  %lld events in %.2f s (%.0f events/s)  trace %016llx\n",
+      result.summary.samples_per_s, result.virtual_s, static_cast<long long>(result.events),
+      result.wall_s, result.events_per_s, static_cast<unsigned long long>(result.trace_hash));
+  if (numerics) {
+    std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
+                result.summary.time_to_target_s
+                    ? (std::to_string(*result.summary.time_to_target_s) + " s").c_str()
+                    : "not reached");
+  }
+}
+
+}  // namespace
+
+int run_simulate(const simulate_options& options) {
+  std::string error;
+  auto cluster = sim::load_cluster_file(options.cluster_file, &error);
+  if (!cluster) return bad_input(error);
+  sim::simulation_options settings;
+  settings.numerics = options.numerics;
+  settings.seed = options.seed;
+  for (const std::string& text : options.stragglers) {
+    settings.stragglers.emplace_back();
+    if (!parse_straggler(text, *cluster, &settings.stragglers.back(), &error)) {
+      return bad_input(error);
+    }
+  }
+  for (const std::string& text : options.degradations) {
+    settings.degradations.emplace_back();
+    if (!parse_degradation(text, *cluster, &settings.degradations.back(), &error)) {
+      return bad_input(error);
+    }
+  }
+  std::string sweep_key;
+  std::vector<std::string> sweep_values{""};
+  if (!options.sweep.empty()) {
+    const size_t equals = options.sweep.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == options.sweep.size()) {
+      return bad_input("--sweep " + options.sweep + ": expected KEY=V1,V2,...");
+    }
+    sweep_key = options.sweep.substr(0, equals);
+    sweep_values.clear();
+    std::stringstream values(options.sweep.substr(equals + 1));
+    for (std::string value; std::getline(values, value, ',');) sweep_values.push_back(value);
+  }
+  const std::string out = options.out_directory.empty() ? "runs/simulation" : options.out_directory;
+  if (!make_directory(out, &error)) return bad_input(error);
+  metrics_log log(out + "/metrics.jsonl");
+  simulation_observer observer(options.numerics ? &log : nullptr);
+
+  json runs = json::array();
+  json first;
+  if (!sweep_key.empty()) {
+    std::printf("%-16s %12s %10s %10s %10s %12s%s\n", sweep_key.c_str(), "samples/s", "mean util",
+                "max stale", "peak GB", "simulated s",
+                options.numerics ? "   accuracy  to target s" : "");
+  }
+  for (const std::string& value : sweep_values) {
+    std::vector<std::string> overrides = options.overrides;
+    if (!sweep_key.empty()) overrides.push_back(sweep_key + "=" + value);
+    actors::job_error problem;
+    auto config = actors::load_job_file(options.job_file, overrides, &problem);
+    if (!config) return bad_input(problem.message);
+    auto data = actors::load_job_data(*config, &error);
+    if (!data) return bad_input(error);
+    auto result = sim::simulate(*config, *data, *cluster, settings, observer, &error);
+    if (!result) {
+      std::fprintf(stderr, "troupe simulate: %s: %s\n", options.job_file.c_str(), error.c_str());
+      return 1;
+    }
+    json summary = summary_json(*result, options.numerics);
+    if (!sweep_key.empty()) {
+      summary["sweep_value"] = value;
+      double mean = 0, peak = 0;
+      for (double u : result->stage_utilization) mean += u / result->stage_utilization.size();
+      for (double b : result->device_peak_bytes) peak = std::max(peak, b);
+      std::printf(
+          "%-16s %12.1f %9.1f%% %10zu %10.2f %12.3f", value.c_str(), result->summary.samples_per_s,
+          100 * mean,
+          result->staleness_histogram.empty() ? size_t{0} : result->staleness_histogram.size() - 1,
+          peak / 1e9, result->virtual_s);
+      if (options.numerics) {
+        std::printf(" %10.4f %12s", result->summary.final_test_accuracy,
+                    result->summary.time_to_target_s
+                        ? std::to_string(*result->summary.time_to_target_s).c_str()
+                        : "-");
+      }
+      std::printf("\n");
+    } else {
+      print_details(*result, options.numerics);
+    }
+    if (first.is_null()) {
+      first = summary;
+      if (result->trace && !result->trace->write(out + "/trace.json", &error)) {
+        return bad_input(error);
+      }
+    }
+    runs.push_back(summary);
+  }
+  json summary = first;
+  if (!sweep_key.empty()) summary["sweep"] = {{"key", sweep_key}, {"runs", runs}};
+  if (!write_json_file(out + "/summary.json", summary, &error)) return bad_input(error);
+  for (const json& run : runs) {
+    for (const json& device : run["peak_memory"]) {
+      if (device["out_of_memory"].get<bool>()) {
+        std::fprintf(
+            stderr, "troupe simulate: warning: %s would run out of memory (%.2f GB of %.2f GB)\n",
+            device["device"].get<std::string>().c_str(), device["peak_bytes"].get<double>() / 1e9,
+            device["capacity_bytes"].get<double>() / 1e9);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace troupe::apps

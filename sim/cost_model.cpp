@@ -1,0 +1,131 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+
+#include "layers/model.h"
+
+namespace troupe::sim {
+namespace {
+
+constexpr double float_bytes = 4;
+
+/// Bytes per parameter an optimizer step reads and writes: weight, gradient and velocity
+/// (SGD with momentum) or both moments (Adam).
+double step_bytes_per_parameter(const actors::training_config& training) {
+  if (training.optimizer == "adam") return 7 * float_bytes;
+  return (training.momentum != 0 ? 5 : 3) * float_bytes;
+}
+
+/// Floating-point operations per element of an elementwise block's forward pass.
+double elementwise_flops(const std::string& type) {
+  if (type == "gelu") return 20;
+  if (type == "tanh") return 10;
+  return 1;
+}
+
+block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
+                   const layers::shape& output, const actors::training_config& training) {
+  block_work work;
+  work.type = spec.type;
+  const double in = static_cast<double>(layers::element_count(input));
+  const double out = static_cast<double>(layers::element_count(output));
+  work.output_elements = layers::element_count(output);
+  if (spec.type == "linear" || spec.type == "conv2d") {
+    // A convolution is a GEMM over unfolded patches: (channels × k × k) inputs per output.
+    const bool convolution = spec.type == "conv2d";
+    const double fan_in = convolution ? input[0] * double(spec.kernel) * spec.kernel : in;
+    const double positions = convolution ? out / spec.out : 1;  // output pixels
+    const double weights = fan_in * spec.out;
+    work.parameters = static_cast<int64_t>(weights + (spec.bias ? spec.out : 0));
+    const double parameter_bytes = float_bytes * work.parameters;
+    const double unfolded = convolution ? fan_in * positions : 0;  // im2col columns
+    const double gemm_flops = 2 * weights * positions;
+    const int extra = (spec.bias ? 1 : 0) + (convolution ? 2 : 0);
+    work.forward = {gemm_flops, float_bytes * (in + out + unfolded), parameter_bytes, 1 + extra};
+    work.backward_weights = {gemm_flops, float_bytes * (out + in + unfolded), 2 * parameter_bytes,
+                             1 + (spec.bias ? 1 : 0) + (convolution ? 1 : 0)};
+    work.backward_input = {gemm_flops, float_bytes * (out + in + unfolded), parameter_bytes,
+                           1 + (convolution ? 1 : 0)};
+    const double tensors = spec.bias ? 2 : 1;
+    work.step = {0, 0, step_bytes_per_parameter(training) * work.parameters,
+                 static_cast<int>(tensors)};
+    const double optimizer_tensors =
+        training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
+    work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
+  } else if (spec.type == "flatten") {
+    // A view: no kernel.
+  } else if (spec.type == "maxpool2d") {
+    work.forward = {in, float_bytes * (in + 2 * out), 0, 1};
+    work.backward_input = {in, float_bytes * (2 * in + 2 * out), 0, 2};
+  } else if (spec.type == "dropout") {
+    work.forward = {2 * out, float_bytes * 3 * out, 0, 1};
+    work.backward_input = {out, float_bytes * 3 * out, 0, 1};
+  } else {  // activations
+    work.forward = {elementwise_flops(spec.type) * out, float_bytes * 2 * out, 0, 1};
+    work.backward_input = {2 * elementwise_flops(spec.type) * out, float_bytes * 4 * out, 0, 1};
+  }
+  return work;
+}
+
+}  // namespace
+
+kernel_work loss_work(int64_t classes) {
+  const double c = static_cast<double>(classes);
+  return {10 * c, float_bytes * 3 * c, 0, 2};
+}
+
+std::optional<std::vector<block_work>> model_work(const actors::job_config& config,
+                                                  std::string* error) {
+  auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, error);
+  if (!shapes) return std::nullopt;
+  std::vector<block_work> blocks;
+  layers::shape input = config.model.input_shape;
+  for (size_t i = 0; i < config.model.layers.size(); ++i) {
+    blocks.push_back(work_of(config.model.layers[i], input, (*shapes)[i], config.training));
+    input = (*shapes)[i];
+  }
+  return blocks;
+}
+
+stage_cost::stage_cost(std::vector<block_work> blocks, kernel_work loss, device_model device)
+    : blocks_(std::move(blocks)), loss_(loss), device_(std::move(device)) {
+  for (const block_work& block : blocks_) {
+    state_bytes_ += block.state_bytes;
+    context_bytes_per_sample_ += float_bytes * static_cast<double>(block.output_elements);
+  }
+}
+
+double stage_cost::seconds(const kernel_work& work, int64_t batch) const {
+  if (work.kernels == 0) return 0;
+  const double n = static_cast<double>(batch);
+  const double compute = work.flops_per_sample * n / (device_.peak_flops * device_.efficiency);
+  const double memory = (work.bytes_per_sample * n + work.fixed_bytes) /
+                        (device_.memory_bandwidth * device_.efficiency);
+  return std::max(compute, memory) + work.kernels * device_.launch_overhead_s;
+}
+
+double stage_cost::forward_s(int64_t batch) const {
+  double total = 0;
+  for (const block_work& block : blocks_) total += seconds(block.forward, batch);
+  return total;
+}
+
+double stage_cost::loss_s(int64_t batch) const { return seconds(loss_, batch); }
+
+double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
+  double total = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    total += seconds(blocks_[i].backward_weights, batch);
+    // The first block of the first stage needs no input gradient.
+    if (need_input_gradient || i > 0) total += seconds(blocks_[i].backward_input, batch);
+  }
+  return total;
+}
+
+double stage_cost::step_s() const {
+  double total = 0;
+  for (const block_work& block : blocks_) total += seconds(block.step, 1);
+  return total;
+}
+
+}  // namespace troupe::sim

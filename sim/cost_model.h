@@ -1,0 +1,74 @@
+#pragma once
+
+// What a stage's device work costs in virtual time. The roofline model counts, per block of
+// the stage, the floating-point operations and the bytes that a forward pass, a backward
+// pass, the loss and an optimizer step move, and charges each kernel
+//   max(flops / (peak_flops × efficiency), bytes / (memory_bandwidth × efficiency))
+// plus the device's launch overhead. Work scales with the key's batch; weights are read once
+// per kernel whatever the batch.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/partition.h"
+#include "sim/cluster_model.h"
+
+namespace troupe::sim {
+
+/// Operations and bytes of one kernel or of a group of kernels.
+struct kernel_work {
+  double flops_per_sample = 0;
+  double bytes_per_sample = 0;
+  double fixed_bytes = 0;  ///< independent of the batch (weights, gradients)
+  int kernels = 0;
+};
+
+/// One block's work.
+struct block_work {
+  std::string type;
+  kernel_work forward;
+  kernel_work backward_weights;  ///< weight and bias gradients
+  kernel_work backward_input;    ///< the gradient of the block's input
+  kernel_work step;              ///< the optimizer over the block's parameters
+  int64_t parameters = 0;
+  double state_bytes = 0;       ///< weights, gradients and optimizer state
+  int64_t output_elements = 0;  ///< per sample
+};
+
+/// The costs of one stage's blocks on one device.
+class stage_cost {
+ public:
+  stage_cost(std::vector<block_work> blocks, kernel_work loss, device_model device);
+
+  double forward_s(int64_t batch) const;
+  /// The last stage's loss and its gradient.
+  double loss_s(int64_t batch) const;
+  double backward_s(int64_t batch, bool need_input_gradient) const;
+  double step_s() const;
+  /// Bytes of the stage's weights, gradients and optimizer state.
+  double state_bytes() const { return state_bytes_; }
+  /// Bytes a key's forward context keeps until its backward (activations per sample).
+  double context_bytes_per_sample() const { return context_bytes_per_sample_; }
+  const device_model& device() const { return device_; }
+
+ private:
+  double seconds(const kernel_work& work, int64_t batch) const;
+
+  std::vector<block_work> blocks_;
+  kernel_work loss_;
+  device_model device_;
+  double state_bytes_ = 0;
+  double context_bytes_per_sample_ = 0;
+};
+
+/// The work of every block of `config`'s model (per-sample shapes from model.input_shape),
+/// with the job's optimizer; nothing, with `error` set, when the shapes do not chain.
+std::optional<std::vector<block_work>> model_work(const actors::job_config& config,
+                                                  std::string* error);
+
+/// The work of the loss over `classes` logits.
+kernel_work loss_work(int64_t classes);
+
+}  // namespace troupe::sim

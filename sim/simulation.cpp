@@ -1,0 +1,445 @@
+#include "sim/simulation.h"
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <queue>
+#include <random>
+#include <unordered_map>
+
+#include "actors/actor_hosting.h"
+#include "actors/local_pipeline.h"
+#include "actors/partition.h"
+#include "actors/stage_logic.h"
+#include "actors/training_run.h"
+#include "layers/backend_registry.h"
+#include "layers/model.h"
+#include "sim/network_model.h"
+#include "sim/shape_backend.h"
+#include "sim/timed_stage_device.h"
+
+namespace troupe::sim {
+namespace {
+
+using actors::key_message;
+using actors::stage_output;
+
+constexpr int coordinator = -1;  ///< the target of reports; the coordinator's trace track
+
+enum class event_kind : uint8_t { deliver, work_done, degrade };
+
+struct event {
+  double time;
+  uint64_t sequence;
+  event_kind kind;
+  int32_t index;
+};
+
+struct later {
+  bool operator()(const event& a, const event& b) const {
+    return a.time != b.time ? a.time > b.time : a.sequence > b.sequence;
+  }
+};
+
+/// A message on its way: to a stage, or a report to the coordinator.
+struct parcel {
+  int target = 0;
+  int from_track = 0;
+  double sent_s = 0;
+  double latency_s = 0;
+  stage_output content;
+};
+
+struct device_state {
+  std::deque<int> waiting;  ///< parcels, in arrival order
+  bool busy = false;
+  int stage = 0;  ///< of the work running
+  std::vector<stage_output> outputs;
+  double straggle_probability = 0;
+  double slowdown = 1;
+};
+
+class simulator {
+ public:
+  simulator(const actors::job_config& config, const actors::job_data& data,
+            const cluster_model& cluster, const simulation_options& options,
+            actors::training_observer& observer)
+      : config_(config),
+        data_(data),
+        cluster_(cluster),
+        options_(options),
+        observer_(observer),
+        random_(options.seed),
+        hash_(XXH3_createState()) {
+    XXH3_64bits_reset(hash_);
+  }
+  ~simulator() { XXH3_freeState(hash_); }
+
+  bool build(std::string* error);
+  bool run(std::string* error);
+  simulation_result result(double wall_s);
+
+ private:
+  void schedule(double time, event_kind kind, int index);
+  void hash(const void* data, size_t bytes) { XXH3_64bits_update(hash_, data, bytes); }
+  int new_parcel(parcel&& p);
+  void send(int from_device, int target, stage_output&& content, int from_track);
+  void deliver(int id);
+  void start_work(int device);
+  void finish_work(int device);
+  void dispatch(std::vector<key_message>&& messages);
+  void after_run_changed();
+  void degrade(int index);
+  /// The links from device `from` to device `to` (either may be the host) and their latency.
+  const std::pair<std::vector<int>, double>& route(int from, int to);
+
+  const actors::job_config& config_;
+  const actors::job_data& data_;
+  const cluster_model& cluster_;
+  const simulation_options& options_;
+  actors::training_observer& observer_;
+  std::mt19937_64 random_;
+  XXH3_state_t* hash_;
+
+  std::vector<std::unique_ptr<layers::backend>> backends_;  ///< numerics mode
+  std::unique_ptr<layers::backend> host_backend_;
+  std::unique_ptr<actors::training_run> run_;
+  std::vector<std::unique_ptr<timed_stage_device>> stage_devices_;
+  std::vector<std::unique_ptr<actors::stage_logic>> stages_;
+  std::vector<int> device_of_stage_;
+  std::vector<double> stage_busy_s_;
+  std::vector<device_state> devices_;
+  std::unique_ptr<network_model> network_;
+  std::unordered_map<uint64_t, int> flow_parcels_;
+  std::unordered_map<uint64_t, std::pair<std::vector<int>, double>> routes_;
+  std::vector<parcel> parcels_;
+  std::vector<int> free_parcels_;
+  std::priority_queue<event, std::vector<event>, later> events_;
+  uint64_t sequence_ = 0;
+  double now_ = 0;
+  int64_t handled_ = 0;
+  bool finished_ = false;
+  std::string failure_;
+  std::unique_ptr<actors::trace_recorder> trace_;
+  size_t spans_ = 0;
+};
+
+bool simulator::build(std::string* error) {
+  auto ranges = actors::partition_model(config_, error);
+  if (!ranges) return false;
+  auto work = model_work(config_, error);
+  if (!work) return false;
+  auto shapes = layers::infer_shapes(config_.model.layers, config_.model.input_shape, error);
+  if (!shapes) return false;
+  const int stages = static_cast<int>(ranges->size());
+  if (options_.numerics) {
+    host_backend_ = layers::create_backend("cpu", 1, error);
+    if (!host_backend_) return false;
+  }
+  run_ = std::make_unique<actors::training_run>(
+      config_, data_.train, data_.test, options_.numerics ? *host_backend_ : shape_backend(),
+      observer_);
+  devices_.resize(cluster_.devices.size());
+  for (const straggler& slow : options_.stragglers) {
+    if (slow.device < 0 || slow.device >= static_cast<int>(devices_.size())) {
+      *error = "a straggler names device " + std::to_string(slow.device) + " of a " +
+               std::to_string(devices_.size()) + "-device cluster";
+      return false;
+    }
+    devices_[slow.device].straggle_probability = slow.probability;
+    devices_[slow.device].slowdown = slow.slowdown;
+  }
+  const int64_t classes = layers::element_count(shapes->back());
+  for (int s = 0; s < stages; ++s) {
+    const int device = cluster_.device_of_stage(s, stages, error);
+    if (device < 0) return false;
+    device_of_stage_.push_back(device);
+    const actors::stage_range range = (*ranges)[s];
+    std::vector<block_work> blocks(work->begin() + range.first, work->begin() + range.last);
+    stage_cost cost(std::move(blocks), s + 1 == stages ? loss_work(classes) : kernel_work{},
+                    cluster_.devices[device]);
+    std::unique_ptr<actors::stage_device> numerics;
+    if (options_.numerics) {
+      backends_.push_back(layers::create_backend("cpu", actors::threads_per_stage(config_), error));
+      if (!backends_.back()) return false;
+      numerics = actors::make_layers_stage_device(config_, range, *backends_.back());
+    }
+    const layers::shape input =
+        range.first == 0 ? layers::shape(config_.model.input_shape) : (*shapes)[range.first - 1];
+    stage_devices_.push_back(std::make_unique<timed_stage_device>(
+        std::move(cost), input, (*shapes)[range.last - 1], std::move(numerics)));
+    stages_.push_back(std::make_unique<actors::stage_logic>(
+        actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps()),
+        *stage_devices_.back()));
+  }
+  stage_busy_s_.assign(stages, 0);
+  std::vector<double> bandwidths;
+  for (const link_model& link : cluster_.links) bandwidths.push_back(link.bandwidth);
+  network_ = std::make_unique<network_model>(std::move(bandwidths));
+  for (size_t i = 0; i < options_.degradations.size(); ++i) {
+    const link_degradation& d = options_.degradations[i];
+    if (d.link < 0 || d.link >= static_cast<int>(cluster_.links.size())) {
+      *error = "a link degradation names link " + std::to_string(d.link) + " of " +
+               std::to_string(cluster_.links.size());
+      return false;
+    }
+    schedule(d.start_s, event_kind::degrade, static_cast<int>(2 * i));
+    schedule(d.end_s, event_kind::degrade, static_cast<int>(2 * i + 1));
+  }
+  if (options_.trace_spans > 0) trace_ = std::make_unique<actors::trace_recorder>(stages);
+  return true;
+}
+
+void simulator::schedule(double time, event_kind kind, int index) {
+  events_.push(event{time, sequence_++, kind, index});
+}
+
+int simulator::new_parcel(parcel&& p) {
+  if (free_parcels_.empty()) {
+    parcels_.push_back(std::move(p));
+    return static_cast<int>(parcels_.size() - 1);
+  }
+  const int id = free_parcels_.back();
+  free_parcels_.pop_back();
+  parcels_[id] = std::move(p);
+  return id;
+}
+
+void simulator::send(int from_device, int target, stage_output&& content, int from_track) {
+  const int to_device =
+      target == coordinator ? cluster_model::host_device : device_of_stage_[target];
+  const key_message& message = content.message;
+  double bytes = options_.header_bytes;
+  if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
+  if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
+  const auto& [path, latency_s] = route(from_device, to_device);
+  const int id = new_parcel(parcel{target, from_track, now_, latency_s, std::move(content)});
+  if (path.empty()) {
+    schedule(now_ + latency_s, event_kind::deliver, id);
+    return;
+  }
+  const uint64_t flow = network_->start(now_, path, bytes);
+  flow_parcels_[flow] = id;
+}
+
+void simulator::deliver(int id) {
+  parcel& p = parcels_[id];
+  if (trace_ && spans_ < options_.trace_spans) {
+    trace_->flow(p.from_track, p.target, static_cast<int64_t>(p.content.message.key), p.sent_s,
+                 now_);
+  }
+  if (p.target == coordinator) {
+    stage_output report = std::move(p.content);
+    free_parcels_.push_back(id);
+    dispatch(run_->handle(report, now_));
+    if (!run_->failure().empty()) {
+      failure_ = run_->failure();
+      return;
+    }
+    after_run_changed();
+    return;
+  }
+  const int device = device_of_stage_[p.target];
+  devices_[device].waiting.push_back(id);
+  start_work(device);
+}
+
+void simulator::start_work(int device) {
+  device_state& state = devices_[device];
+  if (state.busy || state.waiting.empty()) return;
+  const int id = state.waiting.front();
+  state.waiting.pop_front();
+  const int stage = parcels_[id].target;
+  const key_message message = std::move(parcels_[id].content.message);
+  free_parcels_.push_back(id);
+  std::string refusal;
+  state.outputs = stages_[stage]->handle(message, &refusal);
+  if (!refusal.empty()) {
+    failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
+    return;
+  }
+  double seconds = stage_devices_[stage]->take_charge();
+  if (state.straggle_probability > 0 &&
+      std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
+    seconds *= state.slowdown;
+  }
+  state.busy = true;
+  state.stage = stage;
+  stage_busy_s_[stage] += seconds;
+  const int kind = static_cast<int>(message.kind);
+  hash(&stage, sizeof stage);
+  hash(&kind, sizeof kind);
+  hash(&message.key, sizeof message.key);
+  hash(&now_, sizeof now_);
+  if (trace_ && spans_ < options_.trace_spans) {
+    ++spans_;
+    const char* name = message.kind == actors::key_kind::evaluate   ? "evaluate"
+                       : message.kind == actors::key_kind::backward ? "backward"
+                       : stages_[stage]->is_last()                  ? "forward+backward"
+                                                                    : "forward";
+    trace_->span(stage, name, static_cast<int64_t>(message.key), now_, seconds);
+  }
+  schedule(now_ + seconds, event_kind::work_done, device);
+}
+
+void simulator::finish_work(int device) {
+  device_state& state = devices_[device];
+  const int stage = state.stage;
+  std::vector<stage_output> outputs = std::move(state.outputs);
+  state.outputs.clear();
+  state.busy = false;
+  for (stage_output& output : outputs) {
+    switch (output.what) {
+      case stage_output::kind::to_next_stage:
+        send(device, stage + 1, std::move(output), stage);
+        break;
+      case stage_output::kind::to_previous_stage:
+        send(device, stage - 1, std::move(output), stage);
+        break;
+      default:
+        send(device, coordinator, std::move(output), stage);
+        break;
+    }
+  }
+  start_work(device);
+}
+
+void simulator::dispatch(std::vector<key_message>&& messages) {
+  for (key_message& message : messages) {
+    send(cluster_model::host_device, 0,
+         stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator);
+  }
+}
+
+void simulator::after_run_changed() {
+  // Checkpoints cost no virtual time yet: the pipeline drains and goes on at once.
+  while (run_->checkpoint_due()) dispatch(run_->checkpoint_done(now_));
+  if (run_->finished()) finished_ = true;
+}
+
+const std::pair<std::vector<int>, double>& simulator::route(int from, int to) {
+  const uint64_t span = cluster_.devices.size() + 1;
+  const uint64_t key = static_cast<uint64_t>(from + 1) * span + static_cast<uint64_t>(to + 1);
+  auto found = routes_.find(key);
+  if (found == routes_.end()) {
+    std::vector<int> links = cluster_.path(from, to);
+    const double latency_s = cluster_.path_latency_s(links);
+    found = routes_.emplace(key, std::make_pair(std::move(links), latency_s)).first;
+  }
+  return found->second;
+}
+
+void simulator::degrade(int index) {
+  const link_degradation& d = options_.degradations[index / 2];
+  network_->set_bandwidth_factor(d.link, index % 2 == 0 ? d.factor : 1.0, now_);
+}
+
+bool simulator::run(std::string* error) {
+  dispatch(run_->start(0));
+  after_run_changed();
+  int64_t events = 0;
+  while (!finished_ && failure_.empty()) {
+    const std::optional<double> flow_done = network_->next_finish();
+    if (flow_done && (events_.empty() || *flow_done < events_.top().time)) {
+      now_ = std::max(now_, *flow_done);
+      ++events;
+      for (uint64_t flow : network_->advance(now_)) {
+        auto found = flow_parcels_.find(flow);
+        const int id = found->second;
+        flow_parcels_.erase(found);
+        schedule(now_ + parcels_[id].latency_s, event_kind::deliver, id);
+      }
+      continue;
+    }
+    if (events_.empty()) {
+      *error = "the simulated pipeline stalled at " + std::to_string(now_) +
+               " s with nothing left to do";
+      return false;
+    }
+    const event next = events_.top();
+    events_.pop();
+    now_ = next.time;
+    ++events;
+    switch (next.kind) {
+      case event_kind::deliver:
+        deliver(next.index);
+        break;
+      case event_kind::work_done:
+        finish_work(next.index);
+        break;
+      case event_kind::degrade:
+        degrade(next.index);
+        break;
+    }
+  }
+  handled_ = events;
+  if (!failure_.empty()) {
+    *error = failure_;
+    return false;
+  }
+  return true;
+}
+
+simulation_result simulator::result(double wall_s) {
+  simulation_result result;
+  result.summary = run_->summary();
+  result.virtual_s = now_;
+  for (double busy : stage_busy_s_) {
+    const double utilization = now_ > 0 ? busy / now_ : 0;
+    result.stage_utilization.push_back(utilization);
+    result.stage_idle_fraction.push_back(1 - utilization);
+  }
+  const std::vector<double>& carried = network_->carried_bytes();
+  for (size_t l = 0; l < carried.size(); ++l) {
+    if (carried[l] <= 0) continue;
+    result.link_names.push_back(cluster_.links[l].name);
+    result.link_utilization.push_back(now_ > 0 ? carried[l] / (cluster_.links[l].bandwidth * now_)
+                                               : 0);
+  }
+  for (const auto& stage : stages_) {
+    const std::vector<int64_t>& histogram = stage->staleness_histogram();
+    if (result.staleness_histogram.size() < histogram.size()) {
+      result.staleness_histogram.resize(histogram.size(), 0);
+    }
+    for (size_t i = 0; i < histogram.size(); ++i) result.staleness_histogram[i] += histogram[i];
+  }
+  std::vector<int> used;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const int device = device_of_stage_[s];
+    auto at = std::find(used.begin(), used.end(), device);
+    if (at == used.end()) {
+      used.push_back(device);
+      result.device_names.push_back(cluster_.devices[device].name);
+      result.device_peak_bytes.push_back(0);
+      result.device_memory_bytes.push_back(cluster_.devices[device].memory_bytes);
+      at = used.end() - 1;
+    }
+    // Peaks of the device's stages added: an upper bound when they peak at different times.
+    result.device_peak_bytes[at - used.begin()] += stage_devices_[s]->peak_bytes();
+  }
+  result.events = handled_;
+  result.wall_s = wall_s;
+  result.events_per_s = wall_s > 0 ? static_cast<double>(handled_) / wall_s : 0;
+  result.trace_hash = XXH3_64bits_digest(hash_);
+  result.trace = std::move(trace_);
+  return result;
+}
+
+}  // namespace
+
+std::optional<simulation_result> simulate(const actors::job_config& config,
+                                          const actors::job_data& data,
+                                          const cluster_model& cluster,
+                                          const simulation_options& options,
+                                          actors::training_observer& observer, std::string* error) {
+  const auto start = std::chrono::steady_clock::now();
+  simulator host(config, data, cluster, options, observer);
+  if (!host.build(error) || !host.run(error)) return std::nullopt;
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return host.result(wall_s);
+}
+
+}  // namespace troupe::sim

@@ -1,0 +1,81 @@
+#pragma once
+
+// The simulated host: the coordinator's training_run and every stage's stage_logic — the very
+// state machines a real run uses — driven by a discrete-event loop in virtual time. Device
+// work is charged by the cost model (each device runs one piece of work at a time, in arrival
+// order), messages cross the cluster's links as flows of the network model, and in numerics
+// mode the math really runs on the CPU so that loss and accuracy come out against simulated
+// time. Events are ordered by (virtual time, sequence number) and every random draw comes from
+// one seeded source, so a seed replays the same run to the same trace hash.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+#include "actors/job_data.h"
+#include "actors/trace_recorder.h"
+#include "actors/training_loop.h"
+#include "sim/cluster_model.h"
+
+namespace troupe::sim {
+
+/// A device whose work is sometimes slower: each piece of work is stretched by `slowdown`
+/// with probability `probability` (1: always, a slow node).
+struct straggler {
+  int device = 0;
+  double probability = 1;
+  double slowdown = 2;
+};
+
+/// A link whose bandwidth is multiplied by `factor` during [start_s, end_s).
+struct link_degradation {
+  int link = 0;
+  double start_s = 0;
+  double end_s = 0;
+  double factor = 0.5;
+};
+
+struct simulation_options {
+  /// Run the math on the CPU (loss and accuracy are real); otherwise shapes only.
+  bool numerics = false;
+  uint64_t seed = 1;
+  std::vector<straggler> stragglers;
+  std::vector<link_degradation> degradations;
+  /// Bytes of a message's header frame (added to its payload on the wire).
+  double header_bytes = 256;
+  /// Most work spans kept for trace.json (0: none); a longer run keeps the first ones.
+  size_t trace_spans = 30000;
+};
+
+struct simulation_result {
+  actors::training_summary summary;  ///< in virtual time
+  double virtual_s = 0;              ///< the simulated run's length
+  std::vector<double> stage_utilization;
+  std::vector<double> stage_idle_fraction;
+  std::vector<std::string> link_names;  ///< links that carried traffic
+  std::vector<double> link_utilization;
+  /// Backward passes by staleness, all stages together.
+  std::vector<int64_t> staleness_histogram;
+  std::vector<std::string> device_names;  ///< devices that host stages
+  std::vector<double> device_peak_bytes;
+  std::vector<double> device_memory_bytes;
+  int64_t events = 0;
+  double wall_s = 0;
+  double events_per_s = 0;
+  uint64_t trace_hash = 0;
+  std::unique_ptr<actors::trace_recorder> trace;
+};
+
+/// Simulates `config` (trained on `data`) on `cluster`. Nothing, with `error` set, when the
+/// job does not fit the cluster (a placement naming a missing device) or the run fails (the
+/// loss diverged in numerics mode).
+std::optional<simulation_result> simulate(const actors::job_config& config,
+                                          const actors::job_data& data,
+                                          const cluster_model& cluster,
+                                          const simulation_options& options,
+                                          actors::training_observer& observer, std::string* error);
+
+}  // namespace troupe::sim

@@ -1,0 +1,119 @@
+#include "sim/timed_stage_device.h"
+
+#include <algorithm>
+
+#include "sim/shape_backend.h"
+
+namespace troupe::sim {
+
+timed_stage_device::timed_stage_device(stage_cost cost, layers::shape input, layers::shape output,
+                                       std::unique_ptr<actors::stage_device> numerics)
+    : cost_(std::move(cost)),
+      input_(std::move(input)),
+      output_(std::move(output)),
+      numerics_(std::move(numerics)) {
+  note_memory();
+}
+
+double timed_stage_device::take_charge() {
+  const double charge = charge_s_;
+  charge_s_ = 0;
+  return charge;
+}
+
+layers::tensor timed_stage_device::shaped(int64_t batch, const layers::shape& per_sample) const {
+  layers::shape dims{batch};
+  dims.insert(dims.end(), per_sample.begin(), per_sample.end());
+  return layers::tensor(shape_backend(), std::move(dims));
+}
+
+void timed_stage_device::note_memory() {
+  const double bytes = cost_.state_bytes() * (1 + static_cast<double>(stashed_) / 2) +
+                       cost_.context_bytes_per_sample() * static_cast<double>(context_samples_);
+  peak_bytes_ = std::max(peak_bytes_, bytes);
+}
+
+bool timed_stage_device::accepts(const actors::key_message& message, std::string* error) const {
+  if (numerics_) return numerics_->accepts(message, error);
+  if (message.payload.empty() || message.payload.rows() <= 0) {
+    *error = "a key message without a payload";
+    return false;
+  }
+  return true;
+}
+
+layers::tensor timed_stage_device::forward(const actors::key_message& message, bool training) {
+  const int64_t batch = message.payload.rows();
+  charge_s_ += cost_.forward_s(batch);
+  if (training) {
+    contexts_[message.key] = batch;
+    context_samples_ += batch;
+    note_memory();
+  }
+  if (numerics_) return numerics_->forward(message, training);
+  return shaped(batch, output_);
+}
+
+actors::loss_result timed_stage_device::loss(const layers::tensor& logits,
+                                             const std::vector<int32_t>& labels, float scale,
+                                             bool want_gradient) {
+  charge_s_ += cost_.loss_s(logits.rows());
+  if (numerics_) return numerics_->loss(logits, labels, scale, want_gradient);
+  actors::loss_result result;
+  if (want_gradient) result.gradient = layers::tensor(shape_backend(), logits.dims());
+  return result;
+}
+
+layers::tensor timed_stage_device::backward(const actors::key_message& message,
+                                            bool need_input_gradient) {
+  const int64_t batch = message.payload.rows();
+  charge_s_ += cost_.backward_s(batch, need_input_gradient);
+  auto found = contexts_.find(message.key);
+  if (found != contexts_.end()) {
+    context_samples_ -= found->second;
+    contexts_.erase(found);
+  }
+  if (numerics_) return numerics_->backward(message, need_input_gradient);
+  return need_input_gradient ? shaped(batch, input_) : layers::tensor();
+}
+
+void timed_stage_device::step(float learning_rate) {
+  charge_s_ += cost_.step_s();
+  if (numerics_) numerics_->step(learning_rate);
+}
+
+void timed_stage_device::stash_weights(int64_t version) {
+  ++stashed_;
+  note_memory();
+  if (numerics_) numerics_->stash_weights(version);
+}
+
+void timed_stage_device::use_weights(int64_t version) {
+  if (numerics_) numerics_->use_weights(version);
+}
+
+void timed_stage_device::release_weights_before(int64_t version) {
+  // Timing-only mode does not track versions: a release frees all but the newest stash.
+  if (stashed_ > 0) stashed_ = numerics_ ? stashed_ : std::min<size_t>(stashed_, 1);
+  if (numerics_) numerics_->release_weights_before(version);
+}
+
+size_t timed_stage_device::held_contexts() const { return contexts_.size(); }
+
+std::vector<layers::parameter*> timed_stage_device::parameters() {
+  return numerics_ ? numerics_->parameters() : std::vector<layers::parameter*>{};
+}
+
+actors::stage_state timed_stage_device::save_state() {
+  return numerics_ ? numerics_->save_state() : actors::stage_state{};
+}
+
+bool timed_stage_device::load_state(const actors::stage_state& state, bool weights_only,
+                                    std::string* error) {
+  contexts_.clear();
+  context_samples_ = 0;
+  stashed_ = 0;
+  return numerics_ ? numerics_->load_state(state, weights_only, error) : true;
+}
+
+}  // namespace troupe::sim

@@ -1,0 +1,58 @@
+#pragma once
+
+// A stage's device work in virtual time: every call is charged its cost model's seconds, and
+// either really runs on an inner device (numerics mode) or only produces tensors of the right
+// shapes on the shape backend (timing-only mode). The host takes the charge after each
+// message the stage logic handles, and keeps the device busy that long.
+
+#include <map>
+#include <memory>
+
+#include "actors/stage_device.h"
+#include "sim/cost_model.h"
+
+namespace troupe::sim {
+
+class timed_stage_device final : public actors::stage_device {
+ public:
+  /// `input` and `output` are the stage's per-sample shapes. With `numerics` the math runs
+  /// there; without, tensors carry shapes only.
+  timed_stage_device(stage_cost cost, layers::shape input, layers::shape output,
+                     std::unique_ptr<actors::stage_device> numerics);
+
+  /// Seconds charged since the last call.
+  double take_charge();
+  /// Most bytes held at once: state, forward contexts and stashed weights.
+  double peak_bytes() const { return peak_bytes_; }
+  const stage_cost& cost() const { return cost_; }
+
+  bool accepts(const actors::key_message& message, std::string* error) const override;
+  layers::tensor forward(const actors::key_message& message, bool training) override;
+  actors::loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels,
+                           float scale, bool want_gradient) override;
+  layers::tensor backward(const actors::key_message& message, bool need_input_gradient) override;
+  void step(float learning_rate) override;
+  void stash_weights(int64_t version) override;
+  void use_weights(int64_t version) override;
+  void release_weights_before(int64_t version) override;
+  size_t held_contexts() const override;
+  std::vector<layers::parameter*> parameters() override;
+  actors::stage_state save_state() override;
+  bool load_state(const actors::stage_state& state, bool weights_only, std::string* error) override;
+
+ private:
+  layers::tensor shaped(int64_t batch, const layers::shape& per_sample) const;
+  void note_memory();
+
+  stage_cost cost_;
+  layers::shape input_;
+  layers::shape output_;
+  std::unique_ptr<actors::stage_device> numerics_;
+  double charge_s_ = 0;
+  std::map<uint64_t, int64_t> contexts_;  ///< key -> batch, between forward and backward
+  int64_t context_samples_ = 0;
+  size_t stashed_ = 0;
+  double peak_bytes_ = 0;
+};
+
+}  // namespace troupe::sim

@@ -1,0 +1,169 @@
+// The simulator hosts the real stage and coordinator state machines in virtual time: GPipe's
+// bubble comes out as the formula says, async staleness keeps its bound, a seed replays the
+// same trace, and numerics mode reproduces a real sync run's losses exactly.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "actors/pipeline_host.h"
+#include "sim/simulation.h"
+#include "tests/support/engine_helpers.h"
+
+namespace troupe::sim {
+namespace {
+
+using testing::quiet_observer;
+
+/// Devices as fast as their FLOPs allow, with free memory traffic and links: every stage of a
+/// model of equal linear blocks then takes the same time, and messages take none.
+cluster_model ideal_cluster(int devices) {
+  const std::string text = R"(
+[device_types.ideal]
+peak_flops = 1e12
+memory_bandwidth = 1e18
+memory_bytes = 1e12
+[[nodes]]
+name = "node"
+device_type = "ideal"
+devices = )" + std::to_string(devices) +
+                           R"(
+device_link = { bandwidth = 1e18 }
+nic = { bandwidth = 1e18 }
+)";
+  std::string error;
+  auto cluster = parse_cluster(text, "ideal", &error);
+  EXPECT_TRUE(cluster) << error;
+  return *cluster;
+}
+
+/// S linear 256 -> 256 blocks (a free flatten first, so that stage 0 also computes its input
+/// gradient: all stages do the same work) on synthetic data of 256 classes.
+actors::job_config balanced_job(int stages, int micro_batches, const std::string& mode) {
+  std::string layers = "{ type = \"flatten\" }";
+  for (int s = 0; s < stages; ++s) layers += ", { type = \"linear\", out = 256 }";
+  const int batch = 32 * micro_batches;
+  const std::string text =
+      "[model]\ninput_shape = [256]\nlayers = [" + layers +
+      "]\n[data]\ndataset = \"synthetic\"\nclasses = 256\nsynthetic_train = " +
+      std::to_string(50 * batch) +
+      "\nsynthetic_test = 16\n[parallelism]\nstages = " + std::to_string(stages) + "\nmode = \"" +
+      mode + "\"\nschedule = \"gpipe\"\nmicro_batches = " + std::to_string(micro_batches) +
+      "\n[training]\nbatch_size = " + std::to_string(batch) + "\nepochs = 1\nlr = 0.01\n";
+  actors::job_error problem;
+  auto config = actors::parse_job(text, "balanced job", {}, &problem);
+  EXPECT_TRUE(config) << problem.message;
+  return *config;
+}
+
+simulation_result simulated(const actors::job_config& config, const cluster_model& cluster,
+                            const simulation_options& options = {}) {
+  std::string error;
+  auto data = actors::load_job_data(config, &error);
+  EXPECT_TRUE(data) << error;
+  quiet_observer observer;
+  auto result = simulate(config, *data, cluster, options, observer, &error);
+  EXPECT_TRUE(result) << error;
+  return std::move(*result);
+}
+
+TEST(SimulationTest, GpipeIdleFractionIsTheBubbleFormula) {
+  for (int stages : {2, 4, 8}) {
+    for (int micro_batches : {1, 4, 16}) {
+      simulation_result result =
+          simulated(balanced_job(stages, micro_batches, "sync"), ideal_cluster(stages));
+      const double expected = double(stages - 1) / (micro_batches + stages - 1);
+      ASSERT_EQ(result.stage_idle_fraction.size(), static_cast<size_t>(stages));
+      std::printf("S=%d M=%-2d idle fraction: stage 0 %.4f, stage %d %.4f; (S-1)/(M+S-1) %.4f\n",
+                  stages, micro_batches, result.stage_idle_fraction.front(), stages - 1,
+                  result.stage_idle_fraction.back(), expected);
+      for (int s = 0; s < stages; ++s) {
+        EXPECT_NEAR(result.stage_idle_fraction[s], expected, 0.01)
+            << "S=" << stages << " M=" << micro_batches << " stage " << s;
+      }
+      EXPECT_EQ(result.summary.steps, 50);
+    }
+  }
+}
+
+TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.max_active_keys = 4;
+  config.parallelism.min_update_interval = 1;
+  simulation_result result = simulated(config, ideal_cluster(4));
+  // ceil((MAK - 1) / MUI) = 3, and a full pipeline reaches it.
+  EXPECT_EQ(result.staleness_histogram.size(), 4u);
+  // Keys overlap: far less idle time than one key at a time (3/4 idle per stage).
+  for (double idle : result.stage_idle_fraction) EXPECT_LT(idle, 0.4);
+}
+
+TEST(SimulationTest, TheSameSeedReplaysTheSameTraceAndStragglersDependOnIt) {
+  actors::job_config config = balanced_job(4, 2, "async");
+  const cluster_model cluster = ideal_cluster(4);
+  simulation_options options;
+  options.seed = 7;
+  options.stragglers = {{1, 0.5, 3.0}};
+  const uint64_t first = simulated(config, cluster, options).trace_hash;
+  EXPECT_EQ(simulated(config, cluster, options).trace_hash, first);
+  options.seed = 8;
+  EXPECT_NE(simulated(config, cluster, options).trace_hash, first);
+  // Without random draws the seed changes nothing.
+  options.stragglers.clear();
+  const uint64_t steady = simulated(config, cluster, options).trace_hash;
+  options.seed = 7;
+  EXPECT_EQ(simulated(config, cluster, options).trace_hash, steady);
+}
+
+TEST(SimulationTest, ASlowDeviceSlowsTheWholeSyncPipeline) {
+  actors::job_config config = balanced_job(4, 4, "sync");
+  const cluster_model cluster = ideal_cluster(4);
+  const double fast = simulated(config, cluster).summary.samples_per_s;
+  simulation_options options;
+  options.stragglers = {{2, 1.0, 2.0}};
+  const double slow = simulated(config, cluster, options).summary.samples_per_s;
+  EXPECT_LT(slow, 0.8 * fast);
+  EXPECT_GT(slow, 0.4 * fast);
+}
+
+TEST(SimulationTest, NumericsReproduceTheRealSyncRunsLosses) {
+  actors::job_config config = balanced_job(3, 2, "sync");
+  config.model.layers.back().out = 8;
+  config.data.classes = 8;
+  config.data.synthetic_train = 640;
+  config.training.batch_size = 32;
+  config.training.epochs = 2;
+  config.training.momentum = 0.9;
+  config.metrics.log_interval = 5;
+  config.parallelism.threads = 3;
+  std::string error;
+  auto data = actors::load_job_data(config, &error);
+  ASSERT_TRUE(data) << error;
+
+  struct recorder final : actors::training_observer {
+    std::vector<double> losses;
+    void on_step(int64_t, int64_t, int64_t, double, double) override {}
+    void on_metrics(const actors::metrics_record& record) override {
+      losses.push_back(record.loss);
+      if (record.test_loss) losses.push_back(*record.test_loss);
+    }
+  };
+  recorder real, predicted;
+  testing::wall_clock clock;
+  ASSERT_TRUE(actors::run_pipeline(config, *data, real, clock, {}, &error)) << error;
+  simulation_options options;
+  options.numerics = true;
+  auto result = simulate(config, *data, ideal_cluster(3), options, predicted, &error);
+  ASSERT_TRUE(result) << error;
+  ASSERT_EQ(predicted.losses.size(), real.losses.size());
+  ASSERT_GT(real.losses.size(), 8u);
+  for (size_t i = 0; i < real.losses.size(); ++i) {
+    EXPECT_EQ(predicted.losses[i], real.losses[i]) << "record " << i;
+  }
+}
+
+}  // namespace
+}  // namespace troupe::sim
