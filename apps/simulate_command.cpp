@@ -1,6 +1,8 @@
 // `troupe simulate JOB --cluster FILE`: the job's pipeline in virtual time on a modelled
 // cluster (sim/), with a table on stdout and summary.json / trace.json in the output directory.
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -232,11 +234,15 @@ int run_simulate(const simulate_options& options) {
     if (!config) return bad_input(problem.message);
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);
+    const auto start = std::chrono::steady_clock::now();
     auto result = sim::simulate(*config, *data, *cluster, settings, observer, &error);
     if (!result) {
       std::fprintf(stderr, "troupe simulate: %s: %s\n", options.job_file.c_str(), error.c_str());
       return 1;
     }
+    result->wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result->events_per_s = static_cast<double>(result->events) / std::max(1e-9, result->wall_s);
     json summary = summary_json(*result, options.numerics);
     if (!sweep_key.empty()) {
       summary["sweep_value"] = value;

@@ -2,7 +2,6 @@
 
 #include <xxhash.h>
 
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <queue>
@@ -79,7 +78,7 @@ class simulator {
 
   bool build(std::string* error);
   bool run(std::string* error);
-  simulation_result result(double wall_s);
+  simulation_result result();
 
  private:
   void schedule(double time, event_kind kind, int index);
@@ -382,7 +381,7 @@ bool simulator::run(std::string* error) {
   return true;
 }
 
-simulation_result simulator::result(double wall_s) {
+simulation_result simulator::result() {
   simulation_result result;
   result.summary = run_->summary();
   result.virtual_s = now_;
@@ -420,8 +419,6 @@ simulation_result simulator::result(double wall_s) {
     result.device_peak_bytes[at - used.begin()] += stage_devices_[s]->peak_bytes();
   }
   result.events = handled_;
-  result.wall_s = wall_s;
-  result.events_per_s = wall_s > 0 ? static_cast<double>(handled_) / wall_s : 0;
   result.trace_hash = XXH3_64bits_digest(hash_);
   result.trace = std::move(trace_);
   return result;
@@ -434,12 +431,9 @@ std::optional<simulation_result> simulate(const actors::job_config& config,
                                           const cluster_model& cluster,
                                           const simulation_options& options,
                                           actors::training_observer& observer, std::string* error) {
-  const auto start = std::chrono::steady_clock::now();
   simulator host(config, data, cluster, options, observer);
   if (!host.build(error) || !host.run(error)) return std::nullopt;
-  const double wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return host.result(wall_s);
+  return host.result();
 }
 
 }  // namespace troupe::sim

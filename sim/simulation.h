@@ -63,6 +63,7 @@ struct simulation_result {
   std::vector<double> device_peak_bytes;
   std::vector<double> device_memory_bytes;
   int64_t events = 0;
+  /// The simulation's own speed, measured by its caller (the simulator reads no clock).
   double wall_s = 0;
   double events_per_s = 0;
   uint64_t trace_hash = 0;
