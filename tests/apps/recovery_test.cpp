@@ -3,6 +3,7 @@
 // checkpoints and stops; a worker killed at a random moment of an async run is replaced and the
 // run finishes as well as an uninterrupted one.
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -216,8 +217,8 @@ void expect_only_committed(const fs::path& root) {
   }
 }
 
-// Disabled until a lost-worker recovery that sometimes resumes with NaN losses is fixed (about
-// one trial in eight); run it with --gtest_also_run_disabled_tests.
+// SIGKILL of a random worker at a random moment, ten times (TROUPE_KILL_TRIALS sets another
+// count): every run recovers and finishes; its checkpoints directory holds committed ones only.
 TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   const char* trials_text = std::getenv("TROUPE_KILL_TRIALS");
   const int trials = trials_text ? std::atoi(trials_text) : 10;
@@ -225,16 +226,18 @@ TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   const std::string settings =
       " --set training.epochs=1 --set checkpoint.interval_steps=100 --set checkpoint.keep_last=2"
       " --set checkpoint.max_restarts=3 --heartbeat-timeout 1 --quiet";
-  // Async interleavings vary from run to run: the reference is the mean of two runs.
-  double expected = 0;
+  // Async interleavings vary from run to run (by about half a point after one epoch): a
+  // trial must land within 0.5 points of one of two uninterrupted runs.
+  std::vector<double> uninterrupted;
   for (const char* name : {"base1", "base2"}) {
     run_result baseline =
         troupe("train " + job + settings + " --workers 4 --out " + (directory_ / name).string());
     ASSERT_EQ(baseline.status, 0) << baseline.errors;
-    expected += json::parse(read_file(directory_ / name / "summary.json"))["final_test_accuracy"]
-                    .get<double>() /
-                2;
+    uninterrupted.push_back(
+        json::parse(read_file(directory_ / name / "summary.json"))["final_test_accuracy"]);
   }
+  const double low = *std::min_element(uninterrupted.begin(), uninterrupted.end());
+  const double high = *std::max_element(uninterrupted.begin(), uninterrupted.end());
   std::mt19937 random(20261121);
   for (int trial = 0; trial < trials; ++trial) {
     const fs::path run = directory_ / ("trial" + std::to_string(trial));
@@ -259,9 +262,11 @@ TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "trial " << trial << "\n"
                                                                << errors;
     const double accuracy = json::parse(read_file(run / "summary.json"))["final_test_accuracy"];
-    std::printf("trial %d: killed worker pid %d, final_test_accuracy %.4f (uninterrupted %.4f)\n",
-                trial, victim, accuracy, expected);
-    EXPECT_NEAR(accuracy, expected, 0.005) << "trial " << trial;
+    std::printf(
+        "trial %d: killed worker pid %d, final_test_accuracy %.4f (uninterrupted %.4f, %.4f)\n",
+        trial, victim, accuracy, uninterrupted[0], uninterrupted[1]);
+    EXPECT_GE(accuracy, low - 0.005) << "trial " << trial;
+    EXPECT_LE(accuracy, high + 0.005) << "trial " << trial;
     EXPECT_NE(read_file(run / "metrics.jsonl").find("\"worker_lost\""), std::string::npos);
     expect_only_committed(run / "checkpoints");
   }
