@@ -87,10 +87,23 @@ struct simulate_options {
   uint64_t seed = 1;
   std::vector<std::string> stragglers;    ///< DEVICE=SLOWDOWN[@PROBABILITY]
   std::vector<std::string> degradations;  ///< LINK=FACTOR@START-END
+  /// A `troupe calibrate` profile: measured block costs, and its ipc:// latency and bandwidth
+  /// for every device port of the cluster.
+  std::string profile_file;
 };
 
 /// `troupe simulate JOB --cluster FILE`: the job in virtual time on a modelled cluster.
 int run_simulate(const simulate_options& options);
+
+struct calibrate_options {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  std::string out_file;
+  double seconds = 0.3;  ///< per block
+};
+
+/// `troupe calibrate JOB --out PROFILE`: times the job's blocks and the ipc:// transport here.
+int run_calibrate(const calibrate_options& options);
 
 /// `troupe launch JOB`: run by every rank of srun, mpirun, torchrun or a hostfile; rank 0
 /// coordinates, the others are workers.

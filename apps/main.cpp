@@ -168,8 +168,23 @@ void add_simulate(CLI::App& app, troupe::apps::simulate_options& options) {
       ->capture_default_str();
   simulate->add_option("--straggler", options.stragglers,
                        "DEVICE=SLOWDOWN[@PROBABILITY]: a device whose work is slower");
+  simulate->add_option("--profile", options.profile_file,
+                       "Charge the block times and transport measured by troupe calibrate");
   simulate->add_option("--degrade", options.degradations,
                        "LINK=FACTOR@START-END: a link's bandwidth times FACTOR for a while");
+}
+
+void add_calibrate(CLI::App& app, troupe::apps::calibrate_options& options) {
+  CLI::App* calibrate =
+      app.add_subcommand("calibrate", "Time a job's blocks and the transport on this machine");
+  calibrate->add_option("job", options.job_file, "Job file (TOML)")->required();
+  calibrate->add_option("--out", options.out_file, "Profile to write (JSON)")->required();
+  calibrate->add_option("--set", options.overrides, "Override a job-file key: section.key=value")
+      ->take_all()
+      ->allow_extra_args(false);
+  calibrate->add_option("--seconds", options.seconds, "Time spent on each block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -195,6 +210,8 @@ int main(int argc, char** argv) {
   add_export(app, exporter);
   troupe::apps::simulate_options simulate;
   add_simulate(app, simulate);
+  troupe::apps::calibrate_options calibrate;
+  add_calibrate(app, calibrate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -209,6 +226,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
   if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
   if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
+  if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "actors/job_file.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
+#include "sim/profile.h"
 #include "sim/simulation.h"
 
 namespace troupe::apps {
@@ -188,6 +190,17 @@ int run_simulate(const simulate_options& options) {
   auto cluster = sim::load_cluster_file(options.cluster_file, &error);
   if (!cluster) return bad_input(error);
   sim::simulation_options settings;
+  if (!options.profile_file.empty()) {
+    settings.profile = sim::load_profile(options.profile_file, &error);
+    if (!settings.profile) return bad_input(error);
+    // The measured transport stands for every device port of the cluster.
+    for (std::vector<int>* ports : {&cluster->device_egress, &cluster->device_ingress}) {
+      for (int link : *ports) {
+        cluster->links[link].latency_s = settings.profile->link_latency_s / 2;
+        cluster->links[link].bandwidth = settings.profile->link_bandwidth;
+      }
+    }
+  }
   settings.numerics = options.numerics;
   settings.seed = options.seed;
   for (const std::string& text : options.stragglers) {
@@ -285,6 +298,35 @@ int run_simulate(const simulate_options& options) {
       }
     }
   }
+  return 0;
+}
+
+int run_calibrate(const calibrate_options& options) {
+  actors::job_error problem;
+  auto config = actors::load_job_file(options.job_file, options.overrides, &problem);
+  if (!config) return bad_input(problem.message);
+  std::string error;
+  auto profile = sim::calibrate(*config, options.seconds, &error);
+  if (!profile) {
+    std::fprintf(stderr, "troupe calibrate: %s: %s\n", options.job_file.c_str(), error.c_str());
+    return 1;
+  }
+  std::printf("%-6s %-10s %12s %12s %12s %12s\n", "block", "type", "forward ms", "backward ms",
+              "first bw ms", "step ms");
+  for (size_t b = 0; b < profile->blocks.size(); ++b) {
+    const sim::block_profile& block = profile->blocks[b];
+    std::printf("%-6zu %-10s %12.4f %12.4f %12.4f %12.4f\n", b, block.type.c_str(),
+                1e3 * block.forward_s, 1e3 * block.backward_s, 1e3 * block.backward_first_s,
+                1e3 * block.step_s);
+  }
+  std::printf("loss %.4f ms; %lld samples per key, %d thread(s) per stage on %s\n",
+              1e3 * profile->loss_s, static_cast<long long>(profile->batch), profile->threads,
+              profile->backend.c_str());
+  std::printf("ipc:// message: latency %.1f us, bandwidth %.2f GB/s\n",
+              1e6 * profile->link_latency_s, profile->link_bandwidth / 1e9);
+  std::ofstream file(options.out_file);
+  file << sim::to_json_text(*profile);
+  if (!file.flush()) return bad_input("cannot write " + options.out_file);
   return 0;
 }
 

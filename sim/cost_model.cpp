@@ -104,15 +104,41 @@ double stage_cost::seconds(const kernel_work& work, int64_t batch) const {
   return std::max(compute, memory) + work.kernels * device_.launch_overhead_s;
 }
 
+void stage_cost::use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s) {
+  measured_ = std::move(measured);
+  measured_batch_ = batch;
+  measured_loss_s_ = loss_s;
+}
+
 double stage_cost::forward_s(int64_t batch) const {
+  const double scale = static_cast<double>(batch) / static_cast<double>(measured_batch_);
+  if (!measured_.empty()) {
+    double total = 0;
+    for (const block_profile& block : measured_) total += block.forward_s * scale;
+    return total;
+  }
   double total = 0;
   for (const block_work& block : blocks_) total += seconds(block.forward, batch);
   return total;
 }
 
-double stage_cost::loss_s(int64_t batch) const { return seconds(loss_, batch); }
+double stage_cost::loss_s(int64_t batch) const {
+  if (!measured_.empty()) {
+    return measured_loss_s_ * static_cast<double>(batch) / static_cast<double>(measured_batch_);
+  }
+  return seconds(loss_, batch);
+}
 
 double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
+  if (!measured_.empty()) {
+    const double scale = static_cast<double>(batch) / static_cast<double>(measured_batch_);
+    double total = 0;
+    for (size_t i = 0; i < measured_.size(); ++i) {
+      const bool first = i == 0 && !need_input_gradient;
+      total += (first ? measured_[i].backward_first_s : measured_[i].backward_s) * scale;
+    }
+    return total;
+  }
   double total = 0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     total += seconds(blocks_[i].backward_weights, batch);
@@ -123,6 +149,11 @@ double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
 }
 
 double stage_cost::step_s() const {
+  if (!measured_.empty()) {
+    double total = 0;
+    for (const block_profile& block : measured_) total += block.step_s;
+    return total;
+  }
   double total = 0;
   for (const block_work& block : blocks_) total += seconds(block.step, 1);
   return total;

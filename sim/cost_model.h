@@ -14,6 +14,7 @@
 #include "actors/job_config.h"
 #include "actors/partition.h"
 #include "sim/cluster_model.h"
+#include "sim/profile.h"
 
 namespace troupe::sim {
 
@@ -41,6 +42,9 @@ struct block_work {
 class stage_cost {
  public:
   stage_cost(std::vector<block_work> blocks, kernel_work loss, device_model device);
+  /// Times measured on this machine (`profile` blocks of this stage, the same count as
+  /// `blocks`, which still give the memory figures); `last` charges the profile's loss.
+  void use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s);
 
   double forward_s(int64_t batch) const;
   /// The last stage's loss and its gradient.
@@ -57,6 +61,9 @@ class stage_cost {
   double seconds(const kernel_work& work, int64_t batch) const;
 
   std::vector<block_work> blocks_;
+  std::vector<block_profile> measured_;  ///< empty: the roofline model
+  int64_t measured_batch_ = 1;
+  double measured_loss_s_ = 0;
   kernel_work loss_;
   device_model device_;
   double state_bytes_ = 0;

@@ -151,6 +151,22 @@ bool simulator::build(std::string* error) {
     devices_[slow.device].slowdown = slow.slowdown;
   }
   const int64_t classes = layers::element_count(shapes->back());
+  if (options_.profile && options_.profile->blocks.size() != config_.model.layers.size()) {
+    *error = "the profile times " + std::to_string(options_.profile->blocks.size()) +
+             " blocks but the job's model has " + std::to_string(config_.model.layers.size()) +
+             ": calibrate with this job";
+    return false;
+  }
+  if (options_.profile) {
+    for (size_t b = 0; b < config_.model.layers.size(); ++b) {
+      if (options_.profile->blocks[b].type != config_.model.layers[b].type) {
+        *error = "the profile's block " + std::to_string(b) + " is a " +
+                 options_.profile->blocks[b].type + ", the job's a " +
+                 config_.model.layers[b].type + ": calibrate with this job";
+        return false;
+      }
+    }
+  }
   for (int s = 0; s < stages; ++s) {
     const int device = cluster_.device_of_stage(s, stages, error);
     if (device < 0) return false;
@@ -159,6 +175,11 @@ bool simulator::build(std::string* error) {
     std::vector<block_work> blocks(work->begin() + range.first, work->begin() + range.last);
     stage_cost cost(std::move(blocks), s + 1 == stages ? loss_work(classes) : kernel_work{},
                     cluster_.devices[device]);
+    if (options_.profile) {
+      const auto& measured = options_.profile->blocks;
+      cost.use_measured({measured.begin() + range.first, measured.begin() + range.last},
+                        options_.profile->batch, s + 1 == stages ? options_.profile->loss_s : 0);
+    }
     std::unique_ptr<actors::stage_device> numerics;
     if (options_.numerics) {
       backends_.push_back(layers::create_backend("cpu", actors::threads_per_stage(config_), error));

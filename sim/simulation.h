@@ -19,6 +19,7 @@
 #include "actors/trace_recorder.h"
 #include "actors/training_loop.h"
 #include "sim/cluster_model.h"
+#include "sim/profile.h"
 
 namespace troupe::sim {
 
@@ -46,6 +47,8 @@ struct simulation_options {
   std::vector<link_degradation> degradations;
   /// Bytes of a message's header frame (added to its payload on the wire).
   double header_bytes = 256;
+  /// Measured block costs (`troupe calibrate`) instead of the roofline model.
+  std::optional<machine_profile> profile;
   /// Most work spans kept for trace.json (0: none); a longer run keeps the first ones.
   size_t trace_spans = 30000;
 };

@@ -11,6 +11,7 @@
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
+#include "sim/profile.h"
 #include "sim/simulation.h"
 #include "tests/support/engine_helpers.h"
 
@@ -163,6 +164,53 @@ TEST(SimulationTest, NumericsReproduceTheRealSyncRunsLosses) {
   for (size_t i = 0; i < real.losses.size(); ++i) {
     EXPECT_EQ(predicted.losses[i], real.losses[i]) << "record " << i;
   }
+}
+
+TEST(SimulationTest, AProfileSetsTheCostsAndCalibrationMeasuresThem) {
+  actors::job_config config = balanced_job(2, 1, "async");
+  config.data.synthetic_train = 640;
+  std::string error;
+  auto measured = calibrate(config, 0.01, &error);
+  ASSERT_TRUE(measured) << error;
+  ASSERT_EQ(measured->blocks.size(), 3u);  // flatten and two linear blocks
+  EXPECT_EQ(measured->blocks[1].type, "linear");
+  EXPECT_GT(measured->blocks[1].forward_s, 0);
+  EXPECT_GT(measured->blocks[1].backward_s, measured->blocks[1].backward_first_s);
+  EXPECT_GT(measured->link_bandwidth, 0);
+  auto reread = parse_profile(to_json_text(*measured), "profile", &error);
+  ASSERT_TRUE(reread) << error;
+  EXPECT_EQ(reread->blocks[2].forward_s, measured->blocks[2].forward_s);
+
+  // Twice the measured times: half the samples per second.
+  machine_profile profile;
+  profile.batch = 32;
+  profile.link_bandwidth = 1e18;
+  profile.blocks = {
+      {"flatten", 0, 0, 0, 0}, {"linear", 1e-3, 2e-3, 1e-3, 0}, {"linear", 1e-3, 2e-3, 1e-3, 0}};
+  simulation_options options;
+  options.profile = profile;
+  const double base = simulated(config, ideal_cluster(2), options).summary.samples_per_s;
+  for (block_profile& block : options.profile->blocks) {
+    block.forward_s *= 2;
+    block.backward_s *= 2;
+  }
+  const double slower = simulated(config, ideal_cluster(2), options).summary.samples_per_s;
+  EXPECT_NEAR(slower / base, 0.5, 0.02);
+  // One key at a time: 32 samples per 2 × (1 + 2) ms.
+  config.parallelism.max_active_keys = 1;
+  options.profile = profile;
+  EXPECT_NEAR(simulated(config, ideal_cluster(2), options).summary.samples_per_s, 32 / 6e-3,
+              32 / 6e-3 * 0.02);
+
+  profile.blocks.pop_back();
+  options.profile = profile;
+  auto data = actors::load_job_data(config, &error);
+  quiet_observer observer;
+  EXPECT_FALSE(simulate(config, *data, ideal_cluster(2), options, observer, &error));
+  EXPECT_NE(error.find("the profile times 2 blocks but the job's model has 3"), std::string::npos)
+      << error;
+  EXPECT_FALSE(parse_profile("{\"threads\": 1}", "p.json", &error));
+  EXPECT_NE(error.find("p.json: batch: missing"), std::string::npos) << error;
 }
 
 }  // namespace

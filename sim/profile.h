@@ -1,0 +1,47 @@
+#pragma once
+
+// Measured costs of one job's blocks on this machine's backend (`troupe calibrate`), which
+// the simulator charges instead of the roofline model's estimates (`troupe simulate
+// --profile`). Times are seconds for a key of `batch` samples and scale linearly with the
+// batch; the optimizer step does not depend on it.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.h"
+
+namespace troupe::sim {
+
+struct block_profile {
+  std::string type;
+  double forward_s = 0;
+  double backward_s = 0;        ///< weight and input gradients
+  double backward_first_s = 0;  ///< without the input gradient (the model's first block)
+  double step_s = 0;
+};
+
+struct machine_profile {
+  std::string backend;  ///< e.g. "cpu"
+  int threads = 1;      ///< per stage
+  int64_t batch = 1;    ///< samples per key the blocks were timed with
+  std::vector<block_profile> blocks;
+  double loss_s = 0;  ///< the loss over the last block's output, for `batch` samples
+  /// One message between processes on this machine (ipc://): latency and bandwidth.
+  double link_latency_s = 0;
+  double link_bandwidth = 0;
+};
+
+/// Times every block of `config`'s model on the job's first device with the threads a stage
+/// gets, at the job's key size, for about `seconds` per block; nothing, with `error` set,
+/// when the model cannot be built.
+std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
+                                         std::string* error);
+
+std::string to_json_text(const machine_profile& profile);
+/// Nothing, with `error` naming `source` and the bad field, when the text is not a profile.
+std::optional<machine_profile> parse_profile(const std::string& text, const std::string& source,
+                                             std::string* error);
+std::optional<machine_profile> load_profile(const std::string& path, std::string* error);
+
+}  // namespace troupe::sim
