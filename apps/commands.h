@@ -102,6 +102,16 @@ struct calibrate_options {
   double seconds = 0.3;  ///< per block
 };
 
+struct validate_options {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  std::string out_directory;  ///< empty: runs/validate
+  int steps = 300;            ///< optimizer steps of every real run
+};
+
+/// `troupe validate JOB`: real runs against the simulator's predictions, side by side.
+int run_validate(const validate_options& options);
+
 /// `troupe calibrate JOB --out PROFILE`: times the job's blocks and the ipc:// transport here.
 int run_calibrate(const calibrate_options& options);
 

@@ -187,6 +187,19 @@ void add_calibrate(CLI::App& app, troupe::apps::calibrate_options& options) {
       ->capture_default_str();
 }
 
+void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
+  CLI::App* validate = app.add_subcommand(
+      "validate", "Compare real runs on this machine with the simulator's predictions");
+  validate->add_option("job", options.job_file, "Job file (TOML)")->required();
+  validate->add_option("--set", options.overrides, "Override a job-file key: section.key=value")
+      ->take_all()
+      ->allow_extra_args(false);
+  validate->add_option("--steps", options.steps, "Optimizer steps of every real run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  validate->add_option("--out", options.out_directory, "Output directory (default: runs/validate)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +225,8 @@ int main(int argc, char** argv) {
   add_simulate(app, simulate);
   troupe::apps::calibrate_options calibrate;
   add_calibrate(app, calibrate);
+  troupe::apps::validate_options validate;
+  add_validate(app, validate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -227,6 +242,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
   if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
   if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
+  if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

@@ -1,0 +1,136 @@
+// `troupe validate JOB`: runs the job for real on this machine (in one process and with worker
+// processes; sync and async; 1, 2 and 4 stages), simulates each run with this machine's
+// calibrated profile, and prints measured against predicted samples/s.
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "apps/commands.h"
+#include "apps/run_output.h"
+#include "sim/profile.h"
+#include "sim/simulation.h"
+
+namespace troupe::apps {
+namespace {
+
+using json = nlohmann::json;
+
+/// This machine as a cluster: one node, one device per core; the profile supplies the costs
+/// and the transport.
+std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile,
+                                               std::string* error) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::ostringstream text;
+  text << "[device_types.core]\nkind = \"cpu\"\npeak_flops = 1e11\nmemory_bandwidth = 3e10\n"
+          "memory_bytes = 8e9\n[[nodes]]\nname = \"this-machine\"\ndevice_type = \"core\"\n"
+       << "devices = " << cores << "\ndevice_link = { latency_s = " << profile.link_latency_s / 2
+       << ", bandwidth = " << profile.link_bandwidth << " }\nnic = { bandwidth = 1e10 }\n";
+  return sim::parse_cluster(text.str(), "this machine", error);
+}
+
+std::optional<double> measured_samples_per_s(const validate_options& options,
+                                             const std::vector<std::string>& overrides, int workers,
+                                             const std::string& out) {
+  train_options train;
+  train.job_file = options.job_file;
+  train.overrides = overrides;
+  train.out_directory = out;
+  train.quiet = true;
+  train.workers = workers;
+  if (run_train(train) != 0) return std::nullopt;
+  std::ifstream file(out + "/summary.json");
+  const json summary = json::parse(file, nullptr, false);
+  if (summary.is_discarded()) return std::nullopt;
+  return summary.value("samples_per_s", 0.0);
+}
+
+}  // namespace
+
+int run_validate(const validate_options& options) {
+  const std::string out = options.out_directory.empty() ? "runs/validate" : options.out_directory;
+  std::string error;
+  if (!make_directory(out, &error)) {
+    std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+    return 2;
+  }
+  json rows = json::array();
+  std::vector<std::string> lines;
+  for (const std::string mode : {"sync", "async"}) {
+    for (int stages : {1, 2, 4}) {
+      std::vector<std::string> overrides = options.overrides;
+      for (const std::string& setting : std::vector<std::string>{
+               "parallelism.mode=\"" + mode + "\"", "parallelism.stages=" + std::to_string(stages),
+               "parallelism.micro_batches=" + std::string(mode == "sync" ? "4" : "1"),
+               "parallelism.max_active_keys=" + std::to_string(stages),
+               "parallelism.min_update_interval=1", "training.epochs=1",
+               "training.max_steps=" + std::to_string(options.steps),
+               "checkpoint.interval_steps=0"}) {
+        overrides.push_back(setting);
+      }
+      actors::job_error problem;
+      auto config = actors::load_job_file(options.job_file, overrides, &problem);
+      if (!config) {
+        std::fprintf(stderr, "troupe validate: %s\n", problem.message.c_str());
+        return 2;
+      }
+      auto data = actors::load_job_data(*config, &error);
+      auto profile = data ? sim::calibrate(*config, 0.2, &error) : std::nullopt;
+      auto cluster = profile ? this_machine(*profile, &error) : std::nullopt;
+      if (!cluster) {
+        std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+        return 1;
+      }
+      sim::simulation_options settings;
+      settings.profile = profile;
+      settings.trace_spans = 0;
+      struct : actors::training_observer {
+        void on_step(int64_t, int64_t, int64_t, double, double) override {}
+        void on_metrics(const actors::metrics_record&) override {}
+      } quiet;
+      auto predicted = sim::simulate(*config, *data, *cluster, settings, quiet, &error);
+      if (!predicted) {
+        std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+        return 1;
+      }
+      for (int workers : {0, stages}) {
+        const std::string where =
+            workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
+        const std::string name = mode + "-s" + std::to_string(stages) + (workers ? "-workers" : "");
+        auto measured = measured_samples_per_s(options, overrides, workers, out + "/" + name);
+        if (!measured) {
+          std::fprintf(stderr, "troupe validate: the %s run failed\n", name.c_str());
+          return 1;
+        }
+        const double predicted_rate = predicted->summary.samples_per_s;
+        const double relative = predicted_rate / *measured - 1;
+        char line[160];
+        std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%%", mode.c_str(),
+                      stages, where.c_str(), *measured, predicted_rate, 100 * relative);
+        lines.push_back(line);
+        rows.push_back({{"mode", mode},
+                        {"stages", stages},
+                        {"workers", workers},
+                        {"measured_samples_per_s", *measured},
+                        {"predicted_samples_per_s", predicted_rate},
+                        {"error", relative}});
+      }
+    }
+  }
+  std::printf("%-6s %6s  %-12s %12s %12s %9s\n", "mode", "stages", "run", "measured", "predicted",
+              "error");
+  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  if (!write_json_file(out + "/validation.json", rows, &error)) {
+    std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace troupe::apps
