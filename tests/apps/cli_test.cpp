@@ -120,6 +120,30 @@ nic = { bandwidth = 1e10 }
                   "node99/gpu0");
 }
 
+TEST_F(CliTest, CalibrateWritesAProfileThatSimulateUses) {
+  const fs::path profile = directory_ / "profile.json";
+  run_result calibrated =
+      troupe("calibrate " + tiny_job().string() + " --seconds 0.01 --out " + profile.string());
+  ASSERT_EQ(calibrated.status, 0) << calibrated.errors;
+  auto measured = nlohmann::json::parse(read_file(profile));
+  ASSERT_EQ(measured["blocks"].size(), 3u);
+  EXPECT_EQ(measured["blocks"][0]["type"], "linear");
+  EXPECT_GT(measured["blocks"][0]["forward_s"].get<double>(), 0);
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_this_machine.toml";
+  const fs::path out = directory_ / "simulated";
+  run_result simulated = troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                                " --profile " + profile.string() + " --out " + out.string());
+  ASSERT_EQ(simulated.status, 0) << simulated.errors;
+  EXPECT_GT(nlohmann::json::parse(read_file(out / "summary.json"))["samples_per_s"].get<double>(),
+            0);
+  measured["blocks"][1].erase("step_s");
+  const fs::path broken = write("broken.json", measured.dump());
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                         " --profile " + broken.string()),
+                  "blocks[1].step_s: missing");
+}
+
 TEST_F(CliTest, TrainsAndWritesOutputs) {
   const fs::path out = directory_ / "run";
   run_result result = troupe("train " + tiny_job().string() + " --out " + out.string());
