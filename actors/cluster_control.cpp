@@ -73,8 +73,13 @@ std::unique_ptr<transport::zap_authenticator> start_authenticator(
 }
 
 void log_dropped_frame(const std::string& address, const transport::decode_error& failure) {
-  std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", address.c_str(),
-               failure.text.c_str());
+  if (failure.peer.empty()) {
+    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", address.c_str(),
+                 failure.text.c_str());
+  } else {
+    std::fprintf(stderr, "troupe: dropped a frame from %s at %s: %s\n", failure.peer.c_str(),
+                 address.c_str(), failure.text.c_str());
+  }
 }
 
 }  // namespace troupe::actors

@@ -54,7 +54,8 @@ std::unique_ptr<transport::zap_authenticator> start_authenticator(
     transport::transport_context& context, const transport::security_settings& security,
     std::string* error);
 
-/// Prints a frame the receiver could not decode, with the address it arrived at.
+/// Prints a frame the receiver could not decode, with the sender's address (when the
+/// transport knows it) and the address it arrived at.
 void log_dropped_frame(const std::string& address, const transport::decode_error& failure);
 
 }  // namespace troupe::actors

@@ -19,7 +19,7 @@ using output_archive = cereal::PortableBinaryOutputArchive;
 using input_archive = cereal::PortableBinaryInputArchive;
 
 decode_error make_error(decode_error_reason reason, std::string text) {
-  return decode_error{reason, std::move(text)};
+  return decode_error{reason, std::move(text), {}};
 }
 
 // A std::streambuf that reads a caller's bytes in place, so parsing never copies the frame.

@@ -41,6 +41,8 @@ const char* to_string(decode_error_reason reason);
 struct decode_error {
   decode_error_reason reason = decode_error_reason::garbage;
   std::string text;
+  /// The sender's address when the transport knows it (tcp: its IP), else empty.
+  std::string peer;
 };
 
 /// Bounds a decoder enforces (and an encoder checks before sending); all sizes in bytes.

@@ -50,8 +50,18 @@ frame received_frame(std::shared_ptr<zmq::message_t> part) {
   return frame{std::shared_ptr<const void>(std::move(part), data), data, bytes};
 }
 
+// ZeroMQ's "Peer-Address" metadata: the sender's IP over tcp; other transports have none.
+std::string peer_address(zmq::message_t& part) {
+  try {
+    const char* address = part.gets("Peer-Address");
+    return address ? address : "";
+  } catch (const zmq::error_t&) {
+    return "";
+  }
+}
+
 decode_result rejected(decode_error_reason reason, std::string text) {
-  return decode_result{std::nullopt, decode_error{reason, std::move(text)}};
+  return decode_result{std::nullopt, decode_error{reason, std::move(text), {}}};
 }
 
 void apply_common_options(zmq::socket_t& socket, const endpoint_options& options) {
@@ -264,13 +274,14 @@ std::optional<decode_result> inbox::try_receive() {
         ++discarded;
       }
     }
-    if (discarded != 0) {
-      return rejected(decode_error_reason::oversized,
-                      std::to_string(payloads.size() + discarded) +
-                          " payload frames; the limit is " +
-                          std::to_string(options_.limits.max_frames));
-    }
-    return decode_message(head.data(), head.size(), std::move(payloads), options_.limits);
+    decode_result result = discarded != 0 ? rejected(decode_error_reason::oversized,
+                                                     std::to_string(payloads.size() + discarded) +
+                                                         " payload frames; the limit is " +
+                                                         std::to_string(options_.limits.max_frames))
+                                          : decode_message(head.data(), head.size(),
+                                                           std::move(payloads), options_.limits);
+    if (!result.ok()) result.error.peer = peer_address(head);
+    return result;
   } catch (const zmq::error_t&) {
     return std::nullopt;
   }

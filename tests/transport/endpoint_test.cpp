@@ -250,6 +250,7 @@ TEST(EndpointTest, ReceiverThreadDeliversInOrderAndCountsGarbage) {
   EXPECT_EQ(receiver.delivered(), count + 1);
   EXPECT_EQ(receiver.dropped(), 1u);
   EXPECT_EQ(seen.drops[0].reason, decode_error_reason::garbage);
+  EXPECT_EQ(seen.drops[0].peer, "127.0.0.1");  // the sender, not the inbox
   uint64_t next_key = 0;
   for (const message& received : seen.messages) {
     if (received.header.key == count) continue;  // the tcp message, unordered against inproc
