@@ -193,13 +193,7 @@ int run_simulate(const simulate_options& options) {
   if (!options.profile_file.empty()) {
     settings.profile = sim::load_profile(options.profile_file, &error);
     if (!settings.profile) return bad_input(error);
-    // The measured transport stands for every device port of the cluster.
-    for (std::vector<int>* ports : {&cluster->device_egress, &cluster->device_ingress}) {
-      for (int link : *ports) {
-        cluster->links[link].latency_s = settings.profile->link_latency_s / 2;
-        cluster->links[link].bandwidth = settings.profile->link_bandwidth;
-      }
-    }
+    sim::use_measured_transport(*settings.profile, &*cluster);
   }
   settings.numerics = options.numerics;
   settings.seed = options.seed;

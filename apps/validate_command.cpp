@@ -30,9 +30,11 @@ std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profi
   std::ostringstream text;
   text << "[device_types.core]\nkind = \"cpu\"\npeak_flops = 1e11\nmemory_bandwidth = 3e10\n"
           "memory_bytes = 8e9\n[[nodes]]\nname = \"this-machine\"\ndevice_type = \"core\"\n"
-       << "devices = " << cores << "\ndevice_link = { latency_s = " << profile.link_latency_s / 2
-       << ", bandwidth = " << profile.link_bandwidth << " }\nnic = { bandwidth = 1e10 }\n";
-  return sim::parse_cluster(text.str(), "this machine", error);
+       << "devices = " << cores
+       << "\ndevice_link = { bandwidth = 1e10 }\nnic = { bandwidth = 1e10 }\n";
+  auto cluster = sim::parse_cluster(text.str(), "this machine", error);
+  if (cluster) sim::use_measured_transport(profile, &*cluster);
+  return cluster;
 }
 
 std::optional<double> measured_samples_per_s(const validate_options& options,

@@ -110,51 +110,46 @@ void stage_cost::use_measured(std::vector<block_profile> measured, int64_t batch
   measured_loss_s_ = loss_s;
 }
 
+double stage_cost::measured(double seconds, int64_t batch) const {
+  return seconds * static_cast<double>(batch) / static_cast<double>(measured_batch_);
+}
+
 double stage_cost::forward_s(int64_t batch) const {
-  const double scale = static_cast<double>(batch) / static_cast<double>(measured_batch_);
+  double total = 0;
   if (!measured_.empty()) {
-    double total = 0;
-    for (const block_profile& block : measured_) total += block.forward_s * scale;
+    for (const block_profile& block : measured_) total += measured(block.forward_s, batch);
     return total;
   }
-  double total = 0;
   for (const block_work& block : blocks_) total += seconds(block.forward, batch);
   return total;
 }
 
 double stage_cost::loss_s(int64_t batch) const {
-  if (!measured_.empty()) {
-    return measured_loss_s_ * static_cast<double>(batch) / static_cast<double>(measured_batch_);
-  }
-  return seconds(loss_, batch);
+  return measured_.empty() ? seconds(loss_, batch) : measured(measured_loss_s_, batch);
 }
 
 double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
-  if (!measured_.empty()) {
-    const double scale = static_cast<double>(batch) / static_cast<double>(measured_batch_);
-    double total = 0;
-    for (size_t i = 0; i < measured_.size(); ++i) {
-      const bool first = i == 0 && !need_input_gradient;
-      total += (first ? measured_[i].backward_first_s : measured_[i].backward_s) * scale;
-    }
-    return total;
-  }
   double total = 0;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    total += seconds(blocks_[i].backward_weights, batch);
+  for (size_t i = 0; i < blocks_.size(); ++i) {  // measured_, when set, has as many
     // The first block of the first stage needs no input gradient.
-    if (need_input_gradient || i > 0) total += seconds(blocks_[i].backward_input, batch);
+    const bool input_gradient = need_input_gradient || i > 0;
+    if (!measured_.empty()) {
+      const block_profile& block = measured_[i];
+      total += measured(input_gradient ? block.backward_s : block.backward_first_s, batch);
+      continue;
+    }
+    total += seconds(blocks_[i].backward_weights, batch);
+    if (input_gradient) total += seconds(blocks_[i].backward_input, batch);
   }
   return total;
 }
 
 double stage_cost::step_s() const {
+  double total = 0;
   if (!measured_.empty()) {
-    double total = 0;
     for (const block_profile& block : measured_) total += block.step_s;
     return total;
   }
-  double total = 0;
   for (const block_work& block : blocks_) total += seconds(block.step, 1);
   return total;
 }

@@ -59,6 +59,8 @@ class stage_cost {
 
  private:
   double seconds(const kernel_work& work, int64_t batch) const;
+  /// A measured time of a key of `measured_batch_` samples, for `batch` samples.
+  double measured(double seconds, int64_t batch) const;
 
   std::vector<block_work> blocks_;
   std::vector<block_profile> measured_;  ///< empty: the roofline model

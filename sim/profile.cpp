@@ -162,6 +162,15 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   return profile;
 }
 
+void use_measured_transport(const machine_profile& profile, cluster_model* cluster) {
+  for (const std::vector<int>* ports : {&cluster->device_egress, &cluster->device_ingress}) {
+    for (int link : *ports) {
+      cluster->links[link].latency_s = profile.link_latency_s / 2;
+      cluster->links[link].bandwidth = profile.link_bandwidth;
+    }
+  }
+}
+
 std::string to_json_text(const machine_profile& profile) {
   json blocks = json::array();
   for (const block_profile& b : profile.blocks) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actors/job_config.h"
+#include "sim/cluster_model.h"
 
 namespace troupe::sim {
 
@@ -37,6 +38,10 @@ struct machine_profile {
 /// when the model cannot be built.
 std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
                                          std::string* error);
+
+/// Gives every device port of `cluster` the profile's measured message latency (half on each
+/// side) and bandwidth.
+void use_measured_transport(const machine_profile& profile, cluster_model* cluster);
 
 std::string to_json_text(const machine_profile& profile);
 /// Nothing, with `error` naming `source` and the bad field, when the text is not a profile.

@@ -118,7 +118,7 @@ class simulator {
   std::priority_queue<event, std::vector<event>, later> events_;
   uint64_t sequence_ = 0;
   double now_ = 0;
-  int64_t handled_ = 0;
+  int64_t events_handled_ = 0;
   bool finished_ = false;
   std::string failure_;
   std::unique_ptr<actors::trace_recorder> trace_;
@@ -359,12 +359,11 @@ void simulator::degrade(int index) {
 bool simulator::run(std::string* error) {
   dispatch(run_->start(0));
   after_run_changed();
-  int64_t events = 0;
   while (!finished_ && failure_.empty()) {
     const std::optional<double> flow_done = network_->next_finish();
     if (flow_done && (events_.empty() || *flow_done < events_.top().time)) {
       now_ = std::max(now_, *flow_done);
-      ++events;
+      ++events_handled_;
       for (uint64_t flow : network_->advance(now_)) {
         auto found = flow_parcels_.find(flow);
         const int id = found->second;
@@ -381,7 +380,7 @@ bool simulator::run(std::string* error) {
     const event next = events_.top();
     events_.pop();
     now_ = next.time;
-    ++events;
+    ++events_handled_;
     switch (next.kind) {
       case event_kind::deliver:
         deliver(next.index);
@@ -394,7 +393,6 @@ bool simulator::run(std::string* error) {
         break;
     }
   }
-  handled_ = events;
   if (!failure_.empty()) {
     *error = failure_;
     return false;
@@ -439,7 +437,7 @@ simulation_result simulator::result() {
     // Peaks of the device's stages added: an upper bound when they peak at different times.
     result.device_peak_bytes[at - used.begin()] += stage_devices_[s]->peak_bytes();
   }
-  result.events = handled_;
+  result.events = events_handled_;
   result.trace_hash = XXH3_64bits_digest(hash_);
   result.trace = std::move(trace_);
   return result;

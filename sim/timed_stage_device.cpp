@@ -28,7 +28,7 @@ layers::tensor timed_stage_device::shaped(int64_t batch, const layers::shape& pe
 }
 
 void timed_stage_device::note_memory() {
-  const double bytes = cost_.state_bytes() * (1 + static_cast<double>(stashed_) / 2) +
+  const double bytes = cost_.state_bytes() * (1 + static_cast<double>(stashed_.size()) / 2) +
                        cost_.context_bytes_per_sample() * static_cast<double>(context_samples_);
   peak_bytes_ = std::max(peak_bytes_, bytes);
 }
@@ -83,7 +83,7 @@ void timed_stage_device::step(float learning_rate) {
 }
 
 void timed_stage_device::stash_weights(int64_t version) {
-  ++stashed_;
+  stashed_.insert(version);
   note_memory();
   if (numerics_) numerics_->stash_weights(version);
 }
@@ -93,8 +93,7 @@ void timed_stage_device::use_weights(int64_t version) {
 }
 
 void timed_stage_device::release_weights_before(int64_t version) {
-  // Timing-only mode does not track versions: a release frees all but the newest stash.
-  if (stashed_ > 0) stashed_ = numerics_ ? stashed_ : std::min<size_t>(stashed_, 1);
+  stashed_.erase(stashed_.begin(), stashed_.lower_bound(version));
   if (numerics_) numerics_->release_weights_before(version);
 }
 
@@ -112,7 +111,7 @@ bool timed_stage_device::load_state(const actors::stage_state& state, bool weigh
                                     std::string* error) {
   contexts_.clear();
   context_samples_ = 0;
-  stashed_ = 0;
+  stashed_.clear();
   return numerics_ ? numerics_->load_state(state, weights_only, error) : true;
 }
 

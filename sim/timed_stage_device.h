@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 #include "actors/stage_device.h"
 #include "sim/cost_model.h"
@@ -51,7 +52,7 @@ class timed_stage_device final : public actors::stage_device {
   double charge_s_ = 0;
   std::map<uint64_t, int64_t> contexts_;  ///< key -> batch, between forward and backward
   int64_t context_samples_ = 0;
-  size_t stashed_ = 0;
+  std::set<int64_t> stashed_;  ///< versions whose weights are stashed
   double peak_bytes_ = 0;
 };
 
