@@ -240,6 +240,8 @@ std::optional<inbox> inbox::bind(transport_context& context, const std::string& 
 // the deadline", not "timed out".
 std::optional<decode_result> inbox::receive(std::chrono::milliseconds timeout) {
   if (!socket_) return std::nullopt;
+  // A message already queued needs no poll (a system call); streams mostly find one waiting.
+  if (std::optional<decode_result> waiting = try_receive()) return waiting;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   zmq_pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
   for (std::chrono::milliseconds left = timeout;;) {
