@@ -368,6 +368,12 @@ void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atom
   }
 }
 
+void configure_scheduler(caf::actor_system_config& settings, int threads) {
+  settings.set("scheduler.max-threads", std::max(1, threads));
+  settings.set("work-stealing.aggressive-poll-attempts", 0);
+  settings.set("work-stealing.moderate-poll-attempts", 0);
+}
+
 int threads_per_stage(const job_config& config) {
   int total = config.parallelism.threads;
   if (total <= 0) total = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -111,6 +111,12 @@ void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atom
 void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,
                                 std::atomic<int>* requests);
 
+/// Settings for troupe's actor systems: `threads` scheduler threads that block as soon as they
+/// find nothing to do. CAF's work stealing by default polls an empty queue 100 times and then
+/// wakes every 50 µs for 500 more tries after each message; on a machine whose cores the
+/// stages' BLAS threads keep busy, every such wake-up preempts a GEMM thread.
+void configure_scheduler(caf::actor_system_config& settings, int threads);
+
 /// The CPU threads each stage's backend may use: the job's share of the cores, split evenly.
 int threads_per_stage(const job_config& config);
 

@@ -112,7 +112,7 @@ class cluster_coordinator {
   enum class outcome { done, worker_lost, failed };
 
   static caf::actor_system_config& single_thread(caf::actor_system_config& settings) {
-    settings.set("scheduler.max-threads", 1);
+    configure_scheduler(settings, 1);
     return settings;
   }
 

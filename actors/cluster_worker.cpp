@@ -185,9 +185,8 @@ json serve_generation(const json& assignment, control_queue& control,
   json next;
   {
     caf::actor_system_config settings;
-    settings.set("scheduler.max-threads",
-                 std::max<int>(1, std::min<int>(static_cast<int>(stages->parts.size()),
-                                                std::thread::hardware_concurrency())));
+    configure_scheduler(settings, std::min<int>(static_cast<int>(stages->parts.size()),
+                                                std::thread::hardware_concurrency()));
     caf::actor_system system{settings};
     caf::scoped_actor self{system};
     std::vector<std::pair<int, caf::actor>> actors;

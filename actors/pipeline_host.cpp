@@ -76,8 +76,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   }
 
   caf::actor_system_config settings;
-  settings.set("scheduler.max-threads",
-               std::max(1, std::min<int>(stages, std::thread::hardware_concurrency())));
+  configure_scheduler(settings, std::min<int>(stages, std::thread::hardware_concurrency()));
   caf::actor_system system{settings};
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};

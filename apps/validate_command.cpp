@@ -2,8 +2,14 @@
 // processes; sync and async; 1, 2 and 4 stages), simulates each run with this machine's
 // calibrated profile, and prints measured against predicted samples/s.
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -37,16 +43,34 @@ std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profi
   return cluster;
 }
 
+/// Trains the job for real in a process of its own (a fresh `troupe train`, as a user runs
+/// it: nothing of earlier runs or of the calibration stays in its heap or its threads) and
+/// returns its samples/s.
 std::optional<double> measured_samples_per_s(const validate_options& options,
                                              const std::vector<std::string>& overrides, int workers,
                                              const std::string& out) {
-  train_options train;
-  train.job_file = options.job_file;
-  train.overrides = overrides;
-  train.out_directory = out;
-  train.quiet = true;
-  train.workers = workers;
-  if (run_train(train) != 0) return std::nullopt;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> arguments = {self, "train", options.job_file, "--out", out, "--quiet"};
+  for (const std::string& setting : overrides) {
+    arguments.push_back("--set");
+    arguments.push_back(setting);
+  }
+  if (workers > 0) {
+    arguments.push_back("--workers");
+    arguments.push_back(std::to_string(workers));
+  }
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t child = 0;
+  if (posix_spawn(&child, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    return std::nullopt;
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
   std::ifstream file(out + "/summary.json");
   const json summary = json::parse(file, nullptr, false);
   if (summary.is_discarded()) return std::nullopt;

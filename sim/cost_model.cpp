@@ -49,6 +49,7 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
     const double tensors = spec.bias ? 2 : 1;
     work.step = {0, 0, step_bytes_per_parameter(training) * work.parameters,
                  static_cast<int>(tensors)};
+    work.stash = {0, 0, 2 * parameter_bytes, static_cast<int>(tensors)};
     const double optimizer_tensors =
         training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
     work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
@@ -151,6 +152,16 @@ double stage_cost::step_s() const {
     return total;
   }
   for (const block_work& block : blocks_) total += seconds(block.step, 1);
+  return total;
+}
+
+double stage_cost::stash_s() const {
+  double total = 0;
+  if (!measured_.empty()) {
+    for (const block_profile& block : measured_) total += block.stash_s;
+    return total;
+  }
+  for (const block_work& block : blocks_) total += seconds(block.stash, 1);
   return total;
 }
 

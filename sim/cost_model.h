@@ -33,6 +33,7 @@ struct block_work {
   kernel_work backward_weights;  ///< weight and bias gradients
   kernel_work backward_input;    ///< the gradient of the block's input
   kernel_work step;              ///< the optimizer over the block's parameters
+  kernel_work stash;             ///< a copy of the weights (asynchronous weight stashing)
   int64_t parameters = 0;
   double state_bytes = 0;       ///< weights, gradients and optimizer state
   int64_t output_elements = 0;  ///< per sample
@@ -51,6 +52,8 @@ class stage_cost {
   double loss_s(int64_t batch) const;
   double backward_s(int64_t batch, bool need_input_gradient) const;
   double step_s() const;
+  /// A copy of the stage's weights, kept for the keys that still need this version.
+  double stash_s() const;
   /// Bytes of the stage's weights, gradients and optimizer state.
   double state_bytes() const { return state_bytes_; }
   /// Bytes a key's forward context keeps until its backward (activations per sample).

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_hosting.h"
+#include "actors/partition.h"
 #include "actors/stage_device.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
@@ -32,8 +33,17 @@ double median(std::vector<double> values) {
   return values.empty() ? 0 : values[values.size() / 2];
 }
 
-/// Times forward, backward (with and without the input gradient) and the step of block
-/// `index`, repeating until `seconds` have passed (at least three rounds).
+/// Seconds `work` takes on `device`, until its stream is idle.
+template <class work_type>
+double timed(layers::backend& device, work_type&& work) {
+  const auto begin = clock_type::now();
+  work();
+  device.synchronize(device.default_stream());
+  return seconds_since(begin);
+}
+
+/// Times forward, backward (with and without the input gradient), a weight stash and the step
+/// of block `index` alone, repeating until `seconds` have passed (at least three rounds).
 block_profile time_block(const actors::job_config& config, size_t index, layers::backend& device,
                          const layers::shape& input, int64_t batch, double seconds) {
   auto stage = actors::make_layers_stage_device(config, {index, index + 1}, device);
@@ -42,26 +52,21 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
   std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
   actors::key_message message;
   message.payload = layers::tensor::from_host(device, device.default_stream(), dims, values);
-  std::vector<double> forward, backward, first, step;
+  std::vector<double> forward, backward, first, step, stash;
   const auto start = clock_type::now();
   for (uint64_t round = 0; round < 3 || seconds_since(start) < seconds; ++round) {
     message.key = round;
     message.kind = actors::key_kind::forward;
-    auto begin = clock_type::now();
     actors::key_message gradient = message;
-    gradient.payload = stage->forward(message, true);
-    device.synchronize(device.default_stream());
-    forward.push_back(seconds_since(begin));
+    forward.push_back(timed(device, [&] { gradient.payload = stage->forward(message, true); }));
     gradient.kind = actors::key_kind::backward;
-    begin = clock_type::now();
     const bool input_gradient = round % 2 == 0;
-    stage->backward(gradient, input_gradient);
-    device.synchronize(device.default_stream());
-    (input_gradient ? backward : first).push_back(seconds_since(begin));
-    begin = clock_type::now();
-    stage->step(0.0f);
-    device.synchronize(device.default_stream());
-    step.push_back(seconds_since(begin));
+    const double took = timed(device, [&] { stage->backward(gradient, input_gradient); });
+    (input_gradient ? backward : first).push_back(took);
+    const auto version = static_cast<int64_t>(round);
+    stash.push_back(timed(device, [&] { stage->stash_weights(version); }));
+    stage->release_weights_before(version);
+    step.push_back(timed(device, [&] { stage->step(0.0f); }));
   }
   block_profile result;
   result.type = config.model.layers[index].type;
@@ -69,7 +74,115 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
   result.backward_s = median(backward);
   result.backward_first_s = median(first);
   result.step_s = median(step);
+  result.stash_s = median(stash);
   return result;
+}
+
+/// Keys a stage trains on between two optimizer steps.
+int keys_per_step(const actors::job_config& config) {
+  const int interval = config.parallelism.min_update_interval;
+  return std::max(1, interval > 0 ? interval : config.parallelism.micro_batches);
+}
+
+/// Per key (forward, backward) and per step (step, stash) times of one stage.
+struct stage_timing {
+  double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
+};
+
+/// Times the stage of blocks `range` as a pipeline stage runs it: keys_per_step() keys
+/// forward, the same keys back, a weight stash (asynchronous training with stashing) and the
+/// step, for `seconds` (at least three steps). Its weights, gradients, optimizer state and the
+/// keys' activations then compete for the caches as in training: a block timed alone keeps
+/// its state cached, and this model's step ran 4 times faster alone than in a stage.
+stage_timing time_stage(const actors::job_config& config, actors::stage_range range, bool first,
+                        layers::backend& device, const layers::shape& input,
+                        const layers::shape& output, int64_t batch, double seconds) {
+  auto stage = actors::make_layers_stage_device(config, range, device);
+  auto batched = [&](const layers::shape& sample) {
+    layers::shape dims{batch};
+    dims.insert(dims.end(), sample.begin(), sample.end());
+    std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
+    return layers::tensor::from_host(device, device.default_stream(), dims, values);
+  };
+  const layers::tensor inputs = batched(input), gradients = batched(output);
+  const int group = keys_per_step(config);
+  const bool stash = config.parallelism.mode == "async" && config.parallelism.weight_stashing;
+  std::vector<double> forward, backward, step, stashing;
+  const auto start = clock_type::now();
+  for (uint64_t key = 0; key < 3u * group || seconds_since(start) < seconds;) {
+    const uint64_t group_start = key;
+    for (int i = 0; i < group; ++i) {
+      actors::key_message message;
+      message.key = group_start + i;
+      message.kind = actors::key_kind::forward;
+      message.payload = inputs;
+      forward.push_back(timed(device, [&] { stage->forward(message, true); }));
+    }
+    for (int i = 0; i < group; ++i, ++key) {
+      actors::key_message message;
+      message.key = key;
+      message.kind = actors::key_kind::backward;
+      message.payload = gradients;
+      backward.push_back(timed(device, [&] { stage->backward(message, !first); }));
+    }
+    const auto version = static_cast<int64_t>(key);
+    if (stash) stashing.push_back(timed(device, [&] { stage->stash_weights(version); }));
+    stage->release_weights_before(version);
+    step.push_back(timed(device, [&] { stage->step(0.0f); }));
+  }
+  return {median(forward), median(backward), median(step), median(stashing)};
+}
+
+/// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
+/// to anything at all).
+void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, double total,
+              double block_profile::*field, double block_profile::*also = nullptr) {
+  double sum = 0;
+  for (size_t i = range.first; i < range.last; ++i) sum += blocks[i].*field;
+  if (sum <= 0 || total <= 0) return;
+  for (size_t i = range.first; i < range.last; ++i) {
+    blocks[i].*field *= total / sum;
+    if (also) blocks[i].*also *= total / sum;
+  }
+}
+
+/// Every block's costs: measured alone, then scaled per stage of the job's partition to what
+/// the whole stage costs in training order.
+std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& config,
+                                                      layers::backend& device,
+                                                      const std::vector<layers::shape>& shapes,
+                                                      int64_t batch, double seconds,
+                                                      std::string* error) {
+  auto ranges = actors::partition_model(config, error);
+  if (!ranges) return std::nullopt;
+  std::vector<block_profile> blocks;
+  for (size_t i = 0; i < config.model.layers.size(); ++i) {
+    const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
+    blocks.push_back(time_block(config, i, device, input, batch, seconds));
+  }
+  for (size_t s = 0; s < ranges->size(); ++s) {
+    const actors::stage_range range = (*ranges)[s];
+    const layers::shape& input =
+        range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
+    const double stage_seconds = seconds * static_cast<double>(range.last - range.first);
+    const stage_timing stage = time_stage(config, range, s == 0, device, input,
+                                          shapes[range.last - 1], batch, stage_seconds);
+    scale_to(blocks, range, stage.forward_s, &block_profile::forward_s);
+    // The first stage's first block computes no input gradient.
+    const double first_block_share =
+        s == 0 ? blocks[range.first].backward_first_s : blocks[range.first].backward_s;
+    double alone = first_block_share;
+    for (size_t i = range.first + 1; i < range.last; ++i) alone += blocks[i].backward_s;
+    if (alone > 0 && stage.backward_s > 0) {
+      for (size_t i = range.first; i < range.last; ++i) {
+        blocks[i].backward_s *= stage.backward_s / alone;
+        blocks[i].backward_first_s *= stage.backward_s / alone;
+      }
+    }
+    scale_to(blocks, range, stage.step_s, &block_profile::step_s);
+    scale_to(blocks, range, stage.stash_s, &block_profile::stash_s);
+  }
+  return blocks;
 }
 
 /// One-way time of a message of `bytes` between two ipc:// endpoints of this process.
@@ -136,11 +249,9 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   profile.batch = config.training.batch_size / config.parallelism.micro_batches;
   auto device = layers::create_backend(profile.backend, profile.threads, error);
   if (!device) return std::nullopt;
-  layers::shape input = config.model.input_shape;
-  for (size_t i = 0; i < config.model.layers.size(); ++i) {
-    profile.blocks.push_back(time_block(config, i, *device, input, profile.batch, seconds));
-    input = (*shapes)[i];
-  }
+  auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, error);
+  if (!blocks) return std::nullopt;
+  profile.blocks = std::move(*blocks);
   // The loss: logits of the key's size against labels.
   const int64_t classes = layers::element_count(shapes->back());
   std::vector<float> logits(static_cast<size_t>(profile.batch * classes), 0.1f);
@@ -178,7 +289,8 @@ std::string to_json_text(const machine_profile& profile) {
                       {"forward_s", b.forward_s},
                       {"backward_s", b.backward_s},
                       {"backward_first_s", b.backward_first_s},
-                      {"step_s", b.step_s}});
+                      {"step_s", b.step_s},
+                      {"stash_s", b.stash_s}});
   }
   json text = {{"backend", profile.backend},
                {"threads", profile.threads},
@@ -237,7 +349,8 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
     if (!number(entry, "forward_s", where, &block.forward_s, false) ||
         !number(entry, "backward_s", where, &block.backward_s, false) ||
         !number(entry, "backward_first_s", where, &block.backward_first_s, false) ||
-        !number(entry, "step_s", where, &block.step_s, false)) {
+        !number(entry, "step_s", where, &block.step_s, false) ||
+        (entry.contains("stash_s") && !number(entry, "stash_s", where, &block.stash_s, false))) {
       return std::nullopt;
     }
     profile.blocks.push_back(block);

@@ -20,6 +20,7 @@ struct block_profile {
   double backward_s = 0;        ///< weight and input gradients
   double backward_first_s = 0;  ///< without the input gradient (the model's first block)
   double step_s = 0;
+  double stash_s = 0;  ///< a copy of the weights kept for asynchronous keys (0 in sync mode)
 };
 
 struct machine_profile {

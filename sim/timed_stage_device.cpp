@@ -83,6 +83,7 @@ void timed_stage_device::step(float learning_rate) {
 }
 
 void timed_stage_device::stash_weights(int64_t version) {
+  charge_s_ += cost_.stash_s();
   stashed_.insert(version);
   note_memory();
   if (numerics_) numerics_->stash_weights(version);
