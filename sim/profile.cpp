@@ -3,10 +3,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -202,7 +206,45 @@ double message_seconds(transport::outbox& out, transport::inbox& in, size_t byte
   return median(times);
 }
 
-bool time_transport(machine_profile* profile, std::string* error) {
+/// CPU seconds one end of a message of `bytes` costs over `address` (inproc:// or ipc://), as a
+/// stage sends and receives one: encode and send on this thread, a receiver thread that wakes,
+/// decodes and hands it over, and this thread woken in turn. The process's CPU time over
+/// `rounds` messages, halved: each end of a message gets its share.
+double message_cpu_seconds(transport::transport_context& context, const std::string& address,
+                           size_t bytes, int rounds) {
+  transport::endpoint_error problem;
+  auto in = transport::inbox::bind(context, address, {}, &problem);
+  auto out = in ? transport::outbox::connect(context, address, {}, &problem) : std::nullopt;
+  if (!in || !out) return -1;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  int received = 0;
+  std::vector<transport::inbox> inboxes;
+  inboxes.push_back(std::move(*in));
+  transport::receiver_thread receiver(context, std::move(inboxes), [&](transport::message&&) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++received;
+    arrived.notify_one();
+  });
+  transport::message message;
+  message.header.kind = transport::message_kind::forward;
+  transport::add_payload(message, {static_cast<int64_t>(bytes / 4)},
+                         std::make_shared<const std::vector<float>>(bytes / 4, 1.0f));
+  auto cpu_seconds = [] {
+    timespec now{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  };
+  const double start = cpu_seconds();
+  for (int r = 0; r < rounds; ++r) {
+    if (!out->send_waiting(message, std::chrono::seconds(10)).ok()) return -1;
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received > r; })) return -1;
+  }
+  return (cpu_seconds() - start) / rounds / 2;
+}
+
+bool time_transport(machine_profile* profile, int64_t sample_elements, std::string* error) {
   char pattern[] = "/tmp/troupe-calibrate-XXXXXX";
   if (!mkdtemp(pattern)) {
     *error = "cannot create a directory for the ipc:// endpoints";
@@ -223,16 +265,23 @@ bool time_transport(machine_profile* profile, std::string* error) {
       const size_t small = 64, large = size_t{4} << 20;
       const double latency = message_seconds(*out, *in, small, 200);
       const double big = message_seconds(*out, *in, large, 20);
-      ok = latency > 0 && big > latency;
+      const size_t key_bytes = static_cast<size_t>(4 * profile->batch * sample_elements);
+      const double ipc_cpu = message_cpu_seconds(context, address + "-cpu", key_bytes, 200);
+      const double inproc_cpu = message_cpu_seconds(
+          context, "inproc://troupe-calibrate-" + std::to_string(getpid()), key_bytes, 200);
+      ok = latency > 0 && big > latency && ipc_cpu > 0 && inproc_cpu > 0;
       if (ok) {
         profile->link_latency_s = latency;
         profile->link_bandwidth = static_cast<double>(large - small) / (big - latency);
+        profile->ipc_message_cpu_s = ipc_cpu;
+        profile->inproc_message_cpu_s = inproc_cpu;
       } else {
         *error = "the ipc:// round of the transport measurement failed";
       }
     }
   }
   std::remove((std::string(pattern) + "/link").c_str());
+  std::remove((std::string(pattern) + "/link-cpu").c_str());
   rmdir(pattern);
   return ok;
 }
@@ -269,7 +318,8 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     times.push_back(seconds_since(begin));
   }
   profile.loss_s = median(times);
-  if (!time_transport(&profile, error)) return std::nullopt;
+  if (!time_transport(&profile, layers::element_count(config.model.input_shape), error))
+    return std::nullopt;
   return profile;
 }
 
@@ -298,7 +348,9 @@ std::string to_json_text(const machine_profile& profile) {
                {"blocks", blocks},
                {"loss_s", profile.loss_s},
                {"link_latency_s", profile.link_latency_s},
-               {"link_bandwidth", profile.link_bandwidth}};
+               {"link_bandwidth", profile.link_bandwidth},
+               {"inproc_message_cpu_s", profile.inproc_message_cpu_s},
+               {"ipc_message_cpu_s", profile.ipc_message_cpu_s}};
   return text.dump(2) + "\n";
 }
 
@@ -329,6 +381,11 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       !number(root, "link_latency_s", "", &profile.link_latency_s, false) ||
       !number(root, "link_bandwidth", "", &profile.link_bandwidth, true)) {
     return std::nullopt;
+  }
+  for (const char* key : {"inproc_message_cpu_s", "ipc_message_cpu_s"}) {
+    double* field = std::string(key) == "inproc_message_cpu_s" ? &profile.inproc_message_cpu_s
+                                                               : &profile.ipc_message_cpu_s;
+    if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }
   profile.threads = static_cast<int>(threads);
   profile.batch = static_cast<int64_t>(batch);

@@ -32,6 +32,10 @@ struct machine_profile {
   /// One message between processes on this machine (ipc://): latency and bandwidth.
   double link_latency_s = 0;
   double link_bandwidth = 0;
+  /// CPU seconds one end of a key's input message costs a stage (sending or receiving it):
+  /// between threads of one process (inproc://) and between processes (ipc://).
+  double inproc_message_cpu_s = 0;
+  double ipc_message_cpu_s = 0;
 };
 
 /// Times every block of `config`'s model on the job's first device with the threads a stage

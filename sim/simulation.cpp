@@ -280,7 +280,8 @@ void simulator::start_work(int device) {
     failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
     return;
   }
-  double seconds = stage_devices_[stage]->take_charge();
+  double seconds = stage_devices_[stage]->take_charge() +
+                   options_.message_cpu_s * static_cast<double>(1 + state.outputs.size());
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
     seconds *= state.slowdown;

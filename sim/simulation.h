@@ -49,6 +49,9 @@ struct simulation_options {
   double header_bytes = 256;
   /// Measured block costs (`troupe calibrate`) instead of the roofline model.
   std::optional<machine_profile> profile;
+  /// CPU seconds a stage's device spends on each message it receives or sends (the profile's
+  /// inproc_message_cpu_s or ipc_message_cpu_s); 0: messages cost only link time.
+  double message_cpu_s = 0;
   /// Most work spans kept for trace.json (0: none); a longer run keeps the first ones.
   size_t trace_spans = 30000;
 };
