@@ -213,5 +213,35 @@ TEST(SimulationTest, AProfileSetsTheCostsAndCalibrationMeasuresThem) {
   EXPECT_NE(error.find("p.json: batch: missing"), std::string::npos) << error;
 }
 
+TEST(SimulationTest, EveryMessageEndCostsTheStagesDeviceItsMeasuredCpuTime) {
+  actors::job_config config = balanced_job(2, 1, "async");
+  config.data.synthetic_train = 640;
+  std::string error;
+  auto measured = calibrate(config, 0.01, &error);
+  ASSERT_TRUE(measured) << error;
+  EXPECT_GT(measured->inproc_message_cpu_s, 0);
+  EXPECT_GT(measured->ipc_message_cpu_s, 0);
+  EXPECT_GT(measured->blocks[1].stash_s, 0);
+  auto reread = parse_profile(to_json_text(*measured), "profile", &error);
+  ASSERT_TRUE(reread) << error;
+  EXPECT_EQ(reread->ipc_message_cpu_s, measured->ipc_message_cpu_s);
+  EXPECT_EQ(reread->blocks[1].stash_s, measured->blocks[1].stash_s);
+
+  // One key at a time through 2 stages of 1 ms forward and 2 ms backward: 6 ms of compute and
+  // 7 message ends (stage 0 forward: in, out; stage 1 forward and backward: in, loss report,
+  // gradient out; stage 0 backward: in, retired) of 0.5 ms each.
+  machine_profile profile;
+  profile.batch = 32;
+  profile.link_bandwidth = 1e18;
+  profile.blocks = {
+      {"flatten", 0, 0, 0, 0}, {"linear", 1e-3, 2e-3, 1e-3, 0}, {"linear", 1e-3, 2e-3, 1e-3, 0}};
+  config.parallelism.max_active_keys = 1;
+  simulation_options options;
+  options.profile = profile;
+  options.message_cpu_s = 0.5e-3;
+  EXPECT_NEAR(simulated(config, ideal_cluster(2), options).summary.samples_per_s, 32 / 9.5e-3,
+              32 / 9.5e-3 * 0.02);
+}
+
 }  // namespace
 }  // namespace troupe::sim
