@@ -147,17 +147,17 @@ int run_validate(const validate_options& options) {
           runs.push_back(*rate);
         }
         std::sort(runs.begin(), runs.end());
-        const std::optional<double> measured = runs[runs.size() / 2];
+        const double measured = runs[runs.size() / 2];
         const double predicted_rate = predicted->summary.samples_per_s;
-        const double relative = predicted_rate / *measured - 1;
+        const double relative = predicted_rate / measured - 1;
         char line[160];
         std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%%", mode.c_str(),
-                      stages, where.c_str(), *measured, predicted_rate, 100 * relative);
+                      stages, where.c_str(), measured, predicted_rate, 100 * relative);
         lines.push_back(line);
         rows.push_back({{"mode", mode},
                         {"stages", stages},
                         {"workers", workers},
-                        {"measured_samples_per_s", *measured},
+                        {"measured_samples_per_s", measured},
                         {"measured_runs", runs},
                         {"predicted_samples_per_s", predicted_rate},
                         {"error", relative}});
