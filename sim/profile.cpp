@@ -46,16 +46,30 @@ double timed(layers::backend& device, work_type&& work) {
   return seconds_since(begin);
 }
 
+/// `batch` samples of shape `sample`, every element 0.5, on `device`.
+layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch) {
+  layers::shape dims{batch};
+  dims.insert(dims.end(), sample.begin(), sample.end());
+  std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
+  return layers::tensor::from_host(device, device.default_stream(), dims, values);
+}
+
+/// An activation message of `bytes` bytes of float32.
+transport::message activation(size_t bytes) {
+  transport::message message;
+  message.header.kind = transport::message_kind::forward;
+  transport::add_payload(message, {static_cast<int64_t>(bytes / 4)},
+                         std::make_shared<const std::vector<float>>(bytes / 4, 1.0f));
+  return message;
+}
+
 /// Times forward, backward (with and without the input gradient), a weight stash and the step
 /// of block `index` alone, repeating until `seconds` have passed (at least three rounds).
 block_profile time_block(const actors::job_config& config, size_t index, layers::backend& device,
                          const layers::shape& input, int64_t batch, double seconds) {
   auto stage = actors::make_layers_stage_device(config, {index, index + 1}, device);
-  layers::shape dims{batch};
-  dims.insert(dims.end(), input.begin(), input.end());
-  std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
   actors::key_message message;
-  message.payload = layers::tensor::from_host(device, device.default_stream(), dims, values);
+  message.payload = batched(device, input, batch);
   std::vector<double> forward, backward, first, step, stash;
   const auto start = clock_type::now();
   for (uint64_t round = 0; round < 3 || seconds_since(start) < seconds; ++round) {
@@ -102,13 +116,8 @@ stage_timing time_stage(const actors::job_config& config, actors::stage_range ra
                         layers::backend& device, const layers::shape& input,
                         const layers::shape& output, int64_t batch, double seconds) {
   auto stage = actors::make_layers_stage_device(config, range, device);
-  auto batched = [&](const layers::shape& sample) {
-    layers::shape dims{batch};
-    dims.insert(dims.end(), sample.begin(), sample.end());
-    std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
-    return layers::tensor::from_host(device, device.default_stream(), dims, values);
-  };
-  const layers::tensor inputs = batched(input), gradients = batched(output);
+  const layers::tensor inputs = batched(device, input, batch);
+  const layers::tensor gradients = batched(device, output, batch);
   const int group = keys_per_step(config);
   const bool stash = config.parallelism.mode == "async" && config.parallelism.weight_stashing;
   std::vector<double> forward, backward, step, stashing;
@@ -191,10 +200,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
 
 /// One-way time of a message of `bytes` between two ipc:// endpoints of this process.
 double message_seconds(transport::outbox& out, transport::inbox& in, size_t bytes, int rounds) {
-  transport::message message;
-  message.header.kind = transport::message_kind::forward;
-  transport::add_payload(message, {static_cast<int64_t>(bytes / 4)},
-                         std::make_shared<const std::vector<float>>(bytes / 4, 1.0f));
+  const transport::message message = activation(bytes);
   std::vector<double> times;
   for (int r = 0; r < rounds; ++r) {
     const auto begin = clock_type::now();
@@ -226,10 +232,7 @@ double message_cpu_seconds(transport::transport_context& context, const std::str
     ++received;
     arrived.notify_one();
   });
-  transport::message message;
-  message.header.kind = transport::message_kind::forward;
-  transport::add_payload(message, {static_cast<int64_t>(bytes / 4)},
-                         std::make_shared<const std::vector<float>>(bytes / 4, 1.0f));
+  const transport::message message = activation(bytes);
   auto cpu_seconds = [] {
     timespec now{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
