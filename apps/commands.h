@@ -87,6 +87,9 @@ struct simulate_options {
   uint64_t seed = 1;
   std::vector<std::string> stragglers;    ///< DEVICE=SLOWDOWN[@PROBABILITY]
   std::vector<std::string> degradations;  ///< LINK=FACTOR@START-END
+  std::vector<std::string> failures;      ///< DEVICE@SECONDS
+  double heartbeat_timeout_s = 10;        ///< from a worker's death to its detection
+  double restart_s = 2;                   ///< from the detection to the replacement joining
   /// A `troupe calibrate` profile: measured block costs, and its ipc:// latency and bandwidth
   /// for every device port of the cluster.
   std::string profile_file;

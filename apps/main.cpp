@@ -172,6 +172,19 @@ void add_simulate(CLI::App& app, troupe::apps::simulate_options& options) {
                        "Charge the block times and transport measured by troupe calibrate");
   simulate->add_option("--degrade", options.degradations,
                        "LINK=FACTOR@START-END: a link's bandwidth times FACTOR for a while");
+  simulate->add_option("--fail", options.failures,
+                       "DEVICE@SECONDS: the worker on DEVICE dies then; the run recovers from "
+                       "its latest checkpoint");
+  simulate
+      ->add_option("--heartbeat-timeout", options.heartbeat_timeout_s,
+                   "Seconds from a worker's death to the coordinator noticing it")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  simulate
+      ->add_option("--restart-s", options.restart_s,
+                   "Seconds for a replacement worker to start and join")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void add_calibrate(CLI::App& app, troupe::apps::calibrate_options& options) {

@@ -35,6 +35,10 @@ class simulation_observer final : public actors::training_observer {
   void on_metrics(const actors::metrics_record& record) override {
     if (log_) log_->append(to_json(record));
   }
+  /// Worker losses and recoveries, in numerics mode next to the metrics they interrupt.
+  void on_event(const nlohmann::json& event) override {
+    if (log_) log_->append(event);
+  }
 
  private:
   metrics_log* log_;
@@ -115,6 +119,27 @@ bool parse_degradation(const std::string& text, const sim::cluster_model& cluste
   return true;
 }
 
+/// "DEVICE@SECONDS" (virtual time).
+bool parse_failure(const std::string& text, const sim::cluster_model& cluster,
+                   sim::worker_failure* out, std::string* error) {
+  const size_t at = text.rfind('@');
+  *error = "--fail " + text + ": ";
+  if (at == std::string::npos) {
+    *error += "expected DEVICE@SECONDS";
+    return false;
+  }
+  out->device = device_named(cluster, text.substr(0, at));
+  if (out->device < 0) {
+    *error += "no device named \"" + text.substr(0, at) + "\" in the cluster";
+    return false;
+  }
+  if (!parse_number(text.substr(at + 1), &out->at_s) || !(out->at_s >= 0)) {
+    *error += "SECONDS must be a number >= 0";
+    return false;
+  }
+  return true;
+}
+
 json summary_json(const sim::simulation_result& result, bool numerics) {
   json summary = {{"samples_per_s", result.summary.samples_per_s},
                   {"virtual_s", result.virtual_s},
@@ -123,6 +148,11 @@ json summary_json(const sim::simulation_result& result, bool numerics) {
                   {"stage_utilization", result.stage_utilization},
                   {"stage_idle_fraction", result.stage_idle_fraction},
                   {"staleness_histogram", result.staleness_histogram},
+                  {"checkpoints", result.checkpoints},
+                  {"checkpoint_s", result.checkpoint_s},
+                  {"restarts", result.restarts},
+                  {"recovery_s", result.recovery_s},
+                  {"lost_steps", result.lost_steps},
                   {"events", result.events},
                   {"events_per_s", result.events_per_s},
                   {"wall_s", result.wall_s},
@@ -175,6 +205,14 @@ void print_details(const sim::simulation_result& result, bool numerics) {
       "\nsamples/s %.1f  simulated %.3f s  %lld events in %.2f s (%.0f events/s)  trace %016llx\n",
       result.summary.samples_per_s, result.virtual_s, static_cast<long long>(result.events),
       result.wall_s, result.events_per_s, static_cast<unsigned long long>(result.trace_hash));
+  if (result.checkpoints > 0 || result.restarts > 0) {
+    std::printf(
+        "checkpoints %lld (%.3f s writing)  restarts %lld (%.3f s recovering, %lld steps "
+        "redone)\n",
+        static_cast<long long>(result.checkpoints), result.checkpoint_s,
+        static_cast<long long>(result.restarts), result.recovery_s,
+        static_cast<long long>(result.lost_steps));
+  }
   if (numerics) {
     std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
                 result.summary.time_to_target_s
@@ -210,6 +248,12 @@ int run_simulate(const simulate_options& options) {
       return bad_input(error);
     }
   }
+  for (const std::string& text : options.failures) {
+    settings.failures.emplace_back();
+    if (!parse_failure(text, *cluster, &settings.failures.back(), &error)) return bad_input(error);
+  }
+  settings.detection_s = options.heartbeat_timeout_s;
+  settings.restart_s = options.restart_s;
   std::string sweep_key;
   std::vector<std::string> sweep_values{""};
   if (!options.sweep.empty()) {

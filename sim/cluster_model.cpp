@@ -295,6 +295,21 @@ problem read_network(const toml::table& root, network_options* out) {
   return error;
 }
 
+problem read_storage(const toml::table& root, cluster_model* cluster) {
+  problem error;
+  const toml::table* table = table_key(root, "", "storage", "a table", &error);
+  if (error || table == nullptr) return error;
+  error = check_keys(*table, "storage", {"bandwidth", "latency_s"});
+  if (!error) {
+    error = required_number(*table, "storage", "bandwidth", kPositive, "bytes/s",
+                            &cluster->storage_bandwidth);
+  }
+  if (!error) {
+    error = number_key(*table, "storage", "latency_s", kNonNegative, &cluster->storage_latency_s);
+  }
+  return error;
+}
+
 /// Assigns nodes to leaf switches; with more than one switch, adds each one's uplink and
 /// downlink to the spine.
 void add_switches(const network_options& network, cluster_model* cluster) {
@@ -364,8 +379,8 @@ problem read_placement(const toml::table& root, cluster_model* cluster) {
 }
 
 problem read_cluster(const toml::table& root, const std::string& source, cluster_model* cluster) {
-  if (problem error =
-          check_keys(root, "", {"name", "device_types", "nodes", "network", "placement"})) {
+  if (problem error = check_keys(
+          root, "", {"name", "device_types", "nodes", "network", "storage", "placement"})) {
     return error;
   }
   cluster->name = std::filesystem::path(source).stem().string();
@@ -376,6 +391,7 @@ problem read_cluster(const toml::table& root, const std::string& source, cluster
   network_options network;
   if (problem error = read_network(root, &network)) return error;
   add_switches(network, cluster);
+  if (problem error = read_storage(root, cluster)) return error;
   return read_placement(root, cluster);
 }
 

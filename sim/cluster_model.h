@@ -16,7 +16,7 @@
 //                             NIC ingress, device ingress
 // The coordinator lives on the host of node 0 (device index `host_device`): its messages
 // start or end at node 0 without a device port (NIC links only when the other end is on
-// another node).
+// another node). An optional [storage] table says how fast checkpoints are written and read.
 
 #include <optional>
 #include <string>
@@ -62,6 +62,11 @@ struct cluster_model {
   std::vector<int> switch_downlink;
   /// Extra latency of each switch hop, seconds.
   double switch_latency_s = 0;
+  /// Where checkpoints go ([storage]): bytes/s at which shards are written and read back, and
+  /// the fixed cost of one checkpoint (manifest, fsync, rename). Bandwidth 0: checkpoints cost
+  /// no time.
+  double storage_bandwidth = 0;
+  double storage_latency_s = 0;
   /// Device of each stage from the file's [placement] stages (names); empty: stage i goes to
   /// device i.
   std::vector<int> placement;

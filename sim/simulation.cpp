@@ -2,8 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <random>
 #include <unordered_map>
@@ -27,14 +29,27 @@ using actors::stage_output;
 
 constexpr int coordinator = -1;  ///< the target of reports; the coordinator's trace track
 
-enum class event_kind : uint8_t { deliver, work_done, degrade };
+enum class event_kind : uint8_t {
+  deliver,
+  work_done,
+  degrade,
+  checkpoint_written,
+  worker_fails,
+  workers_rejoined
+};
 
 struct event {
   double time;
   uint64_t sequence;
   event_kind kind;
+  /// The pipeline generation that scheduled it: a failure starts a new one, and the work and
+  /// checkpoints of the old one come to nothing.
+  uint16_t generation;
   int32_t index;
 };
+
+/// Most failures one simulation takes (the generation counter's range).
+constexpr size_t kMaxFailures = 60000;
 
 struct later {
   bool operator()(const event& a, const event& b) const {
@@ -44,11 +59,19 @@ struct later {
 
 /// A message on its way: to a stage, or a report to the coordinator.
 struct parcel {
+  uint16_t generation = 0;
   int target = 0;
   int from_track = 0;
   double sent_s = 0;
   double latency_s = 0;
   stage_output content;
+};
+
+/// What a checkpoint holds: where the run stood and every stage's state.
+struct checkpoint_image {
+  actors::run_progress progress;
+  std::vector<actors::stage_state> stages;
+  double taken_s = 0;  ///< virtual time
 };
 
 struct device_state {
@@ -91,6 +114,15 @@ class simulator {
   void dispatch(std::vector<key_message>&& messages);
   void after_run_changed();
   void degrade(int index);
+  /// The pipeline is quiet for a checkpoint: takes the stages' states, and the checkpoint is
+  /// written after the storage's time for their bytes.
+  void begin_checkpoint();
+  void checkpoint_written();
+  void worker_fails(int index);
+  /// The replacement has joined: every stage loads the latest checkpoint and a new run starts.
+  void workers_rejoined();
+  /// Virtual seconds to write or read every stage's state.
+  double storage_s() const;
   /// The links from device `from` to device `to` (either may be the host) and their latency.
   const std::pair<std::vector<int>, double>& route(int from, int to);
 
@@ -123,6 +155,18 @@ class simulator {
   std::string failure_;
   std::unique_ptr<actors::trace_recorder> trace_;
   size_t spans_ = 0;
+  // Checkpoints and recovery.
+  uint16_t generation_ = 0;
+  std::vector<actors::stage_state> initial_states_;  ///< what a restart without checkpoint loads
+  std::optional<checkpoint_image> latest_;
+  std::optional<checkpoint_image> writing_;
+  bool recovering_ = false;
+  double failed_at_s_ = 0;
+  int64_t checkpoints_ = 0;
+  double checkpoint_s_ = 0;
+  int64_t restarts_ = 0;
+  double recovery_s_ = 0;
+  int64_t lost_steps_ = 0;
 };
 
 bool simulator::build(std::string* error) {
@@ -195,6 +239,22 @@ bool simulator::build(std::string* error) {
         *stage_devices_.back()));
   }
   stage_busy_s_.assign(stages, 0);
+  for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
+  if (options_.failures.size() > kMaxFailures) {
+    *error = std::to_string(options_.failures.size()) + " worker failures; at most " +
+             std::to_string(kMaxFailures);
+    return false;
+  }
+  for (size_t i = 0; i < options_.failures.size(); ++i) {
+    const worker_failure& f = options_.failures[i];
+    if (std::find(device_of_stage_.begin(), device_of_stage_.end(), f.device) ==
+        device_of_stage_.end()) {
+      *error = "a worker failure names device " + std::to_string(f.device) +
+               ", which hosts no stage of this job";
+      return false;
+    }
+    schedule(f.at_s, event_kind::worker_fails, static_cast<int>(i));
+  }
   std::vector<double> bandwidths;
   for (const link_model& link : cluster_.links) bandwidths.push_back(link.bandwidth);
   network_ = std::make_unique<network_model>(std::move(bandwidths));
@@ -213,7 +273,7 @@ bool simulator::build(std::string* error) {
 }
 
 void simulator::schedule(double time, event_kind kind, int index) {
-  events_.push(event{time, sequence_++, kind, index});
+  events_.push(event{time, sequence_++, kind, generation_, index});
 }
 
 int simulator::new_parcel(parcel&& p) {
@@ -235,7 +295,8 @@ void simulator::send(int from_device, int target, stage_output&& content, int fr
   if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
   if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
   const auto& [path, latency_s] = route(from_device, to_device);
-  const int id = new_parcel(parcel{target, from_track, now_, latency_s, std::move(content)});
+  const int id =
+      new_parcel(parcel{generation_, target, from_track, now_, latency_s, std::move(content)});
   if (path.empty()) {
     schedule(now_ + latency_s, event_kind::deliver, id);
     return;
@@ -246,6 +307,10 @@ void simulator::send(int from_device, int target, stage_output&& content, int fr
 
 void simulator::deliver(int id) {
   parcel& p = parcels_[id];
+  if (p.generation != generation_) {  // sent before a failure: its sender's run is gone
+    free_parcels_.push_back(id);
+    return;
+  }
   if (trace_ && spans_ < options_.trace_spans) {
     trace_->flow(p.from_track, p.target, static_cast<int64_t>(p.content.message.key), p.sent_s,
                  now_);
@@ -335,9 +400,98 @@ void simulator::dispatch(std::vector<key_message>&& messages) {
 }
 
 void simulator::after_run_changed() {
-  // Checkpoints cost no virtual time yet: the pipeline drains and goes on at once.
-  while (run_->checkpoint_due()) dispatch(run_->checkpoint_done(now_));
+  if (run_->checkpoint_due() && !writing_) begin_checkpoint();
   if (run_->finished()) finished_ = true;
+}
+
+double simulator::storage_s() const {
+  if (cluster_.storage_bandwidth <= 0) return 0;
+  double bytes = 0;
+  for (const auto& device : stage_devices_) bytes += device->cost().state_bytes();
+  return cluster_.storage_latency_s + bytes / cluster_.storage_bandwidth;
+}
+
+void simulator::begin_checkpoint() {
+  writing_ = checkpoint_image{run_->progress(now_), {}, now_};
+  for (auto& stage : stages_) writing_->stages.push_back(stage->save_state());
+  const double seconds = storage_s();
+  checkpoint_s_ += seconds;
+  schedule(now_ + seconds, event_kind::checkpoint_written, 0);
+}
+
+void simulator::checkpoint_written() {
+  latest_ = std::move(writing_);
+  writing_.reset();
+  ++checkpoints_;
+  dispatch(run_->checkpoint_done(now_));
+  after_run_changed();
+}
+
+void simulator::worker_fails(int index) {
+  if (finished_) return;
+  const worker_failure& failure = options_.failures[index];
+  const std::string& device = cluster_.devices[failure.device].name;
+  nlohmann::json lost_stages = nlohmann::json::array();
+  for (size_t s = 0; s < device_of_stage_.size(); ++s) {
+    if (device_of_stage_[s] == failure.device) lost_stages.push_back(s);
+  }
+  const int limit = config_.checkpoint.max_restarts;
+  if (restarts_ >= limit) {
+    failure_ = "the worker on " + device + " (stages " + lost_stages.dump() + ") died at " +
+               std::to_string(now_) + " s of virtual time, after " + std::to_string(restarts_) +
+               " restarts (checkpoint.max_restarts = " + std::to_string(limit) + ")";
+    return;
+  }
+  ++restarts_;
+  ++generation_;
+  if (!recovering_) {
+    const actors::run_progress progress = run_->progress(now_);
+    lost_steps_ += progress.step - (latest_ ? latest_->progress.step : 0);
+    failed_at_s_ = now_;
+    recovering_ = true;
+  }
+  for (device_state& state : devices_) {
+    for (int id : state.waiting) free_parcels_.push_back(id);
+    state.waiting.clear();
+    state.busy = false;
+    state.outputs.clear();
+  }
+  writing_.reset();
+  observer_.on_event({{"event", "worker_lost"},
+                      {"device", device},
+                      {"stages", lost_stages},
+                      {"virtual_s", now_},
+                      {"restart", restarts_}});
+  const double read_s = latest_ ? storage_s() : 0;
+  schedule(now_ + options_.detection_s + options_.restart_s + read_s, event_kind::workers_rejoined,
+           0);
+}
+
+void simulator::workers_rejoined() {
+  recovering_ = false;
+  recovery_s_ += now_ - failed_at_s_;
+  // The new run's clocks go on from now: everything since the checkpoint (the start) was lost
+  // and counts as training time, so samples/s is the rate of work kept.
+  actors::run_progress resume = latest_ ? latest_->progress : actors::run_progress{};
+  resume.wall_s = now_;
+  resume.train_s += now_ - (latest_ ? latest_->taken_s : 0.0);
+  run_ = std::make_unique<actors::training_run>(
+      config_, data_.train, data_.test, options_.numerics ? *host_backend_ : shape_backend(),
+      observer_, resume);
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    std::string problem;
+    const actors::stage_state& state = latest_ ? latest_->stages[s] : initial_states_[s];
+    if (!stages_[s]->load_state(state, false, &problem)) {
+      failure_ = "stage " + std::to_string(s) + " cannot load its checkpoint: " + problem;
+      return;
+    }
+  }
+  observer_.on_event({{"event", "recovered"},
+                      {"restart", restarts_},
+                      {"resumed_from_step", resume.step},
+                      {"seconds", now_ - failed_at_s_}});
+  dispatch(run_->start(now_));
+  after_run_changed();
 }
 
 const std::pair<std::vector<int>, double>& simulator::route(int from, int to) {
@@ -382,15 +536,25 @@ bool simulator::run(std::string* error) {
     events_.pop();
     now_ = next.time;
     ++events_handled_;
+    const bool stale = next.generation != generation_;
     switch (next.kind) {
       case event_kind::deliver:
         deliver(next.index);
         break;
       case event_kind::work_done:
-        finish_work(next.index);
+        if (!stale) finish_work(next.index);
         break;
       case event_kind::degrade:
         degrade(next.index);
+        break;
+      case event_kind::checkpoint_written:
+        if (!stale) checkpoint_written();
+        break;
+      case event_kind::worker_fails:
+        worker_fails(next.index);
+        break;
+      case event_kind::workers_rejoined:
+        if (!stale) workers_rejoined();
         break;
     }
   }
@@ -438,6 +602,11 @@ simulation_result simulator::result() {
     // Peaks of the device's stages added: an upper bound when they peak at different times.
     result.device_peak_bytes[at - used.begin()] += stage_devices_[s]->peak_bytes();
   }
+  result.checkpoints = checkpoints_;
+  result.checkpoint_s = checkpoint_s_;
+  result.restarts = restarts_;
+  result.recovery_s = recovery_s_;
+  result.lost_steps = lost_steps_;
   result.events = events_handled_;
   result.trace_hash = XXH3_64bits_digest(hash_);
   result.trace = std::move(trace_);

@@ -39,6 +39,17 @@ struct link_degradation {
   double factor = 0.5;
 };
 
+/// The worker process hosting `device` dies at `at_s` of virtual time: the state of every
+/// stage and every key in flight is lost. What follows is the coordinator's recovery: the
+/// death is noticed after simulation_options::detection_s, a replacement joins restart_s
+/// later and reads the latest checkpoint, every stage loads it (the initial weights when there
+/// is none), and a new training_run continues from its step; after checkpoint.max_restarts
+/// recoveries the next failure ends the run with an error naming the device.
+struct worker_failure {
+  int device = 0;
+  double at_s = 0;
+};
+
 struct simulation_options {
   /// Run the math on the CPU (loss and accuracy are real); otherwise shapes only.
   bool numerics = false;
@@ -52,6 +63,11 @@ struct simulation_options {
   /// CPU seconds a stage's device spends on each message it receives or sends (the profile's
   /// inproc_message_cpu_s or ipc_message_cpu_s); 0: messages cost only link time.
   double message_cpu_s = 0;
+  std::vector<worker_failure> failures;
+  /// From a worker's death to the coordinator noticing it (its heartbeat timeout).
+  double detection_s = 10;
+  /// From noticing a death to the replacement worker having joined.
+  double restart_s = 2;
   /// Most work spans kept for trace.json (0: none); a longer run keeps the first ones.
   size_t trace_spans = 30000;
 };
@@ -68,6 +84,14 @@ struct simulation_result {
   std::vector<std::string> device_names;  ///< devices that host stages
   std::vector<double> device_peak_bytes;
   std::vector<double> device_memory_bytes;
+  int64_t checkpoints = 0;  ///< written
+  /// Virtual seconds spent writing checkpoints (the pipeline is drained meanwhile).
+  double checkpoint_s = 0;
+  int64_t restarts = 0;
+  /// Virtual seconds from each failure to the restarted pipeline's first key, summed.
+  double recovery_s = 0;
+  /// Optimizer steps trained and then lost to failures (redone after a restart).
+  int64_t lost_steps = 0;
   int64_t events = 0;
   /// The simulation's own speed, measured by its caller (the simulator reads no clock).
   double wall_s = 0;

@@ -118,6 +118,28 @@ nic = { bandwidth = 1e10 }
   expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + placed.string() +
                          " --set parallelism.stages=2"),
                   "node99/gpu0");
+  const fs::path stored =
+      write("stored.toml", read_file(cluster) + "\n[storage]\nlatency_s = 0.1\n");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + stored.string()),
+                  "storage.bandwidth: missing");
+  expect_one_line(
+      troupe("simulate " + tiny_job().string() + " --cluster " + cluster + " --fail node0/gpu9@1"),
+      "--fail node0/gpu9@1: no device named \"node0/gpu9\"");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                         " --fail node0/gpu0@soon"),
+                  "SECONDS must be a number");
+
+  // A failure with checkpoints to go back to: the summary counts both.
+  const fs::path recovered = directory_ / "recovered";
+  result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                  " --set parallelism.stages=2 --set checkpoint.interval_steps=2"
+                  " --fail node0/gpu1@0 --heartbeat-timeout 1 --restart-s 0.5 --out " +
+                  recovered.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  summary = nlohmann::json::parse(read_file(recovered / "summary.json"));
+  EXPECT_EQ(summary["restarts"], 1);
+  EXPECT_GE(summary["recovery_s"].get<double>(), 1.5);
+  EXPECT_GT(summary["checkpoints"].get<int>(), 0);
 }
 
 TEST_F(CliTest, CalibrateWritesAProfileThatSimulateUses) {
@@ -176,6 +198,21 @@ TEST_F(CliTest, TrainsAndWritesOutputs) {
   }
   EXPECT_EQ(records, 8 + 2);
   EXPECT_EQ(evaluations, 2);
+}
+
+TEST_F(CliTest, TrainsAtReducedPrecision) {
+  for (const std::string precision : {"tf32", "bf16"}) {
+    const fs::path out = directory_ / precision;
+    run_result result = troupe("train " + tiny_job().string() + " --set 'training.precision=\"" +
+                               precision + "\"' --set parallelism.stages=2 --out " + out.string());
+    ASSERT_EQ(result.status, 0) << result.errors;
+    auto config = nlohmann::json::parse(read_file(out / "config.json"));
+    EXPECT_EQ(config["training"]["precision"], precision);
+    auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    EXPECT_GT(summary["final_test_accuracy"].get<double>(), 0.5) << precision;
+  }
+  expect_one_line(troupe("train " + tiny_job().string() + " --set 'training.precision=\"fp16\"'"),
+                  "training.precision");
 }
 
 TEST_F(CliTest, SetOverridesTheJobFile) {

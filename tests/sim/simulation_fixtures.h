@@ -1,0 +1,69 @@
+#pragma once
+
+// Jobs and clusters that several simulator tests share: an ideal cluster on which equal
+// blocks take equal time and messages none, and a model of equal linear blocks.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "actors/job_data.h"
+#include "actors/job_file.h"
+#include "sim/simulation.h"
+#include "tests/support/engine_helpers.h"
+
+namespace troupe::sim {
+
+/// Devices as fast as their FLOPs allow, with free memory traffic and links: every stage of a
+/// model of equal linear blocks then takes the same time, and messages take none.
+inline cluster_model ideal_cluster(int devices) {
+  const std::string text = R"(
+[device_types.ideal]
+peak_flops = 1e12
+memory_bandwidth = 1e18
+memory_bytes = 1e12
+[[nodes]]
+name = "node"
+device_type = "ideal"
+devices = )" + std::to_string(devices) +
+                           R"(
+device_link = { bandwidth = 1e18 }
+nic = { bandwidth = 1e18 }
+)";
+  std::string error;
+  auto cluster = parse_cluster(text, "ideal", &error);
+  EXPECT_TRUE(cluster) << error;
+  return *cluster;
+}
+
+/// S linear 256 -> 256 blocks (a free flatten first, so that stage 0 also computes its input
+/// gradient: all stages do the same work) on synthetic data of 256 classes.
+inline actors::job_config balanced_job(int stages, int micro_batches, const std::string& mode) {
+  std::string layers = "{ type = \"flatten\" }";
+  for (int s = 0; s < stages; ++s) layers += ", { type = \"linear\", out = 256 }";
+  const int batch = 32 * micro_batches;
+  const std::string text =
+      "[model]\ninput_shape = [256]\nlayers = [" + layers +
+      "]\n[data]\ndataset = \"synthetic\"\nclasses = 256\nsynthetic_train = " +
+      std::to_string(50 * batch) +
+      "\nsynthetic_test = 16\n[parallelism]\nstages = " + std::to_string(stages) + "\nmode = \"" +
+      mode + "\"\nschedule = \"gpipe\"\nmicro_batches = " + std::to_string(micro_batches) +
+      "\n[training]\nbatch_size = " + std::to_string(batch) + "\nepochs = 1\nlr = 0.01\n";
+  actors::job_error problem;
+  auto config = actors::parse_job(text, "balanced job", {}, &problem);
+  EXPECT_TRUE(config) << problem.message;
+  return *config;
+}
+
+inline simulation_result simulated(const actors::job_config& config, const cluster_model& cluster,
+                                   const simulation_options& options = {}) {
+  std::string error;
+  auto data = actors::load_job_data(config, &error);
+  EXPECT_TRUE(data) << error;
+  testing::quiet_observer observer;
+  auto result = simulate(config, *data, cluster, options, observer, &error);
+  EXPECT_TRUE(result) << error;
+  return std::move(*result);
+}
+
+}  // namespace troupe::sim
