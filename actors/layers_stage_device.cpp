@@ -21,6 +21,7 @@ class layers_stage_device final : public stage_device {
         seed_(config.training.seed),
         range_(range),
         stages_(config.parallelism.stages) {
+    device.set_gemm_precision(stream_, gemm_precision_of(config.training));
     layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
     model_ = std::make_unique<layers::sequential>(device, stream_, config.model.layers, input,
                                                   range.first, range.last, seed_);

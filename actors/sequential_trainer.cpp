@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "layers/check.h"
+#include "layers/gemm_precision.h"
 #include "layers/random.h"
 
 namespace troupe::actors {
@@ -17,18 +19,31 @@ layers::optimizer_settings optimizer_settings_of(const training_config& training
   return settings;
 }
 
+layers::math_precision gemm_precision_of(const training_config& training) {
+  const auto precision = layers::math_precision_named(training.precision);
+  TROUPE_CHECK(precision.has_value());
+  return *precision;
+}
+
 uint64_t step_seed(uint64_t job_seed, int64_t step) {
   return layers::derive_seed(layers::derive_seed(job_seed, 0x64726f70ULL), step);
 }
 
 sequential_trainer::sequential_trainer(const job_config& config, layers::backend& device)
-    : device_(device), stream_(device.default_stream()), seed_(config.training.seed) {
+    : device_(device), stream_(device.create_stream()), seed_(config.training.seed) {
+  device.set_gemm_precision(stream_, gemm_precision_of(config.training));
   const auto& specs = config.model.layers;
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   model_ =
       std::make_unique<layers::sequential>(device, stream_, specs, input, 0, specs.size(), seed_);
   optimizer_ = std::make_unique<layers::optimizer>(stream_, optimizer_settings_of(config.training),
                                                    model_->parameters());
+}
+
+sequential_trainer::~sequential_trainer() {
+  // The model's and optimizer's tensors are freed after this, with no work left that uses them.
+  device_.synchronize(stream_);
+  device_.destroy_stream(stream_);
 }
 
 void sequential_trainer::upload(const float* features, const int32_t* labels, int64_t samples) {

@@ -31,10 +31,19 @@ layers::optimizer_settings optimizer_settings_of(const training_config& training
 /// The dropout stream of optimizer step `step`.
 uint64_t step_seed(uint64_t job_seed, int64_t step);
 
+/// GEMM precision of a job's [training] precision ("fp32", "tf32" or "bf16"; aborts on any
+/// other name, which load_job_file never lets through).
+layers::math_precision gemm_precision_of(const training_config& training);
+
 class sequential_trainer {
  public:
-  /// Builds the model of `config` (whose layer shapes must chain) on `device`.
+  /// Builds the model of `config` (whose layer shapes must chain) on `device`, working on a
+  /// stream of its own whose GEMMs run at config.training.precision.
   sequential_trainer(const job_config& config, layers::backend& device);
+  /// Waits for the trainer's stream, then destroys it.
+  ~sequential_trainer();
+  sequential_trainer(const sequential_trainer&) = delete;
+  sequential_trainer& operator=(const sequential_trainer&) = delete;
 
   /// One optimizer step on a batch of `samples` host samples; `step` counts from 0.
   batch_totals train_step(const float* features, const int32_t* labels, int64_t samples,
@@ -45,6 +54,7 @@ class sequential_trainer {
   layers::sequential& model() { return *model_; }
   layers::optimizer& optimizer() { return *optimizer_; }
   layers::backend& device() { return device_; }
+  /// The stream all of the trainer's work runs on; read its tensors through it.
   layers::stream work_stream() const { return stream_; }
 
  private:

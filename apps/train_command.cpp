@@ -33,16 +33,6 @@ std::string default_out_directory(const std::string& job_file) {
   return "runs/" + std::filesystem::path(job_file).stem().string();
 }
 
-/// Rejects what this build cannot run yet, naming the key.
-bool check_supported(const actors::job_config& config, std::string* error) {
-  if (config.training.precision != "fp32") {
-    *error = "training.precision = \"" + config.training.precision +
-             "\": only \"fp32\" is available in this build";
-    return false;
-  }
-  return true;
-}
-
 int classes_of(const actors::job_config& config) {
   return config.data.dataset == "synthetic" ? config.data.classes : 10;
 }
@@ -203,7 +193,7 @@ int run_train(const train_options& options) {
   if (!config) return bad_input(job_problem.message);
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
-      !check_supported(*config, &error) || !actors::partition_model(*config, &error)) {
+      !actors::partition_model(*config, &error)) {
     return bad_input(options.job_file + ": " + error);
   }
   auto data = actors::load_job_data(*config, &error);

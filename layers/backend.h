@@ -34,6 +34,12 @@ enum class transpose { no, yes };
 
 enum class activation { relu, tanh, gelu };
 
+/// The arithmetic of a GEMM: fp32 throughout, or operands rounded to TensorFloat-32 (10
+/// explicit mantissa bits) or bfloat16 (7 bits) with products accumulated in fp32. The output
+/// is fp32 in every case, and weights stay fp32 (master weights); only GEMM operands are
+/// rounded. See layers/gemm_precision.h for the rounding and its error bound.
+enum class math_precision { fp32, tf32, bf16 };
+
 /// Geometry of a 2-D convolution over NCHW images with square kernels.
 struct convolution_geometry {
   int batch = 0;
@@ -122,6 +128,15 @@ class backend {
   virtual void wait_event(stream s, event e) = 0;
   /// Blocks the calling thread until `e` has completed.
   virtual void synchronize_event(event e) = 0;
+  /// GEMMs enqueued on `s` after this call use `precision` (every stream starts at fp32). With
+  /// tf32 or bf16, A and B are rounded to nearest-even at that precision and the products are
+  /// summed in fp32, so each product is within (1 + u)^2 - 1 ~ 2u (u: the precision's unit
+  /// roundoff, 2^-11 for tf32, 2^-8 for bf16) of its exact value: |C - C_fp32| <=
+  /// (2u + u^2) |alpha| sum_k |a_ik b_kj| plus the fp32 summation error of both. The CPU backend
+  /// rounds exactly so; CUDA uses cuBLAS's TF32/BF16 tensor-core modes, whose operand rounding may
+  /// differ by one ulp. The caller of `s` owns this setting: it is part of the stream's state, not
+  /// of the backend's.
+  virtual void set_gemm_precision(stream s, math_precision precision) = 0;
 
   // ---- linear algebra -----------------------------------------------------------------------
   /// C = alpha * op(A) * op(B) + beta * C with op(A) m×k, op(B) k×n and C m×n, all row-major.

@@ -27,6 +27,7 @@ class shapes_only final : public backend {
   void record_event(event, stream) override {}
   void wait_event(stream, event) override {}
   void synchronize_event(event) override {}
+  void set_gemm_precision(stream, math_precision) override {}
 
   void gemm(stream, transpose, transpose, int, int, int, float, const float*, int, const float*,
             int, float, float*, int) override {}

@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "layers/check.h"
 #include "layers/cpu/cpu_kernels.h"
 #include "layers/cpu/cpu_thread_pool.h"
+#include "layers/gemm_precision.h"
 
 namespace troupe::layers {
 
@@ -18,9 +20,16 @@ namespace {
 
 constexpr size_t alignment = 64;
 
-// Streams and events carry no state on the CPU; their handles only need to be non-null.
-char stream_marker;
+// Events carry no state on the CPU; their handles only need to be non-null.
 char event_marker;
+
+/// What a CPU stream remembers: work runs at once, so only settings and reusable scratch.
+struct cpu_stream {
+  math_precision gemm_precision = math_precision::fp32;
+  /// Operands of reduced-precision GEMMs after rounding, reused from call to call.
+  std::vector<float> rounded_a;
+  std::vector<float> rounded_b;
+};
 
 CBLAS_TRANSPOSE to_cblas(transpose t) { return t == transpose::yes ? CblasTrans : CblasNoTrans; }
 
@@ -70,18 +79,23 @@ class cpu_backend final : public backend {
     std::fill_n(data, count, value);
   }
 
-  stream default_stream() override { return stream{&stream_marker}; }
-  stream create_stream() override { return stream{&stream_marker}; }
-  void destroy_stream(stream) override {}
+  stream default_stream() override { return stream{&default_stream_}; }
+  stream create_stream() override { return stream{new cpu_stream}; }
+  void destroy_stream(stream s) override {
+    if (s.handle != &default_stream_) delete static_cast<cpu_stream*>(s.handle);
+  }
   void synchronize(stream) override {}
   event create_event() override { return event{&event_marker}; }
   void destroy_event(event) override {}
   void record_event(event, stream) override {}
   void wait_event(stream, event) override {}
   void synchronize_event(event) override {}
+  void set_gemm_precision(stream s, math_precision precision) override {
+    state_of(s).gemm_precision = precision;
+  }
 
-  void gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k, float alpha,
-            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+  void gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+            float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
             int ldc) override;
 
   void add_row_vector(stream, float* matrix, const float* vector, int rows, int cols) override {
@@ -200,10 +214,41 @@ class cpu_backend final : public backend {
     });
   }
 
+  /// The state of `s` (a null handle means the default stream, as on CUDA).
+  cpu_stream& state_of(stream s) {
+    return s.handle == nullptr ? default_stream_ : *static_cast<cpu_stream*>(s.handle);
+  }
+
+  /// `target` = the rows×cols matrix at `source` (row stride `stride`) rounded to `precision`,
+  /// stored contiguously.
+  void round_matrix(const float* source, int rows, int cols, int stride, math_precision precision,
+                    std::vector<float>* target);
+
+  /// The fp32 GEMM of k > 0 on OpenBLAS, split over the pool when large enough.
+  void gemm_fp32(transpose transpose_a, transpose transpose_b, int m, int n, int k, float alpha,
+                 const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
   cpu::thread_pool pool_;
+  cpu_stream default_stream_;
 };
 
-void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+void cpu_backend::round_matrix(const float* source, int rows, int cols, int stride,
+                               math_precision precision, std::vector<float>* target) {
+  const size_t count = size_t(rows) * cols;
+  if (target->size() < count) target->resize(count);
+  float* into = target->data();
+  for_each_range(count, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end;) {
+      const size_t row = i / cols, col = i % cols;
+      const size_t run = std::min(end - i, size_t(cols) - col);
+      const float* from = source + row * stride + col;
+      for (size_t j = 0; j < run; ++j) into[i + j] = round_to_precision(from[j], precision);
+      i += run;
+    }
+  });
+}
+
+void cpu_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
                        float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                        float* c, int ldc) {
   TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
@@ -216,6 +261,25 @@ void cpu_backend::gemm(stream, transpose transpose_a, transpose transpose_b, int
     }
     return;
   }
+  cpu_stream& state = state_of(s);
+  if (state.gemm_precision == math_precision::fp32) {
+    gemm_fp32(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Exactly what reduced-precision hardware computes: operands rounded once, then products
+  // summed in fp32 (an fp32 product of two tf32 or bf16 values is exact).
+  const bool a_plain = transpose_a == transpose::no, b_plain = transpose_b == transpose::no;
+  const int a_rows = a_plain ? m : k, a_cols = a_plain ? k : m;
+  const int b_rows = b_plain ? k : n, b_cols = b_plain ? n : k;
+  round_matrix(a, a_rows, a_cols, lda, state.gemm_precision, &state.rounded_a);
+  round_matrix(b, b_rows, b_cols, ldb, state.gemm_precision, &state.rounded_b);
+  gemm_fp32(transpose_a, transpose_b, m, n, k, alpha, state.rounded_a.data(), a_cols,
+            state.rounded_b.data(), b_cols, beta, c, ldc);
+}
+
+void cpu_backend::gemm_fp32(transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                            float alpha, const float* a, int lda, const float* b, int ldb,
+                            float beta, float* c, int ldc) {
   const int parts = pool_.threads();
   if (parts == 1 || double(m) * n * k < parallel_gemm_threshold) {
     cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, n, k, alpha, a, lda,

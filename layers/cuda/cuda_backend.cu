@@ -4,7 +4,13 @@
 // after the caller has freed it, as the interface requires) and one for the short-lived
 // scratch of reductions (allocated and freed on the stream of the operation that uses it).
 // GEMM uses one cuBLAS handle per stream, so concurrent stages never share a cuBLAS workspace;
-// that is also what keeps cuBLAS bit-reproducible while several streams run at once.
+// that is also what keeps cuBLAS bit-reproducible while several streams run at once. The GEMM
+// precision is kept per stream beside its handle: fp32 calls cublasSgemm as it always has,
+// tf32 and bf16 call cublasGemmEx with fp32 operands and output and a FAST_TF32 / FAST_16BF
+// compute type (tensor cores round the operands, products are summed in fp32).
+//
+// Threads: CAF runs a stage's handlers on any scheduler thread, so every operation makes the
+// backend's device current (activate() or enter()) before its first CUDA or cuBLAS call.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -101,6 +107,7 @@ class cuda_backend final : public backend {
   void record_event(event e, stream s) override;
   void wait_event(stream s, event e) override;
   void synchronize_event(event e) override;
+  void set_gemm_precision(stream s, math_precision precision) override;
 
   void gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
             float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
@@ -150,8 +157,15 @@ class cuda_backend final : public backend {
     activate();
     return s.handle != nullptr ? to_cuda(s) : default_stream_;
   }
-  /// The cuBLAS handle bound to `s`, created on first use.
-  cublasHandle_t blas_handle(cudaStream_t s);
+  /// What GEMMs on one stream use: its cuBLAS handle and precision.
+  struct stream_blas {
+    cublasHandle_t handle = nullptr;
+    math_precision precision = math_precision::fp32;
+  };
+  /// The entry of `s`, its handle created on first use; the caller holds blas_mutex_.
+  stream_blas& blas_entry(cudaStream_t s);
+  /// A copy of the entry of `s` (handle and precision), created on first use.
+  stream_blas blas_for(cudaStream_t s);
   /// `count` floats of scratch usable on `s` until free_scratch(s, ...) (null when 0).
   float* allocate_scratch(cudaStream_t s, size_t count);
   void free_scratch(cudaStream_t s, float* scratch);
@@ -161,8 +175,8 @@ class cuda_backend final : public backend {
   cudaStream_t allocation_stream_ = nullptr;  // orders allocate() and deallocate(); no work
   cudaMemPool_t memory_pool_ = nullptr;
   cudaMemPool_t scratch_pool_ = nullptr;
-  std::mutex blas_mutex_;  // guards blas_handles_: stages call from their own threads
-  std::unordered_map<cudaStream_t, cublasHandle_t> blas_handles_;
+  std::mutex blas_mutex_;  // guards blas_: stages call from their own threads
+  std::unordered_map<cudaStream_t, stream_blas> blas_;
 };
 
 std::unique_ptr<backend> cuda_backend::open(int device) {
@@ -198,7 +212,7 @@ bool cuda_backend::initialize() {
                  cublasGetStatusString(status));
     return false;
   }
-  blas_handles_[default_stream_] = handle;
+  blas_[default_stream_].handle = handle;
   return true;
 }
 
@@ -207,21 +221,22 @@ cuda_backend::~cuda_backend() {
   // Streams a caller never destroyed may still run work that uses the handles and pools.
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
-  for (const auto& entry : blas_handles_) cublasDestroy(entry.second);
+  for (const auto& entry : blas_) cublasDestroy(entry.second.handle);
   if (default_stream_ != nullptr) cudaStreamDestroy(default_stream_);
   if (allocation_stream_ != nullptr) cudaStreamDestroy(allocation_stream_);
   if (memory_pool_ != nullptr) cudaMemPoolDestroy(memory_pool_);
   if (scratch_pool_ != nullptr) cudaMemPoolDestroy(scratch_pool_);
 }
 
-cublasHandle_t cuda_backend::blas_handle(cudaStream_t s) {
+cuda_backend::stream_blas& cuda_backend::blas_entry(cudaStream_t s) {
+  stream_blas& entry = blas_[s];
+  if (entry.handle == nullptr) TROUPE_CUBLAS_CHECK(create_blas_handle(s, &entry.handle));
+  return entry;
+}
+
+cuda_backend::stream_blas cuda_backend::blas_for(cudaStream_t s) {
   std::lock_guard<std::mutex> lock(blas_mutex_);
-  auto found = blas_handles_.find(s);
-  if (found != blas_handles_.end()) return found->second;
-  cublasHandle_t handle = nullptr;
-  TROUPE_CUBLAS_CHECK(create_blas_handle(s, &handle));
-  blas_handles_[s] = handle;
-  return handle;
+  return blas_entry(s);
 }
 
 // ---- memory ---------------------------------------------------------------------------------
@@ -312,10 +327,10 @@ void cuda_backend::destroy_stream(stream s) {
   if (cs == default_stream_) return;  // the default stream lives as long as the backend
   {
     std::lock_guard<std::mutex> lock(blas_mutex_);
-    auto found = blas_handles_.find(cs);
-    if (found != blas_handles_.end()) {
-      TROUPE_CUBLAS_CHECK(cublasDestroy(found->second));
-      blas_handles_.erase(found);
+    auto found = blas_.find(cs);
+    if (found != blas_.end()) {
+      TROUPE_CUBLAS_CHECK(cublasDestroy(found->second.handle));
+      blas_.erase(found);
     }
   }
   TROUPE_CUDA_CHECK(cudaStreamDestroy(cs));
@@ -348,6 +363,12 @@ void cuda_backend::synchronize_event(event e) {
   TROUPE_CUDA_CHECK(cudaEventSynchronize(to_cuda(e)));
 }
 
+void cuda_backend::set_gemm_precision(stream s, math_precision precision) {
+  cudaStream_t cs = enter(s);  // a handle created here binds to this backend's device
+  std::lock_guard<std::mutex> lock(blas_mutex_);
+  blas_entry(cs).precision = precision;
+}
+
 // ---- linear algebra -------------------------------------------------------------------------
 
 void cuda_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
@@ -362,8 +383,18 @@ void cuda_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, 
   }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
   // read as column-major is its transpose; so swap the operands and keep each one's op.
-  TROUPE_CUBLAS_CHECK(cublasSgemm(blas_handle(cs), to_cublas(transpose_b), to_cublas(transpose_a),
-                                  n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+  const stream_blas blas = blas_for(cs);
+  if (blas.precision == math_precision::fp32) {
+    TROUPE_CUBLAS_CHECK(cublasSgemm(blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n,
+                                    m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    return;
+  }
+  const cublasComputeType_t compute = blas.precision == math_precision::tf32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
+  TROUPE_CUBLAS_CHECK(cublasGemmEx(blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n,
+                                   m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
+                                   CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void cuda_backend::add_row_vector(stream s, float* matrix, const float* vector, int rows,

@@ -97,6 +97,22 @@ TEST(SequentialTrainerTest, LearnsTheSyntheticTask) {
   EXPECT_LT(run.records.back().loss, run.records.front().loss);
 }
 
+TEST(SequentialTrainerTest, LearnsAtReducedPrecision) {
+  // GEMM operands rounded to tf32 or bf16 (weights kept in fp32) still learn the task as well
+  // as fp32, and the weights show that the rounding really happened.
+  const finished_run fp32 = train(synthetic_job());
+  for (const char* precision : {"tf32", "bf16"}) {
+    job_config config = synthetic_job();
+    config.training.precision = precision;
+    finished_run run = train(config);
+    EXPECT_GT(run.summary.final_test_accuracy, 0.6) << precision;
+    ASSERT_GE(run.records.size(), 2u);
+    EXPECT_LT(run.records.back().loss, 0.8 * run.records.front().loss) << precision;
+    EXPECT_NE(run.weights, fp32.weights) << precision;
+    EXPECT_EQ(train(config).weights, run.weights) << precision << " is deterministic";
+  }
+}
+
 TEST(SequentialTrainerTest, LoopReportsStepsEpochsAndEvaluations) {
   job_config config = synthetic_job();
   config.training.target_accuracy = 0.01;

@@ -2,6 +2,7 @@
 // inputs and the results are compared (exactly where no rounding is involved). Every test skips
 // itself when no CUDA device is present, so this file builds and passes on CPU-only machines.
 
+#include "layers/gemm_precision.h"
 #include "tests/layers/cuda_test_support.h"
 
 namespace troupe::layers {
@@ -69,6 +70,107 @@ TEST(CudaParityTest, GemmEmptyInnerDimension) {
         },
         exact, "gemm k=0 beta " + std::to_string(beta));
   }
+}
+
+/// |alpha| sum_k |a_ik b_kj| + |beta c_ij| for every element of a row-major C (stride ldc).
+std::vector<double> gemm_magnitudes(transpose ta, transpose tb, int m, int n, int k, float alpha,
+                                    const std::vector<float>& a, int lda,
+                                    const std::vector<float>& b, int ldb, float beta,
+                                    const std::vector<float>& c, int ldc) {
+  std::vector<double> result(c.size(), 0.0);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double total = 0;
+      for (int p = 0; p < k; ++p) {
+        const float av = ta == transpose::no ? a[size_t(i) * lda + p] : a[size_t(p) * lda + i];
+        const float bv = tb == transpose::no ? b[size_t(p) * ldb + j] : b[size_t(j) * ldb + p];
+        total += std::fabs(double(av) * bv);
+      }
+      result[size_t(i) * ldc + j] = std::fabs(alpha) * total + std::fabs(beta * c[i * ldc + j]);
+    }
+  }
+  return result;
+}
+
+TEST(CudaParityTest, GemmAtReducedPrecision) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  // The CPU rounds both operands to nearest-even; cuBLAS's FAST_TF32 / FAST_16BF modes may
+  // round differently (down, or ties away), by at most one unit of the kept bits, i.e. 2u. So
+  // each product may differ by about 6u between the two (2u on the CPU, 4u on the GPU), and
+  // the sums differ by fp32 reassociation besides. Tolerance: |cuda - cpu| <= (8u + 2k 2^-24)
+  // (|alpha| sum |a b| + |beta c|): 2^-8 of that scale for tf32, 2^-5 for bf16.
+  struct dims {
+    int m, n, k;
+  };
+  for (math_precision precision : {math_precision::tf32, math_precision::bf16}) {
+    const double u = unit_roundoff(precision);
+    for (dims d : {dims{37, 29, 53}, dims{256, 192, 320}}) {
+      for (transpose ta : {transpose::no, transpose::yes}) {
+        for (transpose tb : {transpose::no, transpose::yes}) {
+          const int lda = (ta == transpose::no ? d.k : d.m) + 3;
+          const int ldb = (tb == transpose::no ? d.n : d.k) + 2;
+          const int ldc = d.n + 4;
+          const auto a = random_floats(size_t(ta == transpose::no ? d.m : d.k) * lda, 41);
+          const auto b = random_floats(size_t(tb == transpose::no ? d.k : d.n) * ldb, 42);
+          const auto c = random_floats(size_t(d.m) * ldc, 43);
+          const float alpha = 0.75f, beta = 0.5f;
+          const auto op = [&](backend& device) {
+            const stream s = device.create_stream();
+            device.set_gemm_precision(s, precision);
+            device_array<float> da(device, a), db(device, b), dc(device, c);
+            device.gemm(s, ta, tb, d.m, d.n, d.k, alpha, da.data(), lda, db.data(), ldb, beta,
+                        dc.data(), ldc);
+            device.synchronize(s);
+            device.destroy_stream(s);
+            return dc.download();
+          };
+          const std::string what = std::string("gemm ") + to_string(precision) + " " +
+                                   std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                                   std::to_string(d.k) + " ta " + std::to_string(int(ta)) + " tb " +
+                                   std::to_string(int(tb));
+          const std::vector<float> expected = op(*pair.cpu);
+          const std::vector<float> actual = op(*pair.cuda);
+          const std::vector<double> scale =
+              gemm_magnitudes(ta, tb, d.m, d.n, d.k, alpha, a, lda, b, ldb, beta, c, ldc);
+          const double relative = 8 * u + 2.0 * d.k * std::ldexp(1.0, -24);
+          size_t mismatches = 0;
+          for (size_t i = 0; i < expected.size(); ++i) {
+            const double difference = std::fabs(double(actual[i]) - expected[i]);
+            if (!(difference <= relative * scale[i]) && ++mismatches <= 5) {
+              ADD_FAILURE() << what << " [" << i << "]: cpu " << expected[i] << ", cuda "
+                            << actual[i] << ", allowed " << relative * scale[i];
+            }
+          }
+          EXPECT_EQ(mismatches, 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaParityTest, GemmBackAtFp32IsBitForBitTheDefault) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  backend& device = *pair.cuda;
+  const int m = 96, n = 80, k = 112;
+  const auto a = random_floats(size_t(m) * k, 51), b = random_floats(size_t(k) * n, 52);
+  device_array<float> da(device, a), db(device, b), plain(device, m * n), reset(device, m * n),
+      rounded(device, m * n);
+  const stream s = device.create_stream();
+  device.gemm(device.default_stream(), transpose::no, transpose::no, m, n, k, 1.0f, da.data(), k,
+              db.data(), n, 0.0f, plain.data(), n);
+  device.synchronize(device.default_stream());
+  device.set_gemm_precision(s, math_precision::bf16);
+  device.gemm(s, transpose::no, transpose::no, m, n, k, 1.0f, da.data(), k, db.data(), n, 0.0f,
+              rounded.data(), n);
+  device.set_gemm_precision(s, math_precision::fp32);
+  device.gemm(s, transpose::no, transpose::no, m, n, k, 1.0f, da.data(), k, db.data(), n, 0.0f,
+              reset.data(), n);
+  device.synchronize(s);
+  device.destroy_stream(s);
+  EXPECT_EQ(reset.download(), plain.download());
+  EXPECT_NE(rounded.download(), plain.download()) << "bf16 must round the operands";
 }
 
 TEST(CudaParityTest, RowAndChannelVectors) {
