@@ -63,6 +63,9 @@ static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs)
   }
 }
 
+/// Runs on whichever CAF scheduler thread picked the stage's actor; the backend makes its
+/// device current in every call, and key_from_wire() and the stage device hand over finished
+/// tensors only, so nothing here depends on the thread or on stream order.
 static void handle_at_stage(stage_parts& parts, const transport::message& incoming) {
   const double start = parts.clock->now_seconds();
   std::string error;
@@ -125,6 +128,7 @@ static stage_report snapshot(stage_parts& parts) {
   report.peak_contexts = parts.logic->peak_contexts();
   report.version = parts.logic->version();
   if (parts.collect_weights) {
+    // The weights are finished (stage_device's contract), so any stream may read them.
     for (layers::parameter* p : parts.device->parameters()) {
       report.weights.push_back(p->value.to_host(parts.backend->default_stream()));
     }

@@ -13,11 +13,24 @@ namespace troupe::actors {
 namespace {
 
 /// A stage's blocks of the model on a backend, with one forward context per key in flight.
+///
+/// All of its work goes to a stream of its own, so that stages sharing a GPU (in one process,
+/// or as separate backends on one device) run side by side. Every method synchronizes that
+/// stream before it returns (see stage_device.h), which is what makes handing its tensors to
+/// anyone else safe on CUDA, where streams are not ordered with each other:
+/// - a returned activation or gradient is read by the wire encoder (on the backend's default
+///   stream) or, in a local pipeline, by the next stage on that stage's stream;
+/// - parameters are read by snapshots and checkpoints on whatever stream the reader has;
+/// - tensors freed during a call (temporaries, contexts) go back to the backend's pool at once
+///   (CUDA frees on a stream of its own), and another stream of the same backend may be handed
+///   that memory next; once the call has synchronized, no kernel still uses it.
+/// On the CPU every operation has finished when it returns, so the synchronizations cost
+/// nothing there.
 class layers_stage_device final : public stage_device {
  public:
   layers_stage_device(const job_config& config, stage_range range, layers::backend& device)
       : device_(device),
-        stream_(device.default_stream()),
+        stream_(device.create_stream()),
         seed_(config.training.seed),
         range_(range),
         stages_(config.parallelism.stages) {
@@ -33,7 +46,16 @@ class layers_stage_device final : public stage_device {
       for (layers::parameter* p : model_->at(i).parameters())
         names_.push_back(layer + "." + p->name);
     }
+    device_.synchronize(stream_);  // the initial weights are written on stream_
   }
+
+  /// The weights, contexts and stashes are freed after this, with no work left that uses them.
+  ~layers_stage_device() override {
+    device_.synchronize(stream_);
+    device_.destroy_stream(stream_);
+  }
+  layers_stage_device(const layers_stage_device&) = delete;
+  layers_stage_device& operator=(const layers_stage_device&) = delete;
 
   bool accepts(const key_message& message, std::string* error) const override {
     const bool backward = message.kind == key_kind::backward;
@@ -62,9 +84,10 @@ class layers_stage_device final : public stage_device {
 
   layers::tensor forward(const key_message& message, bool training) override {
     layers::run_options options = options_for(message, training);
-    if (!training) return model_->forward(options, message.payload, nullptr);
-    layers::sequential_context& context = contexts_[message.key];
-    return model_->forward(options, message.payload, &context);
+    layers::tensor output =
+        model_->forward(options, message.payload, training ? &contexts_[message.key] : nullptr);
+    device_.synchronize(stream_);
+    return output;
   }
 
   loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels, float scale,
@@ -73,6 +96,7 @@ class layers_stage_device final : public stage_device {
     label_tensor.copy_from_host(stream_, labels.data());
     layers::loss_output output =
         layers::softmax_cross_entropy(stream_, logits, label_tensor, scale, want_gradient);
+    // read_totals() synchronizes stream_, after the gradient was written.
     layers::loss_totals totals = layers::read_totals(stream_, output);
     return {output.gradient, totals.loss_sum, totals.correct};
   }
@@ -85,15 +109,20 @@ class layers_stage_device final : public stage_device {
                                                message.payload, need_input_gradient);
     if (!current.empty()) restore(current);
     contexts_.erase(found);
+    device_.synchronize(stream_);
     return gradient;
   }
 
-  void step(float learning_rate) override { optimizer_->step(stream_, learning_rate); }
+  void step(float learning_rate) override {
+    optimizer_->step(stream_, learning_rate);
+    device_.synchronize(stream_);
+  }
 
   void stash_weights(int64_t version) override {
     std::vector<layers::tensor>& copies = stash_[version];
     copies.clear();
     for (layers::parameter* p : model_->parameters()) copies.push_back(p->value.clone(stream_));
+    device_.synchronize(stream_);
   }
 
   void use_weights(int64_t version) override { next_backward_version_ = version; }

@@ -24,6 +24,12 @@ struct loss_result {
   int64_t correct = 0;
 };
 
+/// Device work for one stage, called by one thread at a time (the stage's actor, on whichever
+/// scheduler thread runs it). Every method returns with its device work finished: tensors it
+/// returns and its parameters may then be read on any stream of the backend, or copied to the
+/// host, without further synchronization. Tensors passed in (message payloads) must likewise
+/// be finished, which holds for tensors returned by a stage device and for those that
+/// key_from_wire() and tensor::from_host() make.
 class stage_device {
  public:
   virtual ~stage_device() = default;

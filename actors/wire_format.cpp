@@ -32,6 +32,8 @@ transport::message_header header_for(transport::message_kind kind, uint64_t key,
 }
 
 /// A frame reading the tensor's memory in place (CPU) or a host copy of it (other devices).
+/// The tensor must be finished (stage_device's contract), so reading it on the default stream
+/// needs no ordering with the stream that wrote it.
 transport::frame frame_of(const layers::tensor& tensor) {
   const size_t bytes = static_cast<size_t>(tensor.size()) * sizeof(float);
   if (tensor.device().kind() == layers::device_kind::cpu) {
@@ -101,8 +103,11 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     const transport::tensor_frame_info& info = message.header.frames[i];
     const transport::frame& frame = message.payloads[i];
     if (info.dtype == transport::element_type::float32 && result.payload.empty()) {
+      // Finished before it is handed on (the stage reads it on its own stream), and before the
+      // frame, whose memory the copy reads, can be released.
       result.payload = layers::tensor(device, info.dims);
       result.payload.copy_from_host(device.default_stream(), static_cast<const float*>(frame.data));
+      device.synchronize(device.default_stream());
     } else if (info.dtype == transport::element_type::int32 && !result.labels) {
       const auto* begin = static_cast<const int32_t*>(frame.data);
       result.labels = std::make_shared<const std::vector<int32_t>>(

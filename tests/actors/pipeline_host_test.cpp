@@ -94,6 +94,27 @@ TEST(PipelineHostTest, SyncStagesAtBf16EqualSequentialAtBf16) {
   }
 }
 
+TEST(PipelineHostTest, SyncStagesOnCudaEqualSequentialOnCuda) {
+  // Every stage opens the GPU as a backend of its own and runs on a stream of its own; keys
+  // cross over inproc ZeroMQ through host buffers.
+  if (layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const char* precision : {"fp32", "bf16"}) {
+    job_config config = host_job(3, 2, "sync", "1f1b");
+    config.parallelism.devices = {"cuda"};
+    config.training.precision = precision;
+    job_data data;
+    pipeline_report report = run(config, &data);
+    const double tolerance = std::string(precision) == "fp32" ? 1e-5 : 0x1p-7;
+    EXPECT_LE(max_relative_difference(
+                  all_weights(report),
+                  testing::sequential_weights(
+                      config, data.train, data.train.count() / config.training.batch_size, "cuda")),
+              tolerance)
+        << precision;
+    EXPECT_EQ(report.dropped_frames, 0u);
+  }
+}
+
 TEST(PipelineHostTest, AsyncWithOneActiveKeyEqualsSequential) {
   job_config config = host_job(3, 2, "async", "gpipe");
   config.parallelism.max_active_keys = 1;

@@ -51,13 +51,14 @@ inline actors::job_config small_pipeline_job(int stages, int micro_batches, cons
 using weights = std::vector<std::vector<float>>;
 
 /// The sequential trainer's weights after `steps` whole-batch steps of `config` (its
-/// [parallelism] ignored) in the job's data order, with the schedule planned for `steps`.
+/// [parallelism] ignored) in the job's data order, with the schedule planned for `steps`, on
+/// `device_name` ("cpu" with one thread, or "cuda").
 inline weights sequential_weights(actors::job_config config, const layers::dataset& data,
-                                  int64_t steps) {
+                                  int64_t steps, const std::string& device_name = "cpu") {
   config.parallelism.stages = 1;
   config.parallelism.micro_batches = 1;
   std::string error;
-  auto device = layers::create_backend("cpu", 1, &error);
+  auto device = layers::create_backend(device_name, 1, &error);
   actors::sequential_trainer trainer(config, *device);
   layers::batch_order order(data.count(), config.training.batch_size, config.training.seed,
                             config.data.shuffle, true);
