@@ -210,6 +210,12 @@ void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
   validate->add_option("--steps", options.steps, "Optimizer steps of every real run")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  validate->add_option("--runs", options.runs, "Real runs per configuration (their median counts)")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  validate->add_option("--seconds", options.seconds, "Calibration time per block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   validate->add_option("--out", options.out_directory, "Output directory (default: runs/validate)");
 }
 

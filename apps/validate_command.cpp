@@ -2,6 +2,7 @@
 // processes; sync and async; 1, 2 and 4 stages), simulates each run with this machine's
 // calibrated profile, and prints measured against predicted samples/s.
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,8 +30,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int measured_runs = 3;  ///< real runs per row; the row quotes their median
-
 /// This machine as a cluster: one node, one device per core; the profile supplies the costs
 /// and the transport.
 std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile,
@@ -48,7 +47,7 @@ std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profi
 
 /// Trains the job for real in a process of its own (a fresh `troupe train`, as a user runs
 /// it: nothing of earlier runs or of the calibration stays in its heap or its threads) and
-/// returns its samples/s.
+/// returns its samples/s. Its output goes to `out`/train.log.
 std::optional<double> measured_samples_per_s(const validate_options& options,
                                              const std::vector<std::string>& overrides, int workers,
                                              const std::string& out) {
@@ -66,10 +65,18 @@ std::optional<double> measured_samples_per_s(const validate_options& options,
   for (std::string& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
+  std::error_code ignored;
+  std::filesystem::create_directories(out, ignored);
+  const std::string log = out + "/train.log";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t child = 0;
-  if (posix_spawn(&child, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    return std::nullopt;
-  }
+  const int spawned = posix_spawn(&child, self.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return std::nullopt;
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
@@ -110,7 +117,7 @@ int run_validate(const validate_options& options) {
         return 2;
       }
       auto data = actors::load_job_data(*config, &error);
-      auto profile = data ? sim::calibrate(*config, 0.2, &error) : std::nullopt;
+      auto profile = data ? sim::calibrate(*config, options.seconds, &error) : std::nullopt;
       auto cluster = profile ? this_machine(*profile, &error) : std::nullopt;
       if (!cluster) {
         std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
@@ -134,14 +141,14 @@ int run_validate(const validate_options& options) {
         const std::string where =
             workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
         const std::string name = mode + "-s" + std::to_string(stages) + (workers ? "-workers" : "");
-        // The median of three runs: on a shared machine one run in five or so is 15-30% slow.
+        // The median of several runs: on a shared machine one run in five or so is 15-30% slow.
         std::vector<double> runs;
-        for (int run = 0; run < measured_runs; ++run) {
+        for (int run = 0; run < options.runs; ++run) {
           const std::string directory = out + "/" + name + "-" + std::to_string(run + 1);
           auto rate = measured_samples_per_s(options, overrides, workers, directory);
           if (!rate) {
-            std::fprintf(stderr, "troupe validate: the %s run failed (see %s)\n", name.c_str(),
-                         directory.c_str());
+            std::fprintf(stderr, "troupe validate: the %s run failed (see %s/train.log)\n",
+                         name.c_str(), directory.c_str());
             return 1;
           }
           runs.push_back(*rate);
@@ -154,6 +161,7 @@ int run_validate(const validate_options& options) {
         std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%%", mode.c_str(),
                       stages, where.c_str(), measured, predicted_rate, 100 * relative);
         lines.push_back(line);
+        std::fprintf(stderr, "troupe validate: [%zu/12] %s\n", lines.size(), line);
         rows.push_back({{"mode", mode},
                         {"stages", stages},
                         {"workers", workers},

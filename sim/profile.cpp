@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -159,8 +160,44 @@ void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, dou
   }
 }
 
+/// Times every stage of `ranges` as time_stage() does, the stages of one core group after
+/// another and the groups at once, each on its own backend: `groups` stages compute at a time,
+/// as in a real run where they share the memory bandwidth and the last-level cache. Stage s
+/// belongs to group s × groups / stages (neighbours share a group when there are more stages
+/// than groups), as the simulator places stages on a cluster's devices.
+std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& config,
+                                                     const std::vector<actors::stage_range>& ranges,
+                                                     const std::vector<layers::shape>& shapes,
+                                                     int64_t batch, double seconds, int groups,
+                                                     const std::string& backend_name, int threads,
+                                                     std::string* error) {
+  const size_t stages = ranges.size();
+  std::vector<std::unique_ptr<layers::backend>> backends;
+  for (int g = 0; g < groups; ++g) {
+    backends.push_back(layers::create_backend(backend_name, threads, error));
+    if (!backends.back()) return std::nullopt;
+  }
+  std::vector<stage_timing> timings(stages);
+  auto time_group = [&](int group) {
+    for (size_t s = 0; s < stages; ++s) {
+      if (static_cast<int>(s * groups / stages) != group) continue;
+      const actors::stage_range range = ranges[s];
+      const layers::shape& input =
+          range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
+      const double stage_seconds = seconds * static_cast<double>(range.last - range.first);
+      timings[s] = time_stage(config, range, s == 0, *backends[group], input,
+                              shapes[range.last - 1], batch, stage_seconds);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int g = 1; g < groups; ++g) workers.emplace_back(time_group, g);
+  time_group(0);
+  for (std::thread& worker : workers) worker.join();
+  return timings;
+}
+
 /// Every block's costs: measured alone, then scaled per stage of the job's partition to what
-/// the whole stage costs in training order.
+/// the whole stage costs in training order, next to the stages that compute at the same time.
 std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& config,
                                                       layers::backend& device,
                                                       const std::vector<layers::shape>& shapes,
@@ -173,13 +210,18 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
     const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
     blocks.push_back(time_block(config, i, device, input, batch, seconds));
   }
+  const int threads = actors::threads_per_stage(config);
+  // As many stages compute at once as the job's threads allow (this machine's cores by default).
+  const int total = config.parallelism.threads > 0
+                        ? config.parallelism.threads
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int groups = std::clamp(total / threads, 1, static_cast<int>(ranges->size()));
+  auto timings = time_stages(config, *ranges, shapes, batch, seconds, groups,
+                             actors::device_of_stage(config, 0), threads, error);
+  if (!timings) return std::nullopt;
   for (size_t s = 0; s < ranges->size(); ++s) {
     const actors::stage_range range = (*ranges)[s];
-    const layers::shape& input =
-        range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
-    const double stage_seconds = seconds * static_cast<double>(range.last - range.first);
-    const stage_timing stage = time_stage(config, range, s == 0, device, input,
-                                          shapes[range.last - 1], batch, stage_seconds);
+    const stage_timing& stage = (*timings)[s];
     scale_to(blocks, range, stage.forward_s, &block_profile::forward_s);
     // The first stage's first block computes no input gradient.
     const double first_block_share =

@@ -118,8 +118,9 @@ nic = { bandwidth = 1e10 }
   expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + placed.string() +
                          " --set parallelism.stages=2"),
                   "node99/gpu0");
+  const std::string text = read_file(cluster);
   const fs::path stored =
-      write("stored.toml", read_file(cluster) + "\n[storage]\nlatency_s = 0.1\n");
+      write("stored.toml", text.substr(0, text.find("[storage]")) + "[storage]\nlatency_s = 0.1\n");
   expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + stored.string()),
                   "storage.bandwidth: missing");
   expect_one_line(
@@ -140,6 +141,60 @@ nic = { bandwidth = 1e10 }
   EXPECT_EQ(summary["restarts"], 1);
   EXPECT_GE(summary["recovery_s"].get<double>(), 1.5);
   EXPECT_GT(summary["checkpoints"].get<int>(), 0);
+}
+
+TEST_F(CliTest, ValidateRunsEveryConfigurationForRealAndSimulatesIt) {
+  const fs::path job = write("validated.toml", R"(
+[model]
+input_shape = [8]
+layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 16 },
+          { type = "tanh" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 2048
+synthetic_test = 64
+classes = 4
+[training]
+batch_size = 32
+lr = 0.05
+)");
+  const fs::path out = directory_ / "validated";
+  run_result result = troupe("validate " + job.string() +
+                             " --steps 8 --runs 1 --seconds 0.01 --out " + out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const auto rows = nlohmann::json::parse(read_file(out / "validation.json"));
+  ASSERT_EQ(rows.size(), 12u);
+  for (const auto& row : rows) {
+    const std::string name = row.dump();
+    const double measured = row["measured_samples_per_s"].get<double>();
+    const double predicted = row["predicted_samples_per_s"].get<double>();
+    EXPECT_GT(measured, 0) << name;
+    EXPECT_GT(predicted, 0) << name;
+    EXPECT_NEAR(row["error"].get<double>(), predicted / measured - 1, 1e-9) << name;
+    EXPECT_EQ(row["measured_runs"].size(), 1u) << name;
+    const int workers = row["workers"].get<int>();
+    EXPECT_TRUE(workers == 0 || workers == row["stages"].get<int>()) << name;
+    // Each measurement is a real run of its own, with its summary.
+    const std::string run = row["mode"].get<std::string>() + "-s" +
+                            std::to_string(row["stages"].get<int>()) +
+                            (workers > 0 ? "-workers" : "") + "-1";
+    const auto summary = nlohmann::json::parse(read_file(out / run / "summary.json"));
+    EXPECT_EQ(summary["samples_per_s"].get<double>(), measured) << name;
+    EXPECT_EQ(summary["steps"].get<int>(), 8) << name;
+  }
+  // The table: a header and one line per configuration, the runs' own output in their logs.
+  std::istringstream table(result.output);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(table, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 13u) << result.output;
+  EXPECT_EQ(lines.back().rfind("async", 0), 0u) << lines.back();
+  EXPECT_NE(lines.back().find("--workers 4"), std::string::npos) << lines.back();
+  EXPECT_NE(read_file(out / "sync-s2-1" / "train.log").find("final_test_accuracy"),
+            std::string::npos);
+
+  expect_one_line(troupe("validate " + job.string() + " --set training.lr=-1 --out " +
+                         (directory_ / "refused").string()),
+                  "training.lr");
 }
 
 TEST_F(CliTest, CalibrateWritesAProfileThatSimulateUses) {
