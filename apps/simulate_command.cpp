@@ -231,7 +231,7 @@ int run_simulate(const simulate_options& options) {
   if (!options.profile_file.empty()) {
     settings.profile = sim::load_profile(options.profile_file, &error);
     if (!settings.profile) return bad_input(error);
-    sim::use_measured_transport(*settings.profile, &*cluster);
+    sim::use_measured_transport(*settings.profile, &*cluster, /*in_process=*/true);
     settings.message_cpu_s = settings.profile->inproc_message_cpu_s;  // stages of one process
   }
   settings.numerics = options.numerics;
@@ -365,6 +365,8 @@ int run_calibrate(const calibrate_options& options) {
               1e6 * profile->link_latency_s, profile->link_bandwidth / 1e9);
   std::printf("CPU per message end: %.1f us between threads, %.1f us between processes\n",
               1e6 * profile->inproc_message_cpu_s, 1e6 * profile->ipc_message_cpu_s);
+  std::printf("inproc:// message between threads: latency %.1f us\n",
+              1e6 * profile->inproc_latency_s);
   std::ofstream file(options.out_file);
   file << sim::to_json_text(*profile);
   if (!file.flush()) return bad_input("cannot write " + options.out_file);

@@ -32,7 +32,7 @@ using json = nlohmann::json;
 
 /// This machine as a cluster: one node, one device per core; the profile supplies the costs
 /// and the transport.
-std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile,
+std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile, bool in_process,
                                                std::string* error) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::ostringstream text;
@@ -41,7 +41,7 @@ std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profi
        << "devices = " << cores
        << "\ndevice_link = { bandwidth = 1e10 }\nnic = { bandwidth = 1e10 }\n";
   auto cluster = sim::parse_cluster(text.str(), "this machine", error);
-  if (cluster) sim::use_measured_transport(profile, &*cluster);
+  if (cluster) sim::use_measured_transport(profile, &*cluster, in_process);
   return cluster;
 }
 
@@ -118,8 +118,9 @@ int run_validate(const validate_options& options) {
       }
       auto data = actors::load_job_data(*config, &error);
       auto profile = data ? sim::calibrate(*config, options.seconds, &error) : std::nullopt;
-      auto cluster = profile ? this_machine(*profile, &error) : std::nullopt;
-      if (!cluster) {
+      auto in_process = profile ? this_machine(*profile, true, &error) : std::nullopt;
+      auto across_processes = in_process ? this_machine(*profile, false, &error) : std::nullopt;
+      if (!across_processes) {
         std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
         return 1;
       }
@@ -133,7 +134,9 @@ int run_validate(const validate_options& options) {
       for (int workers : {0, stages}) {
         settings.message_cpu_s =
             workers == 0 ? profile->inproc_message_cpu_s : profile->ipc_message_cpu_s;
-        auto predicted = sim::simulate(*config, *data, *cluster, settings, quiet, &error);
+        auto predicted =
+            sim::simulate(*config, *data, workers == 0 ? *in_process : *across_processes, settings,
+                          quiet, &error);
         if (!predicted) {
           std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
           return 1;

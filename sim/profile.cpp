@@ -19,6 +19,7 @@
 #include "actors/actor_hosting.h"
 #include "actors/partition.h"
 #include "actors/stage_device.h"
+#include "actors/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "transport/endpoint.h"
@@ -36,6 +37,13 @@ double seconds_since(clock_type::time_point start) {
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values.empty() ? 0 : values[values.size() / 2];
+}
+
+/// A stage's throughput is its mean time per key, slow outliers included.
+double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
 /// Seconds `work` takes on `device`, until its stream is idle.
@@ -144,7 +152,7 @@ stage_timing time_stage(const actors::job_config& config, actors::stage_range ra
     stage->release_weights_before(version);
     step.push_back(timed(device, [&] { stage->step(0.0f); }));
   }
-  return {median(forward), median(backward), median(step), median(stashing)};
+  return {mean(forward), mean(backward), mean(step), mean(stashing)};
 }
 
 /// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
@@ -254,12 +262,15 @@ double message_seconds(transport::outbox& out, transport::inbox& in, size_t byte
   return median(times);
 }
 
-/// CPU seconds one end of a message of `bytes` costs over `address` (inproc:// or ipc://), as a
-/// stage sends and receives one: encode and send on this thread, a receiver thread that wakes,
-/// decodes and hands it over, and this thread woken in turn. The process's CPU time over
-/// `rounds` messages, halved: each end of a message gets its share.
+/// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
+/// (inproc:// or ipc://), as a stage sends and receives one: the engine's own wire encoding of
+/// the key (its payload copied off the device) and the send on this thread, a receiver thread
+/// that wakes, decodes the key onto the device and hands it over, and this thread woken in
+/// turn. The process's CPU time over `rounds` messages, halved: each end gets its share; the
+/// median wall time of one message goes to `latency_s`.
 double message_cpu_seconds(transport::transport_context& context, const std::string& address,
-                           size_t bytes, int rounds) {
+                           layers::backend& device, const layers::shape& shape, int64_t samples,
+                           int rounds, double* latency_s) {
   transport::endpoint_error problem;
   auto in = transport::inbox::bind(context, address, {}, &problem);
   auto out = in ? transport::outbox::connect(context, address, {}, &problem) : std::nullopt;
@@ -269,27 +280,40 @@ double message_cpu_seconds(transport::transport_context& context, const std::str
   int received = 0;
   std::vector<transport::inbox> inboxes;
   inboxes.push_back(std::move(*in));
-  transport::receiver_thread receiver(context, std::move(inboxes), [&](transport::message&&) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ++received;
-    arrived.notify_one();
-  });
-  const transport::message message = activation(bytes);
+  transport::receiver_thread receiver(
+      context, std::move(inboxes), [&](transport::message&& incoming) {
+        std::string ignored;
+        auto key = actors::key_from_wire(incoming, device, &ignored);
+        std::lock_guard<std::mutex> lock(mutex);
+        received += key ? 1 : 0;
+        arrived.notify_one();
+      });
+  actors::key_message key;
+  key.kind = actors::key_kind::forward;
+  key.payload = batched(device, shape, samples);
+  key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
+  const actors::wire_route route{1, 0, 1, 0, 0.0};
   auto cpu_seconds = [] {
     timespec now{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
     return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
   };
   const double start = cpu_seconds();
+  std::vector<double> latencies;
   for (int r = 0; r < rounds; ++r) {
-    if (!out->send_waiting(message, std::chrono::seconds(10)).ok()) return -1;
+    const auto begin = clock_type::now();
+    key.key = static_cast<uint64_t>(r);
+    if (!out->send_waiting(actors::to_wire(key, route), std::chrono::seconds(10)).ok()) return -1;
     std::unique_lock<std::mutex> lock(mutex);
     if (!arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received > r; })) return -1;
+    latencies.push_back(seconds_since(begin));
   }
+  *latency_s = median(latencies);
   return (cpu_seconds() - start) / rounds / 2;
 }
 
-bool time_transport(machine_profile* profile, int64_t sample_elements, std::string* error) {
+bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,
+                    std::string* error) {
   char pattern[] = "/tmp/troupe-calibrate-XXXXXX";
   if (!mkdtemp(pattern)) {
     *error = "cannot create a directory for the ipc:// endpoints";
@@ -310,10 +334,12 @@ bool time_transport(machine_profile* profile, int64_t sample_elements, std::stri
       const size_t small = 64, large = size_t{4} << 20;
       const double latency = message_seconds(*out, *in, small, 200);
       const double big = message_seconds(*out, *in, large, 20);
-      const size_t key_bytes = static_cast<size_t>(4 * profile->batch * sample_elements);
-      const double ipc_cpu = message_cpu_seconds(context, address + "-cpu", key_bytes, 200);
-      const double inproc_cpu = message_cpu_seconds(
-          context, "inproc://troupe-calibrate-" + std::to_string(getpid()), key_bytes, 200);
+      double ipc_latency = 0;
+      const double ipc_cpu = message_cpu_seconds(context, address + "-cpu", device, input,
+                                                 profile->batch, 200, &ipc_latency);
+      const double inproc_cpu =
+          message_cpu_seconds(context, "inproc://troupe-calibrate-" + std::to_string(getpid()),
+                              device, input, profile->batch, 200, &profile->inproc_latency_s);
       ok = latency > 0 && big > latency && ipc_cpu > 0 && inproc_cpu > 0;
       if (ok) {
         profile->link_latency_s = latency;
@@ -363,15 +389,17 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     times.push_back(seconds_since(begin));
   }
   profile.loss_s = median(times);
-  if (!time_transport(&profile, layers::element_count(config.model.input_shape), error))
-    return std::nullopt;
+  if (!time_transport(&profile, *device, config.model.input_shape, error)) return std::nullopt;
   return profile;
 }
 
-void use_measured_transport(const machine_profile& profile, cluster_model* cluster) {
+void use_measured_transport(const machine_profile& profile, cluster_model* cluster,
+                            bool in_process) {
+  const double latency_s = in_process && profile.inproc_latency_s > 0 ? profile.inproc_latency_s
+                                                                      : profile.link_latency_s;
   for (const std::vector<int>* ports : {&cluster->device_egress, &cluster->device_ingress}) {
     for (int link : *ports) {
-      cluster->links[link].latency_s = profile.link_latency_s / 2;
+      cluster->links[link].latency_s = latency_s / 2;
       cluster->links[link].bandwidth = profile.link_bandwidth;
     }
   }
@@ -395,7 +423,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"link_latency_s", profile.link_latency_s},
                {"link_bandwidth", profile.link_bandwidth},
                {"inproc_message_cpu_s", profile.inproc_message_cpu_s},
-               {"ipc_message_cpu_s", profile.ipc_message_cpu_s}};
+               {"ipc_message_cpu_s", profile.ipc_message_cpu_s},
+               {"inproc_latency_s", profile.inproc_latency_s}};
   return text.dump(2) + "\n";
 }
 
@@ -427,9 +456,11 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       !number(root, "link_bandwidth", "", &profile.link_bandwidth, true)) {
     return std::nullopt;
   }
-  for (const char* key : {"inproc_message_cpu_s", "ipc_message_cpu_s"}) {
-    double* field = std::string(key) == "inproc_message_cpu_s" ? &profile.inproc_message_cpu_s
-                                                               : &profile.ipc_message_cpu_s;
+  const std::pair<const char*, double*> optional[] = {
+      {"inproc_message_cpu_s", &profile.inproc_message_cpu_s},
+      {"ipc_message_cpu_s", &profile.ipc_message_cpu_s},
+      {"inproc_latency_s", &profile.inproc_latency_s}};
+  for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }
   profile.threads = static_cast<int>(threads);

@@ -36,6 +36,9 @@ struct machine_profile {
   /// between threads of one process (inproc://) and between processes (ipc://).
   double inproc_message_cpu_s = 0;
   double ipc_message_cpu_s = 0;
+  /// From a key's send to its receiving thread holding it decoded, between threads of one
+  /// process (inproc://, a receiver thread and the handler's thread woken in turn); 0: unknown.
+  double inproc_latency_s = 0;
 };
 
 /// Times every block of `config`'s model on the job's first device with the threads a stage
@@ -45,8 +48,10 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
                                          std::string* error);
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each
-/// side) and bandwidth.
-void use_measured_transport(const machine_profile& profile, cluster_model* cluster);
+/// side) and bandwidth: between processes (ipc://), or with `in_process` between the stages of
+/// one process (inproc://, when the profile has that figure).
+void use_measured_transport(const machine_profile& profile, cluster_model* cluster,
+                            bool in_process = false);
 
 std::string to_json_text(const machine_profile& profile);
 /// Nothing, with `error` naming `source` and the bad field, when the text is not a profile.
