@@ -39,6 +39,30 @@ bool bind_inboxes(transport::transport_context& context, const address_book& add
   return true;
 }
 
+/// Closes the outboxes of the stages and the coordinator when it goes, so that the transport
+/// context, destroyed right after it, can end.
+class outbox_closer {
+ public:
+  outbox_closer(std::vector<std::shared_ptr<stage_parts>>& parts,
+                std::shared_ptr<coordinator_parts>& coordinator)
+      : parts_(parts), coordinator_(coordinator) {}
+  ~outbox_closer() {
+    for (auto& stage : parts_) {
+      if (!stage) continue;
+      stage->next.reset();
+      stage->previous.reset();
+      stage->coordinator.reset();
+    }
+    if (coordinator_) coordinator_->stages.clear();
+  }
+  outbox_closer(const outbox_closer&) = delete;
+  outbox_closer& operator=(const outbox_closer&) = delete;
+
+ private:
+  std::vector<std::shared_ptr<stage_parts>>& parts_;
+  std::shared_ptr<coordinator_parts>& coordinator_;
+};
+
 }  // namespace
 
 std::optional<pipeline_report> run_pipeline(const job_config& config, const job_data& data,
@@ -47,7 +71,14 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   auto ranges = partition_model(config, error);
   if (!ranges) return std::nullopt;
   const int stages = static_cast<int>(ranges->size());
+  // Messages still queued when the run ends (a failed run leaves keys in flight) hold tensors
+  // and pinned buffers of the stages' and the coordinator's backends until ZeroMQ drops them as
+  // the context ends. So the parts, which own the backends, are declared before the context
+  // and go after it; the closer, declared after it, closes their sockets first.
+  std::vector<std::shared_ptr<stage_parts>> parts;
+  std::shared_ptr<coordinator_parts> coordinator;
   transport::transport_context context;
+  outbox_closer closer(parts, coordinator);
   const uint64_t job_id = fresh_job_id();
   const std::string prefix = transport::inproc_prefix(job_id);
   address_book addresses;
@@ -56,7 +87,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   std::vector<transport::inbox> inboxes;
   if (!bind_inboxes(context, addresses, &inboxes, error)) return std::nullopt;
 
-  auto coordinator = make_coordinator_parts(config, data, options, observer, clock, error);
+  coordinator = make_coordinator_parts(config, data, options, observer, clock, error);
   if (!coordinator) return std::nullopt;
   coordinator->job_id = job_id;
   for (int s = 0; s < stages; ++s) {
@@ -64,7 +95,6 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     if (!coordinator->stages.back()) return std::nullopt;
   }
 
-  std::vector<std::shared_ptr<stage_parts>> parts;
   for (int s = 0; s < stages; ++s) {
     parts.push_back(make_stage_parts(config, (*ranges)[s], s, coordinator->run->steps_per_epoch(),
                                      coordinator->run->total_steps(), context, addresses, error));

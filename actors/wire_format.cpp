@@ -31,17 +31,27 @@ transport::message_header header_for(transport::message_kind kind, uint64_t key,
   return header;
 }
 
-/// A frame reading the tensor's memory in place (CPU) or a host copy of it (other devices).
-/// The tensor must be finished (stage_device's contract), so reading it on the default stream
-/// needs no ordering with the stream that wrote it.
+/// A frame reading the tensor's memory in place (CPU, where device memory is host memory), or
+/// else one DMA copy of it in a pinned host buffer of the tensor's backend, which the frame
+/// owns: ZeroMQ sends from that buffer without copying it again (or, in one process, hands it
+/// to the receiving stage), and the buffer goes back to the backend's pool when the last
+/// holder releases the frame, on whatever thread that is. The tensor must be finished
+/// (stage_device's contract), so reading it on the default stream needs no ordering with the
+/// stream that wrote it; the copy is synchronized before the frame exists.
 transport::frame frame_of(const layers::tensor& tensor) {
   const size_t bytes = static_cast<size_t>(tensor.size()) * sizeof(float);
-  if (tensor.device().kind() == layers::device_kind::cpu) {
+  layers::backend& device = tensor.device();
+  if (device.kind() == layers::device_kind::cpu) {
     return transport::frame{tensor.storage(), tensor.data(), bytes};
   }
-  auto copy =
-      std::make_shared<const std::vector<float>>(tensor.to_host(tensor.device().default_stream()));
-  return transport::make_frame(std::move(copy));
+  void* host = device.allocate_host(bytes);
+  std::shared_ptr<const void> owner(host, [backend = &device](const void* block) {
+    backend->deallocate_host(const_cast<void*>(block));
+  });
+  const layers::stream s = device.default_stream();
+  device.copy_device_to_host(s, host, tensor.data(), bytes);
+  device.synchronize(s);
+  return transport::frame{std::move(owner), host, bytes};
 }
 
 }  // namespace
@@ -103,8 +113,13 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     const transport::tensor_frame_info& info = message.header.frames[i];
     const transport::frame& frame = message.payloads[i];
     if (info.dtype == transport::element_type::float32 && result.payload.empty()) {
-      // Finished before it is handed on (the stage reads it on its own stream), and before the
-      // frame, whose memory the copy reads, can be released.
+      // One copy straight from the frame into device memory, finished before the tensor is
+      // handed on (the stage reads it on its own stream) and before the frame, whose memory
+      // the copy reads, can be released. The frame is ZeroMQ's buffer (ipc://, tcp://), which
+      // we cannot choose to be pinned: CUDA copies such pageable memory through its own pinned
+      // staging buffer, which is what a staging buffer of ours would add, so none is used. In
+      // one process (inproc://) the frame is the sender's pinned buffer and the copy is a
+      // direct DMA transfer. On the CPU this is the one memcpy the decode has always made.
       result.payload = layers::tensor(device, info.dims);
       result.payload.copy_from_host(device.default_stream(), static_cast<const float*>(frame.data));
       device.synchronize(device.default_stream());

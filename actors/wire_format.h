@@ -1,8 +1,11 @@
 #pragma once
 
 // Translation between the state machines' messages and transport frames: a key's tensor goes
-// out without a copy (the frame holds the tensor's buffer) and comes in as a tensor on the
-// receiving stage's device; reports travel as named scalars.
+// out without a copy on the CPU (the frame holds the tensor's buffer) and with one device-to-
+// host copy into a pinned buffer on a GPU (the frame owns that buffer), and comes in as a
+// tensor on the receiving stage's device; reports travel as named scalars. A frame made here
+// may refer to its tensor's backend until it is released, so the backend must outlive the
+// transport that carries it (the hosts free backends after their ZeroMQ context has ended).
 
 #include <cstdint>
 #include <optional>
@@ -22,14 +25,17 @@ struct wire_route {
   double sent_s = 0;  ///< sender's clock, for the trace's message arrows
 };
 
-/// A key message as frames: payload (float32) then labels (int32).
+/// A key message as frames: payload (float32) then labels (int32). The payload must be finished
+/// (no work still pending on it, as stage_device promises for what it returns).
 transport::message to_wire(const key_message& message, const wire_route& route);
 
 /// A stage's report for the coordinator (loss_report or retired).
 transport::message report_to_wire(const stage_output& report, const wire_route& route);
 
-/// The key message a stage receives, its payload copied to `device`. Returns nothing with
-/// `error` set when the frames do not form a key message (a peer's bug, not ours to crash on).
+/// The key message a stage receives, its payload copied to `device` and finished (the copy is
+/// synchronized, so `message` may be released at once and any stream may read the payload).
+/// Returns nothing with `error` set when the frames do not form a key message (a peer's bug,
+/// not ours to crash on).
 std::optional<key_message> key_from_wire(const transport::message& message, layers::backend& device,
                                          std::string* error);
 

@@ -113,6 +113,15 @@ class backend {
   virtual void copy_device_to_device(stream s, void* target, const void* source, size_t bytes) = 0;
   /// data[i] = value for i < count.
   virtual void fill(stream s, float* data, float value, size_t count) = 0;
+  /// Host memory of `bytes` bytes that copies to and from this device move fastest
+  /// (page-locked on CUDA: copies are DMA transfers, asynchronous, with no bounce buffer),
+  /// aligned to at least 64 bytes; never null. Unlike the rest of the interface, it and
+  /// deallocate_host() may be called from any thread at any time: a frame that owns such a
+  /// buffer is released wherever ZeroMQ finishes with it.
+  virtual void* allocate_host(size_t bytes) = 0;
+  /// Returns memory from allocate_host() (null is ignored), once the copies that use it are
+  /// synchronized; all of it must be returned before the backend is destroyed.
+  virtual void deallocate_host(void* pointer) = 0;
 
   // ---- streams and events -------------------------------------------------------------------
   /// The stream that work goes to when a caller has none of its own; never destroyed.

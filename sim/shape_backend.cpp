@@ -1,5 +1,9 @@
 #include "sim/shape_backend.h"
 
+#include <cstdlib>
+
+#include "layers/check.h"
+
 namespace troupe::sim {
 namespace {
 
@@ -17,6 +21,12 @@ class shapes_only final : public backend {
   void copy_device_to_host(stream, void*, const void*, size_t) override {}
   void copy_device_to_device(stream, void*, const void*, size_t) override {}
   void fill(stream, float*, float, size_t) override {}
+  void* allocate_host(size_t bytes) override {
+    void* pointer = std::aligned_alloc(64, (bytes + 64) / 64 * 64);
+    TROUPE_CHECK(pointer != nullptr);
+    return pointer;
+  }
+  void deallocate_host(void* pointer) override { std::free(pointer); }
 
   stream default_stream() override { return {}; }
   stream create_stream() override { return {}; }

@@ -66,6 +66,9 @@ class cpu_backend final : public backend {
     return pointer;
   }
   void deallocate(void* pointer) override { std::free(pointer); }
+  // Device memory is host memory here: the same allocator, thread-safe as malloc is.
+  void* allocate_host(size_t bytes) override { return allocate(bytes); }
+  void deallocate_host(void* pointer) override { std::free(pointer); }
   void copy_host_to_device(stream, void* device, const void* host, size_t bytes) override {
     copy_bytes(device, host, bytes);
   }

@@ -11,6 +11,11 @@
 //
 // Threads: CAF runs a stage's handlers on any scheduler thread, so every operation makes the
 // backend's device current (activate() or enter()) before its first CUDA or cuBLAS call.
+//
+// Pinned host memory (allocate_host) is kept for reuse once returned: cudaHostAlloc costs
+// milliseconds and cudaFreeHost synchronizes the whole device, neither of which a message may
+// pay. Blocks come in power-of-two sizes, so a stage that sends activations of one shape
+// keeps taking back the same few blocks; they are freed when the backend goes.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -22,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "layers/check.h"
 #include "layers/cuda/cuda_backend.h"
@@ -97,6 +103,8 @@ class cuda_backend final : public backend {
   void copy_device_to_host(stream s, void* host, const void* device, size_t bytes) override;
   void copy_device_to_device(stream s, void* target, const void* source, size_t bytes) override;
   void fill(stream s, float* data, float value, size_t count) override;
+  void* allocate_host(size_t bytes) override;
+  void deallocate_host(void* pointer) override;
 
   stream default_stream() override { return stream{default_stream_}; }
   stream create_stream() override;
@@ -177,6 +185,9 @@ class cuda_backend final : public backend {
   cudaMemPool_t scratch_pool_ = nullptr;
   std::mutex blas_mutex_;  // guards blas_: stages call from their own threads
   std::unordered_map<cudaStream_t, stream_blas> blas_;
+  std::mutex host_mutex_;  // guards the pinned blocks: frames return them from any thread
+  std::unordered_map<void*, size_t> host_block_sizes_;               // every pinned block
+  std::unordered_map<size_t, std::vector<void*>> free_host_blocks_;  // returned ones, by size
 };
 
 std::unique_ptr<backend> cuda_backend::open(int device) {
@@ -222,6 +233,10 @@ cuda_backend::~cuda_backend() {
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
   for (const auto& entry : blas_) cublasDestroy(entry.second.handle);
+  // Blocks still out (a contract violation) are left alone: someone may still read them.
+  for (const auto& entry : free_host_blocks_) {
+    for (void* block : entry.second) cudaFreeHost(block);
+  }
   if (default_stream_ != nullptr) cudaStreamDestroy(default_stream_);
   if (allocation_stream_ != nullptr) cudaStreamDestroy(allocation_stream_);
   if (memory_pool_ != nullptr) cudaMemPoolDestroy(memory_pool_);
@@ -271,6 +286,42 @@ void cuda_backend::deallocate(void* pointer) {
   if (pointer == nullptr) return;
   activate();
   TROUPE_CUDA_CHECK(cudaFreeAsync(pointer, allocation_stream_));
+}
+
+void* cuda_backend::allocate_host(size_t bytes) {
+  size_t size = 4096;
+  while (size < bytes) size *= 2;
+  {
+    std::lock_guard<std::mutex> lock(host_mutex_);
+    std::vector<void*>& reusable = free_host_blocks_[size];
+    if (!reusable.empty()) {
+      void* block = reusable.back();
+      reusable.pop_back();
+      return block;
+    }
+  }
+  activate();
+  void* block = nullptr;
+  // Portable: pinned for every device's context, whichever backend copies through it.
+  const cudaError_t status = cudaHostAlloc(&block, size, cudaHostAllocPortable);
+  if (status == cudaErrorMemoryAllocation) {
+    std::fprintf(stderr, "troupe: %s: out of pinned host memory allocating %zu bytes\n",
+                 name().c_str(), size);
+    std::abort();
+  }
+  TROUPE_CUDA_CHECK(status);
+  TROUPE_CHECK(reinterpret_cast<uintptr_t>(block) % 64 == 0);
+  std::lock_guard<std::mutex> lock(host_mutex_);
+  host_block_sizes_[block] = size;
+  return block;
+}
+
+void cuda_backend::deallocate_host(void* pointer) {
+  if (pointer == nullptr) return;
+  std::lock_guard<std::mutex> lock(host_mutex_);
+  auto found = host_block_sizes_.find(pointer);
+  TROUPE_CHECK(found != host_block_sizes_.end());
+  free_host_blocks_[found->second].push_back(pointer);
 }
 
 float* cuda_backend::allocate_scratch(cudaStream_t s, size_t count) {

@@ -96,7 +96,7 @@ TEST(PipelineHostTest, SyncStagesAtBf16EqualSequentialAtBf16) {
 
 TEST(PipelineHostTest, SyncStagesOnCudaEqualSequentialOnCuda) {
   // Every stage opens the GPU as a backend of its own and runs on a stream of its own; keys
-  // cross over inproc ZeroMQ through host buffers.
+  // cross over inproc ZeroMQ in pinned host buffers.
   if (layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (const char* precision : {"fp32", "bf16"}) {
     job_config config = host_job(3, 2, "sync", "1f1b");

@@ -85,6 +85,17 @@ TEST(CpuBackendTest, AllocatesAlignedMemoryAndCopies) {
   EXPECT_EQ(b.host(), (std::vector<float>{1, 7.5f, 7.5f, 4}));
 }
 
+TEST(CpuBackendTest, HostBuffersAreAlignedHostMemory) {
+  for (size_t bytes : {0, 1, 4096, 100000}) {
+    auto* pointer = static_cast<unsigned char*>(cpu().allocate_host(bytes));
+    ASSERT_NE(pointer, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pointer) % 64, 0u);
+    std::fill_n(pointer, bytes, 0xab);
+    cpu().deallocate_host(pointer);
+  }
+  cpu().deallocate_host(nullptr);
+}
+
 /// C = alpha * op(A) * op(B) + beta * C with explicit strides, in double.
 void naive_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const std::vector<float>& a,
                 int lda, const std::vector<float>& b, int ldb, float beta, std::vector<float>& c,

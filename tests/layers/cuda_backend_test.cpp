@@ -130,6 +130,40 @@ TEST(CudaBackendTest, ManyAllocations) {
   device.deallocate(large);
 }
 
+TEST(CudaBackendTest, PinnedHostBuffersCopyAndAreReused) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  backend& device = *pair.cuda;
+  const size_t count = 100000;
+  const std::vector<float> values = random_floats(count, 61);
+  device_array<float> data(device, values);
+  const stream s = device.create_stream();
+  auto* host = static_cast<float*>(device.allocate_host(count * sizeof(float)));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host) % 64, 0u);
+  device.copy_device_to_host(s, host, data.data(), count * sizeof(float));
+  device.synchronize(s);
+  EXPECT_EQ(std::vector<float>(host, host + count), values);
+  for (size_t i = 0; i < count; ++i) host[i] = -host[i];
+  device.copy_host_to_device(s, data.data(), host, count * sizeof(float));
+  device.synchronize(s);
+  EXPECT_EQ(data.download()[7], -values[7]);
+  device.deallocate_host(host);
+  // A returned buffer serves the next request of its size class.
+  EXPECT_EQ(device.allocate_host(count * sizeof(float) - 100), static_cast<void*>(host));
+  device.deallocate_host(host);
+  // Buffers come back from other threads (ZeroMQ's I/O threads release frames).
+  std::vector<void*> buffers;
+  for (int i = 0; i < 64; ++i) buffers.push_back(device.allocate_host(size_t(i + 1) * 1000));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < buffers.size(); i += 4) device.deallocate_host(buffers[i]);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  device.destroy_stream(s);
+}
+
 TEST(CudaBackendTest, ConcurrentStreamsFromThreads) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
