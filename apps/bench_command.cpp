@@ -1,7 +1,9 @@
 // `troupe bench compute`: the backend's practical GEMM peak, the GEMMs of each linear layer of
-// the example MLP, and end-to-end training throughput as a fraction of that peak. Peak and
-// training are measured in alternating rounds of one run, so a machine that drifts between
-// fast and slow states affects both alike.
+// the example MLP, and end-to-end training throughput as a fraction of that peak, all at the
+// GEMM precision of --precision. Peak and training are measured in alternating rounds of one
+// run, so a machine that drifts between fast and slow states affects both alike. On a GPU it
+// also trains the wide MLP of apps/bench/pytorch_mlp.py, for a like-for-like comparison with
+// PyTorch.
 
 #include <cblas.h>
 
@@ -19,29 +21,34 @@
 #include "apps/bench_models.h"
 #include "apps/commands.h"
 #include "layers/backend_registry.h"
+#include "layers/gemm_precision.h"
 #include "layers/random.h"
 
 namespace troupe::apps {
 namespace {
 
 const std::vector<int> mlp_widths = {784, 1024, 1024, 1024, 10};
+/// The model and batch of apps/bench/pytorch_mlp.py (GPU only: a step is 1.3 TFLOP).
+const std::vector<int> comparison_widths = {784, 8192, 8192, 8192, 8192, 10};
+const int64_t comparison_batch = 1024;
 const int rounds = 5;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// Runs `work` repeatedly for about `budget` seconds (after one warm-up call); returns the
-/// mean seconds per call.
-double time_per_call(layers::backend& device, double budget, const std::function<void()>& work) {
+/// Runs `work` (which enqueues on `s`) repeatedly for about `budget` seconds, after one warm-up
+/// call; returns the mean seconds per call, each synchronized.
+double time_per_call(layers::backend& device, layers::stream s, double budget,
+                     const std::function<void()>& work) {
   work();
-  device.synchronize(device.default_stream());
+  device.synchronize(s);
   int calls = 0;
   const auto start = std::chrono::steady_clock::now();
   do {
     work();
     ++calls;
-    device.synchronize(device.default_stream());
+    device.synchronize(s);
   } while (seconds_since(start) < budget);
   return seconds_since(start) / calls;
 }
@@ -58,17 +65,16 @@ layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
 }
 
-/// GFLOP/s of C[m×n] = op(A) op(B) with inner dimension k.
-double gemm_gflops(layers::backend& device, layers::transpose ta, layers::transpose tb, int m,
-                   int n, int k, double budget) {
+/// GFLOP/s of C[m×n] = op(A) op(B) with inner dimension k, on stream `s` (and its precision).
+double gemm_gflops(layers::backend& device, layers::stream s, layers::transpose ta,
+                   layers::transpose tb, int m, int n, int k, double budget) {
   auto a = random_tensor(device, {m, k}, 1);
   auto b = random_tensor(device, {k, n}, 2);
   layers::tensor c(device, {m, n});
   const int lda = ta == layers::transpose::no ? k : m;
   const int ldb = tb == layers::transpose::no ? n : k;
-  const double seconds = time_per_call(device, budget, [&] {
-    device.gemm(device.default_stream(), ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
-                c.data(), n);
+  const double seconds = time_per_call(device, s, budget, [&] {
+    device.gemm(s, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
   });
   return 2.0 * m * n * k / seconds / 1e9;
 }
@@ -81,7 +87,7 @@ double openblas_threaded_gflops(layers::backend& device, int threads, double bud
   auto b = random_tensor(device, {size, size}, 2);
   layers::tensor c(device, {size, size});
   openblas_set_num_threads(threads);
-  const double seconds = time_per_call(device, budget, [&] {
+  const double seconds = time_per_call(device, device.default_stream(), budget, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a.data(), size,
                 b.data(), size, 0.0f, c.data(), size);
   });
@@ -89,15 +95,23 @@ double openblas_threaded_gflops(layers::backend& device, int threads, double bud
   return 2.0 * size * size * size / seconds / 1e9;
 }
 
-/// GEMM flops of one training step: forward, weight gradients, and input gradients of every
-/// layer but the first (whose input gradient is never computed).
-double training_flops(int64_t batch) {
+/// GEMM flops of one training step of the MLP of `widths`: forward, weight gradients, and input
+/// gradients of every layer but the first (whose input gradient is never computed).
+double training_flops(const std::vector<int>& widths, int64_t batch) {
   double flops = 0;
-  for (size_t i = 0; i + 1 < mlp_widths.size(); ++i) {
-    const double gemm = 2.0 * batch * mlp_widths[i] * mlp_widths[i + 1];
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const double gemm = 2.0 * batch * widths[i] * widths[i + 1];
     flops += (i == 0 ? 2.0 : 3.0) * gemm;
   }
   return flops;
+}
+
+/// The job of the MLP of `widths` at batch `batch` and GEMM precision `precision`.
+actors::job_config probe_job(const std::vector<int>& widths, int64_t batch,
+                             const std::string& precision) {
+  actors::job_config config = mlp_job(widths, batch);
+  config.training.precision = precision;
+  return config;
 }
 
 struct training_probe {
@@ -107,25 +121,29 @@ struct training_probe {
   std::vector<int32_t> labels;
   int64_t step = 0;
 
-  training_probe(layers::backend& device, int64_t b)
+  training_probe(layers::backend& device, const std::vector<int>& widths, int64_t b,
+                 const std::string& precision)
       : batch(b),
-        trainer(std::make_unique<actors::sequential_trainer>(mlp_job(mlp_widths, b), device)) {
+        trainer(
+            std::make_unique<actors::sequential_trainer>(probe_job(widths, b, precision), device)) {
     layers::random_generator generator(7);
-    features.resize(batch * mlp_widths.front());
+    features.resize(batch * widths.front());
     for (float& v : features) v = generator.uniform(-1.0f, 1.0f);
     for (int64_t i = 0; i < batch; ++i) labels.push_back(static_cast<int32_t>(i % 10));
   }
 
-  /// Samples per second of whole training steps (upload, forward, loss, backward, update).
+  /// Samples per second of whole training steps (upload, forward, loss, backward, update, and
+  /// the loss read back).
   double samples_per_second(layers::backend& device, double budget) {
-    const double seconds = time_per_call(device, budget, [&] {
+    const double seconds = time_per_call(device, trainer->work_stream(), budget, [&] {
       trainer->train_step(features.data(), labels.data(), batch, step++, 0.001f);
     });
     return batch / seconds;
   }
 };
 
-nlohmann::json layer_gemms(layers::backend& device, int64_t batch, double budget) {
+nlohmann::json layer_gemms(layers::backend& device, layers::stream s, int64_t batch,
+                           double budget) {
   using layers::transpose;
   nlohmann::json layers_json = nlohmann::json::array();
   const int b = static_cast<int>(batch);
@@ -134,11 +152,11 @@ nlohmann::json layer_gemms(layers::backend& device, int64_t batch, double budget
     nlohmann::json entry = {{"layer", "linear " + std::to_string(in) + "x" + std::to_string(out)},
                             {"batch", batch}};
     entry["forward_gflops"] =
-        gemm_gflops(device, transpose::no, transpose::yes, b, out, in, budget);
+        gemm_gflops(device, s, transpose::no, transpose::yes, b, out, in, budget);
     entry["weight_gradient_gflops"] =
-        gemm_gflops(device, transpose::yes, transpose::no, out, in, b, budget);
+        gemm_gflops(device, s, transpose::yes, transpose::no, out, in, b, budget);
     entry["input_gradient_gflops"] =
-        gemm_gflops(device, transpose::no, transpose::no, b, in, out, budget);
+        gemm_gflops(device, s, transpose::no, transpose::no, b, in, out, budget);
     std::printf("  %-22s batch %4lld  forward %7.1f  weight-grad %7.1f  input-grad %7.1f GFLOP/s\n",
                 entry["layer"].get<std::string>().c_str(), static_cast<long long>(batch),
                 entry["forward_gflops"].get<double>(),
@@ -147,6 +165,26 @@ nlohmann::json layer_gemms(layers::backend& device, int64_t batch, double budget
     layers_json.push_back(entry);
   }
   return layers_json;
+}
+
+/// Trains the model of apps/bench/pytorch_mlp.py for `rounds` × `budget` seconds and prints
+/// the line that script prints, with troupe's figure.
+nlohmann::json comparison_training(layers::backend& device, const std::string& precision,
+                                   double budget) {
+  training_probe wide(device, comparison_widths, comparison_batch, precision);
+  std::vector<double> rates;
+  for (int round = 0; round < rounds; ++round)
+    rates.push_back(wide.samples_per_second(device, budget));
+  const double samples = median(rates);
+  const double tflops =
+      samples * training_flops(comparison_widths, comparison_batch) / comparison_batch / 1e12;
+  std::printf("the MLP of apps/bench/pytorch_mlp.py (784-8192x4-10, batch %lld): %.1f TFLOP/s\n",
+              static_cast<long long>(comparison_batch), tflops);
+  std::printf("troupe_mlp precision=%s samples_per_s=%.1f\n", precision.c_str(), samples);
+  return {{"widths", comparison_widths},
+          {"batch", comparison_batch},
+          {"samples_per_s", samples},
+          {"tflops", tflops}};
 }
 
 }  // namespace
@@ -158,28 +196,39 @@ int run_bench(const bench_options& options) {
     std::fprintf(stderr, "troupe: --device: %s\n", error.c_str());
     return 2;
   }
+  const auto precision = layers::math_precision_named(options.precision);
+  if (!precision) {
+    std::fprintf(stderr, "troupe: --precision: unknown precision '%s'\n",
+                 options.precision.c_str());
+    return 2;
+  }
   const double budget = options.seconds / rounds;
-  std::printf("troupe bench compute on %s (%d rounds of %.2f s per figure)\n",
-              device->name().c_str(), rounds, budget);
-  training_probe small(*device, 64), large(*device, 256);
+  std::printf("troupe bench compute on %s, %s GEMMs (%d rounds of %.2f s per figure)\n",
+              device->name().c_str(), options.precision.c_str(), rounds, budget);
+  const layers::stream work = device->create_stream();
+  device->set_gemm_precision(work, *precision);
+  training_probe small(*device, mlp_widths, 64, options.precision),
+      large(*device, mlp_widths, 256, options.precision);
   const bool on_cpu = device->kind() == layers::device_kind::cpu;
   const int cpu_threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   std::vector<double> peaks, openblas_peaks, small_rates, large_rates;
   for (int round = 0; round < rounds; ++round) {
-    peaks.push_back(gemm_gflops(*device, layers::transpose::no, layers::transpose::no, 2048, 2048,
-                                2048, budget));
+    peaks.push_back(gemm_gflops(*device, work, layers::transpose::no, layers::transpose::no, 2048,
+                                2048, 2048, budget));
     if (on_cpu) openblas_peaks.push_back(openblas_threaded_gflops(*device, cpu_threads, budget));
     small_rates.push_back(small.samples_per_second(*device, budget));
     large_rates.push_back(large.samples_per_second(*device, budget));
   }
   double peak = median(peaks);
   std::printf(
-      "sgemm 2048x2048x2048 through the backend: %.1f GFLOP/s (median of %d; min %.1f, "
+      "GEMM 2048x2048x2048 (%s) through the backend: %.1f GFLOP/s (median of %d; min %.1f, "
       "max %.1f)\n",
-      peak, rounds, *std::min_element(peaks.begin(), peaks.end()),
+      options.precision.c_str(), peak, rounds, *std::min_element(peaks.begin(), peaks.end()),
       *std::max_element(peaks.begin(), peaks.end()));
-  nlohmann::json result = {{"device", device->name()}, {"backend_sgemm_2048_gflops", peak}};
+  nlohmann::json result = {{"device", device->name()},
+                           {"precision", options.precision},
+                           {"backend_sgemm_2048_gflops", peak}};
   if (on_cpu) {
     const double openblas = median(openblas_peaks);
     std::printf("sgemm 2048x2048x2048 with OpenBLAS's own %d threads: %.1f GFLOP/s\n", cpu_threads,
@@ -190,14 +239,14 @@ int run_bench(const bench_options& options) {
   std::printf("peak (the higher of the two): %.1f GFLOP/s\n", peak);
   result["sgemm_2048_gflops"] = peak;
   std::printf("linear-layer GEMMs of the MLP 784-1024-1024-1024-10:\n");
-  result["layers"] = layer_gemms(*device, 64, budget / 2);
-  for (auto& entry : layer_gemms(*device, 256, budget / 2)) result["layers"].push_back(entry);
+  result["layers"] = layer_gemms(*device, work, 64, budget / 2);
+  for (auto& entry : layer_gemms(*device, work, 256, budget / 2)) result["layers"].push_back(entry);
   nlohmann::json training = nlohmann::json::array();
   std::printf("end-to-end MLP training (SGD with momentum, whole steps):\n");
   for (auto* rates : {&small_rates, &large_rates}) {
     const int64_t batch = rates == &small_rates ? 64 : 256;
     const double samples = median(*rates);
-    const double gflops = samples * training_flops(batch) / batch / 1e9;
+    const double gflops = samples * training_flops(mlp_widths, batch) / batch / 1e9;
     std::printf(
         "  batch %4lld: %8.0f samples/s  %6.1f GFLOP/s  = %.1f%% of sgemm peak"
         "  (rounds: %.0f to %.0f samples/s)\n",
@@ -210,6 +259,9 @@ int run_bench(const bench_options& options) {
                         {"fraction_of_peak", gflops / peak}});
   }
   result["training"] = training;
+  if (!on_cpu)
+    result["pytorch_comparison"] = comparison_training(*device, options.precision, budget);
+  device->destroy_stream(work);
   if (!options.json_file.empty()) {
     std::ofstream file(options.json_file);
     file << result.dump(2) << "\n";

@@ -1,7 +1,8 @@
 // `troupe bench pipeline`: what pipelining costs and buys on this machine, measured side by
 // side in one run: a compute-bound MLP trained in one stage and in a 2-stage async pipeline
-// (one core per stage), sync GPipe against its ideal bubble bound, the ZeroMQ hand-off of one
-// activation against a training step, and peak resident memory.
+// (one core per stage on the CPU; on a GPU, two stages sharing it on streams of their own),
+// sync GPipe against its ideal bubble bound, the ZeroMQ hand-off of one activation against a
+// training step, and peak resident memory; GEMMs at --precision.
 
 #include <sys/resource.h>
 
@@ -35,8 +36,16 @@ class silent_observer final : public actors::training_observer {
   void on_metrics(const actors::metrics_record&) override {}
 };
 
-actors::job_config wide_mlp(int64_t steps) {
+/// The device and precision every run of the benchmark uses.
+struct bench_target {
+  std::string device;
+  std::string precision;
+};
+
+actors::job_config wide_mlp(int64_t steps, const bench_target& target) {
   actors::job_config config = mlp_job(widths, 64);
+  config.parallelism.devices = {target.device};
+  config.training.precision = target.precision;
   config.data.dataset = "synthetic";
   config.data.synthetic_train = steps * 64;
   config.data.synthetic_test = 64;
@@ -54,7 +63,7 @@ double samples_per_second(const actors::job_config& config) {
   steady_clock_source clock;
   const auto& p = config.parallelism;
   if (p.stages == 1 && p.micro_batches == 1 && p.mode == "sync") {
-    auto device = layers::create_backend("cpu", p.threads, &error);
+    auto device = layers::create_backend(p.devices.front(), p.threads, &error);
     actors::sequential_trainer trainer(config, *device);
     return actors::run_training(config, trainer, data->train, data->test, clock, observer)
         .samples_per_s;
@@ -67,9 +76,9 @@ double samples_per_second(const actors::job_config& config) {
   return report->summary.samples_per_s;
 }
 
-actors::job_config variant(int64_t steps, int stages, int threads, const std::string& mode,
-                           int micro_batches) {
-  actors::job_config config = wide_mlp(steps);
+actors::job_config variant(const bench_target& target, int64_t steps, int stages, int threads,
+                           const std::string& mode, int micro_batches) {
+  actors::job_config config = wide_mlp(steps, target);
   config.parallelism.stages = stages;
   config.parallelism.threads = threads;
   config.parallelism.mode = mode;
@@ -79,11 +88,12 @@ actors::job_config variant(int64_t steps, int stages, int threads, const std::st
   return config;
 }
 
-/// Seconds to carry one batch-64 activation of the MLP from one stage to another: encode,
-/// send over inproc ZeroMQ, receive, decode into a tensor (the receiving copy included).
-double handoff_seconds(int repeats) {
+/// Seconds to carry one batch-64 activation of the MLP from one stage to another: encode
+/// (on a GPU, the copy into a pinned buffer), send over inproc ZeroMQ, receive, decode into a
+/// tensor (the receiving copy included).
+double handoff_seconds(const bench_target& target, int repeats) {
   std::string error;
-  auto device = layers::create_backend("cpu", 1, &error);
+  auto device = layers::create_backend(target.device, 1, &error);
   transport::transport_context context;
   const std::string address = "inproc://troupe-bench/handoff";
   auto in = transport::inbox::bind(context, address, {}, nullptr);
@@ -117,21 +127,9 @@ double peak_resident_megabytes() {
   return usage.ru_maxrss / 1024.0;
 }
 
-}  // namespace
-
-int run_bench_pipeline(const bench_options& options) {
-  const int64_t steps = std::max<int64_t>(20, static_cast<int64_t>(options.seconds * 12));
-  std::printf(
-      "troupe bench pipeline: MLP 784-2048-2048-2048-2048-2048-10, batch 64, %lld steps per run\n",
-      static_cast<long long>(steps));
-  const double one_core = samples_per_second(variant(steps, 1, 1, "sync", 1));
-  const double two_cores = samples_per_second(variant(steps, 1, 2, "sync", 1));
-  const double async_two = samples_per_second(variant(steps, 2, 2, "async", 1));
-  const int micro = 4;
-  const double gpipe_two = samples_per_second(variant(steps, 2, 2, "sync", micro));
-  const double ideal = static_cast<double>(micro) / (micro + 2 - 1);
-  const double handoff = handoff_seconds(200);
-  const double step_seconds = 64.0 / one_core;
+/// The CPU figures: one core per stage against one stage on one or both cores.
+void print_cpu_figures(double one_core, double two_cores, double async_two, double gpipe_two,
+                       int micro, double ideal) {
   std::printf("  1 stage, 1 core:                 %8.0f samples/s\n", one_core);
   std::printf("  1 stage, 2 cores (split GEMMs):  %8.0f samples/s\n", two_cores);
   std::printf(
@@ -142,13 +140,56 @@ int run_bench_pipeline(const bench_options& options) {
       "  2-stage sync GPipe, M=%d:         %8.0f samples/s = %.2f of 2x the 1-core stage "
       "(ideal bubble bound M/(M+S-1) = %.2f)\n",
       micro, gpipe_two, gpipe_two / (2 * one_core), ideal);
+}
+
+/// The GPU figures: both stages share the one device, each on a stream of its own.
+void print_gpu_figures(double one_stage, double async_two, double gpipe_two, int micro) {
+  std::printf("  1 stage:                         %8.0f samples/s\n", one_stage);
+  std::printf("  2-stage async, one GPU shared:   %8.0f samples/s = %.2fx the 1-stage run\n",
+              async_two, async_two / one_stage);
+  std::printf("  2-stage sync GPipe, M=%d:         %8.0f samples/s = %.2fx the 1-stage run\n",
+              micro, gpipe_two, gpipe_two / one_stage);
+}
+
+}  // namespace
+
+int run_bench_pipeline(const bench_options& options) {
+  const bench_target target{options.device, options.precision};
+  std::string error;
+  if (!layers::create_backend(target.device, 1, &error)) {
+    std::fprintf(stderr, "troupe: --device: %s\n", error.c_str());
+    return 2;
+  }
+  const int64_t steps = std::max<int64_t>(20, static_cast<int64_t>(options.seconds * 12));
   std::printf(
-      "  ZeroMQ hand-off of one 64x2048 activation: %.1f us = %.2f%% of a 1-core step "
+      "troupe bench pipeline on %s, %s GEMMs: MLP 784-2048-2048-2048-2048-2048-10, batch 64, "
+      "%lld steps per run\n",
+      target.device.c_str(), target.precision.c_str(), static_cast<long long>(steps));
+  const bool on_cpu = target.device == "cpu";
+  const double one_core = samples_per_second(variant(target, steps, 1, 1, "sync", 1));
+  // Threads matter to the CPU only: on a GPU the second run would repeat the first.
+  const double two_cores =
+      on_cpu ? samples_per_second(variant(target, steps, 1, 2, "sync", 1)) : one_core;
+  const double async_two = samples_per_second(variant(target, steps, 2, 2, "async", 1));
+  const int micro = 4;
+  const double gpipe_two = samples_per_second(variant(target, steps, 2, 2, "sync", micro));
+  const double ideal = static_cast<double>(micro) / (micro + 2 - 1);
+  const double handoff = handoff_seconds(target, 200);
+  const double step_seconds = 64.0 / one_core;
+  if (on_cpu) {
+    print_cpu_figures(one_core, two_cores, async_two, gpipe_two, micro, ideal);
+  } else {
+    print_gpu_figures(one_core, async_two, gpipe_two, micro);
+  }
+  std::printf(
+      "  ZeroMQ hand-off of one 64x2048 activation: %.1f us = %.2f%% of a 1-stage step "
       "(%.2f ms)\n",
       handoff * 1e6, 100.0 * handoff / step_seconds, step_seconds * 1e3);
   std::printf("  peak resident memory: %.0f MiB\n", peak_resident_megabytes());
   if (!options.json_file.empty()) {
-    nlohmann::json result = {{"one_stage_one_core_samples_per_s", one_core},
+    nlohmann::json result = {{"device", target.device},
+                             {"precision", target.precision},
+                             {"one_stage_one_core_samples_per_s", one_core},
                              {"one_stage_two_cores_samples_per_s", two_cores},
                              {"two_stage_async_samples_per_s", async_two},
                              {"async_speedup_over_one_core", async_two / one_core},

@@ -127,6 +127,7 @@ int run_launch(const launch_options& options);
 struct bench_options {
   std::string what = "compute";
   std::string device = "cpu";
+  std::string precision = "fp32";  ///< GEMM precision (training.precision) of compute, pipeline
   std::string json_file;
   int threads = 0;
   double seconds = 10.0;  ///< time spent on each measurement, over all rounds

@@ -125,7 +125,13 @@ void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
   bench->add_option("what", options.what, "What to measure")
       ->check(CLI::IsMember({"compute", "pipeline", "transport", "checkpoint"}))
       ->capture_default_str();
-  bench->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
+  bench->add_option("--device", options.device, "cpu, cuda or cuda:N (compute, pipeline)")
+      ->capture_default_str();
+  bench
+      ->add_option("--precision", options.precision,
+                   "GEMM precision of compute and pipeline: fp32, tf32 or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+      ->capture_default_str();
   bench->add_option("--json", options.json_file, "Also write the figures to this JSON file");
   bench->add_option("--threads", options.threads, "CPU threads (0: every core)")
       ->check(CLI::NonNegativeNumber);

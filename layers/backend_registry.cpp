@@ -30,6 +30,10 @@ namespace {
 std::unique_ptr<backend> create_cuda(int index, std::string* error) {
 #ifdef TROUPE_WITH_CUDA
   int count = cuda_runtime_device_count();
+  if (count == 0) {
+    *error = "device cuda:" + std::to_string(index) + " is not present: no CUDA device found";
+    return nullptr;
+  }
   if (index < 0 || index >= count) {
     *error = "device cuda:" + std::to_string(index) + " is not present (" + std::to_string(count) +
              " CUDA device(s) found)";
