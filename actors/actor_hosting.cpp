@@ -374,8 +374,7 @@ void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atom
 
 void configure_scheduler(caf::actor_system_config& settings, int threads) {
   settings.set("scheduler.max-threads", std::max(1, threads));
-  settings.set("work-stealing.aggressive-poll-attempts", 0);
-  settings.set("work-stealing.moderate-poll-attempts", 0);
+  settings.set("scheduler.policy", caf::atom("sharing"));
 }
 
 int threads_per_stage(const job_config& config) {

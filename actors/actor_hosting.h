@@ -111,10 +111,13 @@ void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atom
 void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,
                                 std::atomic<int>* requests);
 
-/// Settings for troupe's actor systems: `threads` scheduler threads that block as soon as they
-/// find nothing to do. CAF's work stealing by default polls an empty queue 100 times and then
-/// wakes every 50 µs for 500 more tries after each message; on a machine whose cores the
-/// stages' BLAS threads keep busy, every such wake-up preempts a GEMM thread.
+/// Settings for troupe's actor systems: `threads` scheduler threads sharing one queue, each
+/// blocked on its condition variable until a message arrives. A stage's handler computes for
+/// milliseconds, so CAF's default work stealing fits it badly: its idle threads poll (100
+/// tries, then every 50 µs for 500 more), preempting the stages' GEMM threads, and without the
+/// polling a message from a non-actor thread (ZeroMQ's receiver) lands in a random busy
+/// thread's queue and waits until that handler ends or an idle thread wakes to steal it (every
+/// 10 ms): an async pipeline then ran its stages one after another.
 void configure_scheduler(caf::actor_system_config& settings, int threads);
 
 /// The CPU threads each stage's backend may use: the job's share of the cores, split evenly.

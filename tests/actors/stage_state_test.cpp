@@ -85,7 +85,9 @@ TEST(StageStateTest, HugeCountsAreRefusedBeforeAllocating) {
     for (size_t i = 0; i < 8; ++i) bad[at + i] = static_cast<char>(0xff);
     std::string error;
     auto state = parse_stage_state(bad.data(), bad.size(), &error);
-    if (state) EXPECT_LE(stage_state_values(*state), 64);
+    if (state) {
+      EXPECT_LE(stage_state_values(*state), 64);
+    }
   }
 }
 
