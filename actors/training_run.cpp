@@ -8,11 +8,7 @@
 #include "layers/check.h"
 
 namespace troupe::actors {
-namespace {
-
-constexpr int64_t evaluation_batch = 256;
-
-}  // namespace
+namespace {}  // namespace
 
 nlohmann::json to_json(const run_progress& progress) {
   nlohmann::json json = {{"step", progress.step},

@@ -21,6 +21,8 @@ namespace troupe::actors {
 
 /// Evaluation keys are numbered from here, apart from training keys.
 inline constexpr uint64_t first_evaluation_key = uint64_t(1) << 62;
+/// Test samples per evaluation key (the last key of a test set may hold fewer).
+inline constexpr int64_t evaluation_batch = 256;
 
 /// Where a run stands: what a checkpoint records so that a later run continues from there.
 struct run_progress {

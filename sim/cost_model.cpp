@@ -105,20 +105,27 @@ double stage_cost::seconds(const kernel_work& work, int64_t batch) const {
   return std::max(compute, memory) + work.kernels * device_.launch_overhead_s;
 }
 
-void stage_cost::use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s) {
+void stage_cost::use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s,
+                              int64_t evaluation_batch) {
   measured_ = std::move(measured);
   measured_batch_ = batch;
   measured_loss_s_ = loss_s;
+  evaluation_batch_ = evaluation_batch;
 }
 
 double stage_cost::measured(double seconds, int64_t batch) const {
   return seconds * static_cast<double>(batch) / static_cast<double>(measured_batch_);
 }
 
-double stage_cost::forward_s(int64_t batch) const {
+double stage_cost::forward_s(int64_t batch, bool training) const {
   double total = 0;
   if (!measured_.empty()) {
-    for (const block_profile& block : measured_) total += measured(block.forward_s, batch);
+    const bool evaluated = !training && evaluation_batch_ > 0;
+    for (const block_profile& block : measured_) {
+      total += evaluated && block.evaluate_s > 0 ? block.evaluate_s * static_cast<double>(batch) /
+                                                       static_cast<double>(evaluation_batch_)
+                                                 : measured(block.forward_s, batch);
+    }
     return total;
   }
   for (const block_work& block : blocks_) total += seconds(block.forward, batch);

@@ -45,9 +45,12 @@ class stage_cost {
   stage_cost(std::vector<block_work> blocks, kernel_work loss, device_model device);
   /// Times measured on this machine (`profile` blocks of this stage, the same count as
   /// `blocks`, which still give the memory figures); `last` charges the profile's loss.
-  void use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s);
+  /// `evaluation_batch` is the batch of the blocks' evaluate_s (0: none measured).
+  void use_measured(std::vector<block_profile> measured, int64_t batch, double loss_s,
+                    int64_t evaluation_batch = 0);
 
-  double forward_s(int64_t batch) const;
+  /// Forward of a training key (`training`) or an evaluation key.
+  double forward_s(int64_t batch, bool training = true) const;
   /// The last stage's loss and its gradient.
   double loss_s(int64_t batch) const;
   double backward_s(int64_t batch, bool need_input_gradient) const;
@@ -68,6 +71,7 @@ class stage_cost {
   std::vector<block_work> blocks_;
   std::vector<block_profile> measured_;  ///< empty: the roofline model
   int64_t measured_batch_ = 1;
+  int64_t evaluation_batch_ = 0;
   double measured_loss_s_ = 0;
   kernel_work loss_;
   device_model device_;

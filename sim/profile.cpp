@@ -19,6 +19,7 @@
 #include "actors/actor_hosting.h"
 #include "actors/partition.h"
 #include "actors/stage_device.h"
+#include "actors/training_run.h"
 #include "actors/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
@@ -79,7 +80,10 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
   auto stage = actors::make_layers_stage_device(config, {index, index + 1}, device);
   actors::key_message message;
   message.payload = batched(device, input, batch);
-  std::vector<double> forward, backward, first, step, stash;
+  actors::key_message evaluation;
+  evaluation.kind = actors::key_kind::evaluate;
+  evaluation.payload = batched(device, input, actors::evaluation_batch);
+  std::vector<double> forward, backward, first, step, stash, evaluate;
   const auto start = clock_type::now();
   for (uint64_t round = 0; round < 3 || seconds_since(start) < seconds; ++round) {
     message.key = round;
@@ -94,6 +98,7 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
     stash.push_back(timed(device, [&] { stage->stash_weights(version); }));
     stage->release_weights_before(version);
     step.push_back(timed(device, [&] { stage->step(0.0f); }));
+    evaluate.push_back(timed(device, [&] { stage->forward(evaluation, false); }));
   }
   block_profile result;
   result.type = config.model.layers[index].type;
@@ -102,6 +107,7 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
   result.backward_first_s = median(first);
   result.step_s = median(step);
   result.stash_s = median(stash);
+  result.evaluate_s = median(evaluate);
   return result;
 }
 
@@ -367,6 +373,7 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   profile.backend = actors::device_of_stage(config, 0);
   profile.threads = actors::threads_per_stage(config);
   profile.batch = config.training.batch_size / config.parallelism.micro_batches;
+  profile.evaluation_batch = actors::evaluation_batch;
   auto device = layers::create_backend(profile.backend, profile.threads, error);
   if (!device) return std::nullopt;
   auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, error);
@@ -413,11 +420,13 @@ std::string to_json_text(const machine_profile& profile) {
                       {"backward_s", b.backward_s},
                       {"backward_first_s", b.backward_first_s},
                       {"step_s", b.step_s},
-                      {"stash_s", b.stash_s}});
+                      {"stash_s", b.stash_s},
+                      {"evaluate_s", b.evaluate_s}});
   }
   json text = {{"backend", profile.backend},
                {"threads", profile.threads},
                {"batch", profile.batch},
+               {"evaluation_batch", profile.evaluation_batch},
                {"blocks", blocks},
                {"loss_s", profile.loss_s},
                {"link_latency_s", profile.link_latency_s},
@@ -463,8 +472,14 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }
+  double evaluation_batch = 0;
+  if (root.contains("evaluation_batch") &&
+      !number(root, "evaluation_batch", "", &evaluation_batch, false)) {
+    return std::nullopt;
+  }
   profile.threads = static_cast<int>(threads);
   profile.batch = static_cast<int64_t>(batch);
+  profile.evaluation_batch = static_cast<int64_t>(evaluation_batch);
   profile.backend = root.value("backend", "cpu");
   if (!root.contains("blocks") || !root["blocks"].is_array()) {
     *error = source + ": blocks: missing or not a list";
@@ -483,7 +498,9 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
         !number(entry, "backward_s", where, &block.backward_s, false) ||
         !number(entry, "backward_first_s", where, &block.backward_first_s, false) ||
         !number(entry, "step_s", where, &block.step_s, false) ||
-        (entry.contains("stash_s") && !number(entry, "stash_s", where, &block.stash_s, false))) {
+        (entry.contains("stash_s") && !number(entry, "stash_s", where, &block.stash_s, false)) ||
+        (entry.contains("evaluate_s") &&
+         !number(entry, "evaluate_s", where, &block.evaluate_s, false))) {
       return std::nullopt;
     }
     profile.blocks.push_back(block);

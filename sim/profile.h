@@ -21,12 +21,16 @@ struct block_profile {
   double backward_first_s = 0;  ///< without the input gradient (the model's first block)
   double step_s = 0;
   double stash_s = 0;  ///< a copy of the weights kept for asynchronous keys (0 in sync mode)
+  /// Forward in evaluation mode for machine_profile::evaluation_batch samples (0: unknown):
+  /// GEMMs of a bigger batch run faster per sample, so this is not forward_s scaled.
+  double evaluate_s = 0;
 };
 
 struct machine_profile {
-  std::string backend;  ///< e.g. "cpu"
-  int threads = 1;      ///< per stage
-  int64_t batch = 1;    ///< samples per key the blocks were timed with
+  std::string backend;           ///< e.g. "cpu"
+  int threads = 1;               ///< per stage
+  int64_t batch = 1;             ///< samples per key the blocks were timed with
+  int64_t evaluation_batch = 0;  ///< samples per key of block_profile::evaluate_s (0: none)
   std::vector<block_profile> blocks;
   double loss_s = 0;  ///< the loss over the last block's output, for `batch` samples
   /// One message between processes on this machine (ipc://): latency and bandwidth.

@@ -222,7 +222,8 @@ bool simulator::build(std::string* error) {
     if (options_.profile) {
       const auto& measured = options_.profile->blocks;
       cost.use_measured({measured.begin() + range.first, measured.begin() + range.last},
-                        options_.profile->batch, s + 1 == stages ? options_.profile->loss_s : 0);
+                        options_.profile->batch, s + 1 == stages ? options_.profile->loss_s : 0,
+                        options_.profile->evaluation_batch);
     }
     std::unique_ptr<actors::stage_device> numerics;
     if (options_.numerics) {

@@ -44,7 +44,7 @@ bool timed_stage_device::accepts(const actors::key_message& message, std::string
 
 layers::tensor timed_stage_device::forward(const actors::key_message& message, bool training) {
   const int64_t batch = message.payload.rows();
-  charge_s_ += cost_.forward_s(batch);
+  charge_s_ += cost_.forward_s(batch, training);
   if (training) {
     contexts_[message.key] = batch;
     context_samples_ += batch;

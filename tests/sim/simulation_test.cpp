@@ -11,6 +11,7 @@
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
+#include "actors/training_run.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
 #include "tests/sim/simulation_fixtures.h"
@@ -150,6 +151,25 @@ TEST(SimulationTest, AProfileSetsTheCostsAndCalibrationMeasuresThem) {
   options.profile = profile;
   EXPECT_NEAR(simulated(config, ideal_cluster(2), options).summary.samples_per_s, 32 / 6e-3,
               32 / 6e-3 * 0.02);
+
+  // Evaluation keys are charged from the time measured at the evaluation batch, not from the
+  // training forward scaled: stage 0's one evaluation key of 16 samples, at 4 ms per 256.
+  EXPECT_EQ(measured->evaluation_batch, actors::evaluation_batch);
+  EXPECT_GT(measured->blocks[1].evaluate_s, 0);
+  EXPECT_EQ(reread->blocks[1].evaluate_s, measured->blocks[1].evaluate_s);
+  auto evaluation_span_s = [&](const simulation_options& with) {
+    const nlohmann::json timeline = simulated(config, ideal_cluster(2), with).trace->to_json();
+    for (const auto& event : timeline["traceEvents"]) {
+      if (event["ph"] == "X" && event["name"] == "evaluate" && event["tid"] == 1) {
+        return event["dur"].get<double>() / 1e6;
+      }
+    }
+    return -1.0;
+  };
+  EXPECT_NEAR(evaluation_span_s(options), 1e-3 * 16 / 32, 1e-9);
+  options.profile->evaluation_batch = 256;
+  options.profile->blocks[1].evaluate_s = 4e-3;
+  EXPECT_NEAR(evaluation_span_s(options), 4e-3 * 16 / 256, 1e-9);
 
   profile.blocks.pop_back();
   options.profile = profile;
