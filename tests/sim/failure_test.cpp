@@ -36,22 +36,15 @@ TEST(SimulatedFailureTest, CheckpointsCostTheStoragesTimeForTheStagesState) {
   EXPECT_EQ(simulated(config, ideal_cluster(4)).checkpoint_s, 0);
 }
 
-/// A small sync job whose numerics run for real (momentum, so optimizer state matters).
-actors::job_config numerics_job() {
-  actors::job_config config = balanced_job(3, 2, "sync");
-  config.model.layers.back().out = 8;
-  config.data.classes = 8;
-  config.data.synthetic_train = 640;
-  config.training.batch_size = 32;
-  config.training.epochs = 2;
-  config.training.momentum = 0.9;
+/// numerics_job() with a checkpoint every 7 steps.
+actors::job_config numerics_job_with_checkpoints() {
+  actors::job_config config = numerics_job();
   config.checkpoint.interval_steps = 7;
-  config.parallelism.threads = 3;
   return config;
 }
 
 TEST(SimulatedFailureTest, ASyncRunRecoveredFromACheckpointEndsWithTheSameModel) {
-  const actors::job_config config = numerics_job();
+  const actors::job_config config = numerics_job_with_checkpoints();
   const cluster_model cluster = with_storage(ideal_cluster(3), 1e9, 0.001);
   simulation_options options;
   options.numerics = true;
@@ -75,8 +68,7 @@ TEST(SimulatedFailureTest, ASyncRunRecoveredFromACheckpointEndsWithTheSameModel)
 }
 
 TEST(SimulatedFailureTest, WithoutACheckpointARunStartsOverFromItsInitialWeights) {
-  actors::job_config config = numerics_job();
-  config.checkpoint.interval_steps = 0;
+  const actors::job_config config = numerics_job();
   simulation_options options;
   options.numerics = true;
   const simulation_result steady = simulated(config, ideal_cluster(3), options);

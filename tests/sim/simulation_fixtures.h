@@ -55,6 +55,20 @@ inline actors::job_config balanced_job(int stages, int micro_batches, const std:
   return *config;
 }
 
+/// A small sync job of 3 stages whose numerics the simulator can run for real (momentum, so the
+/// optimizer has state).
+inline actors::job_config numerics_job() {
+  actors::job_config config = balanced_job(3, 2, "sync");
+  config.model.layers.back().out = 8;
+  config.data.classes = 8;
+  config.data.synthetic_train = 640;
+  config.training.batch_size = 32;
+  config.training.epochs = 2;
+  config.training.momentum = 0.9;
+  config.parallelism.threads = 3;
+  return config;
+}
+
 inline simulation_result simulated(const actors::job_config& config, const cluster_model& cluster,
                                    const simulation_options& options = {}) {
   std::string error;

@@ -81,15 +81,8 @@ TEST(SimulationTest, ASlowDeviceSlowsTheWholeSyncPipeline) {
 }
 
 TEST(SimulationTest, NumericsReproduceTheRealSyncRunsLosses) {
-  actors::job_config config = balanced_job(3, 2, "sync");
-  config.model.layers.back().out = 8;
-  config.data.classes = 8;
-  config.data.synthetic_train = 640;
-  config.training.batch_size = 32;
-  config.training.epochs = 2;
-  config.training.momentum = 0.9;
+  actors::job_config config = numerics_job();
   config.metrics.log_interval = 5;
-  config.parallelism.threads = 3;
   std::string error;
   auto data = actors::load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
