@@ -123,6 +123,8 @@ class simulator {
   void workers_rejoined();
   /// Virtual seconds to write or read every stage's state.
   double storage_s() const;
+  /// The coordinator's run, from its start or continuing from `resume`.
+  std::unique_ptr<actors::training_run> new_run(std::optional<actors::run_progress> resume);
   /// The links from device `from` to device `to` (either may be the host) and their latency.
   const std::pair<std::vector<int>, double>& route(int from, int to);
 
@@ -181,9 +183,7 @@ bool simulator::build(std::string* error) {
     host_backend_ = layers::create_backend("cpu", 1, error);
     if (!host_backend_) return false;
   }
-  run_ = std::make_unique<actors::training_run>(
-      config_, data_.train, data_.test, options_.numerics ? *host_backend_ : shape_backend(),
-      observer_);
+  run_ = new_run(std::nullopt);
   devices_.resize(cluster_.devices.size());
   for (const straggler& slow : options_.stragglers) {
     if (slow.device < 0 || slow.device >= static_cast<int>(devices_.size())) {
@@ -405,6 +405,13 @@ void simulator::after_run_changed() {
   if (run_->finished()) finished_ = true;
 }
 
+std::unique_ptr<actors::training_run> simulator::new_run(
+    std::optional<actors::run_progress> resume) {
+  return std::make_unique<actors::training_run>(
+      config_, data_.train, data_.test, options_.numerics ? *host_backend_ : shape_backend(),
+      observer_, std::move(resume));
+}
+
 double simulator::storage_s() const {
   if (cluster_.storage_bandwidth <= 0) return 0;
   double bytes = 0;
@@ -476,9 +483,7 @@ void simulator::workers_rejoined() {
   actors::run_progress resume = latest_ ? latest_->progress : actors::run_progress{};
   resume.wall_s = now_;
   resume.train_s += now_ - (latest_ ? latest_->taken_s : 0.0);
-  run_ = std::make_unique<actors::training_run>(
-      config_, data_.train, data_.test, options_.numerics ? *host_backend_ : shape_backend(),
-      observer_, resume);
+  run_ = new_run(resume);
   for (size_t s = 0; s < stages_.size(); ++s) {
     std::string problem;
     const actors::stage_state& state = latest_ ? latest_->stages[s] : initial_states_[s];
