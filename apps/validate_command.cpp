@@ -87,6 +87,18 @@ std::optional<double> measured_samples_per_s(const validate_options& options,
   return summary.value("samples_per_s", 0.0);
 }
 
+/// The median of `values` (not empty).
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+/// One configuration's predictions and measurements, run by run.
+struct configuration_runs {
+  std::vector<double> predicted[2];  ///< [0]: in-process, [1]: --workers
+  std::vector<double> measured[2];
+};
+
 }  // namespace
 
 int run_validate(const validate_options& options) {
@@ -117,60 +129,81 @@ int run_validate(const validate_options& options) {
         return 2;
       }
       auto data = actors::load_job_data(*config, &error);
-      auto profile = data ? sim::calibrate(*config, options.seconds, &error) : std::nullopt;
-      auto in_process = profile ? this_machine(*profile, true, &error) : std::nullopt;
-      auto across_processes = in_process ? this_machine(*profile, false, &error) : std::nullopt;
-      if (!across_processes) {
+      if (!data) {
         std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
         return 1;
       }
       sim::simulation_options settings;
-      settings.profile = profile;
       settings.trace_spans = 0;
       struct : actors::training_observer {
         void on_step(int64_t, int64_t, int64_t, double, double) override {}
         void on_metrics(const actors::metrics_record&) override {}
       } quiet;
-      for (int workers : {0, stages}) {
-        settings.message_cpu_s =
-            workers == 0 ? profile->inproc_message_cpu_s : profile->ipc_message_cpu_s;
-        auto predicted =
-            sim::simulate(*config, *data, workers == 0 ? *in_process : *across_processes, settings,
-                          quiet, &error);
-        if (!predicted) {
+      const std::string name = mode + "-s" + std::to_string(stages);
+      // Each run is calibrated, predicted and measured in turn, and the row quotes the medians:
+      // a shared machine's speed drifts over minutes, and a calibration taken next to its
+      // measurement sees the same machine. One run in five or so is 15-30% slow either way.
+      configuration_runs result;
+      for (int run = 0; run < options.runs; ++run) {
+        const std::string suffix = "-" + std::to_string(run + 1);
+        auto profile = sim::calibrate(*config, options.seconds, &error);
+        auto in_process = profile ? this_machine(*profile, true, &error) : std::nullopt;
+        auto across_processes = in_process ? this_machine(*profile, false, &error) : std::nullopt;
+        if (!across_processes) {
           std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
           return 1;
         }
-        const std::string where =
-            workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
-        const std::string name = mode + "-s" + std::to_string(stages) + (workers ? "-workers" : "");
-        // The median of several runs: on a shared machine one run in five or so is 15-30% slow.
-        std::vector<double> runs;
-        for (int run = 0; run < options.runs; ++run) {
-          const std::string directory = out + "/" + name + "-" + std::to_string(run + 1);
-          auto rate = measured_samples_per_s(options, overrides, workers, directory);
-          if (!rate) {
-            std::fprintf(stderr, "troupe validate: the %s run failed (see %s/train.log)\n",
-                         name.c_str(), directory.c_str());
+        std::ofstream(out + "/" + name + "-profile" + suffix + ".json")
+            << sim::to_json_text(*profile);
+        settings.profile = profile;
+        for (int workers : {0, stages}) {
+          const int column = workers ? 1 : 0;
+          settings.message_cpu_s =
+              workers == 0 ? profile->inproc_message_cpu_s : profile->ipc_message_cpu_s;
+          auto predicted =
+              sim::simulate(*config, *data, workers == 0 ? *in_process : *across_processes,
+                            settings, quiet, &error);
+          if (!predicted) {
+            std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
             return 1;
           }
-          runs.push_back(*rate);
+          result.predicted[column].push_back(predicted->summary.samples_per_s);
+          const std::string run_name = name + (workers ? "-workers" : "") + suffix;
+          const std::string directory = out + "/" + run_name;
+          auto rate = measured_samples_per_s(options, overrides, workers, directory);
+          if (!rate) {
+            std::fprintf(stderr, "troupe validate: the run %s failed (see %s/train.log)\n",
+                         run_name.c_str(), directory.c_str());
+            return 1;
+          }
+          result.measured[column].push_back(*rate);
         }
-        std::sort(runs.begin(), runs.end());
-        const double measured = runs[runs.size() / 2];
-        const double predicted_rate = predicted->summary.samples_per_s;
-        const double relative = predicted_rate / measured - 1;
+      }
+      for (int workers : {0, stages}) {
+        const int column = workers ? 1 : 0;
+        const double measured = median_of(result.measured[column]);
+        const double predicted = median_of(result.predicted[column]);
+        // The error of each run against its own prediction, then their median: the pairs
+        // cancel the machine's drift, which the medians of each column alone do not.
+        std::vector<double> errors;
+        for (size_t run = 0; run < result.measured[column].size(); ++run) {
+          errors.push_back(result.predicted[column][run] / result.measured[column][run] - 1);
+        }
+        const double relative = median_of(errors);
+        const std::string where =
+            workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
         char line[160];
         std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%%", mode.c_str(),
-                      stages, where.c_str(), measured, predicted_rate, 100 * relative);
+                      stages, where.c_str(), measured, predicted, 100 * relative);
         lines.push_back(line);
         std::fprintf(stderr, "troupe validate: [%zu/12] %s\n", lines.size(), line);
         rows.push_back({{"mode", mode},
                         {"stages", stages},
                         {"workers", workers},
                         {"measured_samples_per_s", measured},
-                        {"measured_runs", runs},
-                        {"predicted_samples_per_s", predicted_rate},
+                        {"measured_runs", result.measured[column]},
+                        {"predicted_samples_per_s", predicted},
+                        {"predicted_runs", result.predicted[column]},
                         {"error", relative}});
       }
     }
@@ -178,6 +211,10 @@ int run_validate(const validate_options& options) {
   std::printf("%-6s %6s  %-12s %12s %12s %9s\n", "mode", "stages", "run", "measured", "predicted",
               "error");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  std::printf(
+      "(medians of %d runs; each run is predicted from a calibration taken just before it, "
+      "and error is the median of the runs' predicted/measured - 1)\n",
+      options.runs);
   if (!write_json_file(out + "/validation.json", rows, &error)) {
     std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
     return 1;

@@ -170,8 +170,11 @@ lr = 0.05
     const double predicted = row["predicted_samples_per_s"].get<double>();
     EXPECT_GT(measured, 0) << name;
     EXPECT_GT(predicted, 0) << name;
+    // One run: its own error is the median.
     EXPECT_NEAR(row["error"].get<double>(), predicted / measured - 1, 1e-9) << name;
     EXPECT_EQ(row["measured_runs"].size(), 1u) << name;
+    ASSERT_EQ(row["predicted_runs"].size(), 1u) << name;
+    EXPECT_EQ(row["predicted_runs"][0].get<double>(), predicted) << name;
     const int workers = row["workers"].get<int>();
     EXPECT_TRUE(workers == 0 || workers == row["stages"].get<int>()) << name;
     // Each measurement is a real run of its own, with its summary.
@@ -181,14 +184,20 @@ lr = 0.05
     const auto summary = nlohmann::json::parse(read_file(out / run / "summary.json"));
     EXPECT_EQ(summary["samples_per_s"].get<double>(), measured) << name;
     EXPECT_EQ(summary["steps"].get<int>(), 8) << name;
+    // Each run's prediction comes from a calibration of its own, kept beside it.
+    const std::string profile = row["mode"].get<std::string>() + "-s" +
+                                std::to_string(row["stages"].get<int>()) + "-profile-1.json";
+    EXPECT_FALSE(nlohmann::json::parse(read_file(out / profile))["blocks"].empty()) << name;
   }
   // The table: a header and one line per configuration, the runs' own output in their logs.
   std::istringstream table(result.output);
   std::vector<std::string> lines;
   for (std::string line; std::getline(table, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 13u) << result.output;
-  EXPECT_EQ(lines.back().rfind("async", 0), 0u) << lines.back();
-  EXPECT_NE(lines.back().find("--workers 4"), std::string::npos) << lines.back();
+  ASSERT_EQ(lines.size(), 14u) << result.output;
+  EXPECT_EQ(lines[12].rfind("async", 0), 0u) << lines[12];
+  EXPECT_NE(lines[12].find("--workers 4"), std::string::npos) << lines[12];
+  EXPECT_NE(lines.back().find("median of the runs' predicted/measured - 1"), std::string::npos)
+      << lines.back();
   EXPECT_NE(read_file(out / "sync-s2-1" / "train.log").find("final_test_accuracy"),
             std::string::npos);
 
