@@ -30,13 +30,14 @@ namespace {
 
 using json = nlohmann::json;
 
-/// This machine as a cluster: one node, one device per core; the profile supplies the costs
-/// and the transport.
+/// This machine as a cluster: one node, one device per core, pooled (the stages' threads run on
+/// whichever core is free); the profile supplies the costs and the transport.
 std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile, bool in_process,
                                                std::string* error) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::ostringstream text;
-  text << "[device_types.core]\nkind = \"cpu\"\npeak_flops = 1e11\nmemory_bandwidth = 3e10\n"
+  text << "[device_types.core]\nkind = \"cpu\"\npooled = true\npeak_flops = 1e11\n"
+          "memory_bandwidth = 3e10\n"
           "memory_bytes = 8e9\n[[nodes]]\nname = \"this-machine\"\ndevice_type = \"core\"\n"
        << "devices = " << cores
        << "\ndevice_link = { bandwidth = 1e10 }\nnic = { bandwidth = 1e10 }\n";

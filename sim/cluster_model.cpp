@@ -126,10 +126,16 @@ problem read_device_type(const toml::table& table, const std::string& path, devi
   device_model& d = out->prototype;
   if (problem error = check_keys(table, path,
                                  {"kind", "peak_flops", "memory_bandwidth", "memory_bytes",
-                                  "launch_overhead_s", "efficiency"})) {
+                                  "launch_overhead_s", "efficiency", "pooled"})) {
     return error;
   }
   if (problem error = string_key(table, path, "kind", {"gpu", "cpu"}, &out->kind)) return error;
+  if (const toml::node* pooled = table.get("pooled")) {
+    if (problem error =
+            actors::detail::read_bool(*pooled, key_path(path, "pooled") + ":", &d.pooled)) {
+      return error;
+    }
+  }
   const struct {
     const char* key;
     number_range range;

@@ -33,6 +33,10 @@ struct device_model {
   double memory_bytes = 0;       ///< capacity
   double launch_overhead_s = 0;  ///< per kernel launch
   double efficiency = 1;         ///< fraction of peak that layer kernels reach (0, 1]
+  /// The node's devices of this type form one pool (`pooled = true`): a stage placed on any of
+  /// them runs on whichever is free, as threads that the operating system schedules on a
+  /// node's cores do. Otherwise a stage runs on its own device only.
+  bool pooled = false;
 };
 
 struct link_model {

@@ -75,12 +75,18 @@ struct checkpoint_image {
 };
 
 struct device_state {
-  std::deque<int> waiting;  ///< parcels, in arrival order
+  int pool = 0;  ///< index into simulator::pools_
   bool busy = false;
   int stage = 0;  ///< of the work running
   std::vector<stage_output> outputs;
   double straggle_probability = 0;
   double slowdown = 1;
+};
+
+/// Devices that take work from one queue: a device alone, or a node's pooled devices.
+struct pool_state {
+  std::vector<int> devices;
+  std::deque<int> waiting;  ///< parcels, in arrival order
 };
 
 class simulator {
@@ -109,7 +115,11 @@ class simulator {
   int new_parcel(parcel&& p);
   void send(int from_device, int target, stage_output&& content, int from_track);
   void deliver(int id);
-  void start_work(int device);
+  /// Starts waiting work on the pool's free devices: each takes the oldest parcel whose stage
+  /// is not already at work (a stage, like its actor, handles one message at a time).
+  void start_work(int pool);
+  /// Device `device` handles parcel `id` and is busy for the time it is charged.
+  void begin_work(int device, int id);
   void finish_work(int device);
   void dispatch(std::vector<key_message>&& messages);
   void after_run_changed();
@@ -144,6 +154,8 @@ class simulator {
   std::vector<int> device_of_stage_;
   std::vector<double> stage_busy_s_;
   std::vector<device_state> devices_;
+  std::vector<pool_state> pools_;
+  std::vector<bool> stage_at_work_;
   std::unique_ptr<network_model> network_;
   std::unordered_map<uint64_t, int> flow_parcels_;
   std::unordered_map<uint64_t, std::pair<std::vector<int>, double>> routes_;
@@ -185,6 +197,19 @@ bool simulator::build(std::string* error) {
   }
   run_ = new_run(std::nullopt);
   devices_.resize(cluster_.devices.size());
+  for (size_t d = 0; d < cluster_.devices.size(); ++d) {
+    const device_model& device = cluster_.devices[d];
+    size_t pool = pools_.size();
+    if (device.pooled) {
+      for (size_t p = 0; p < pools_.size(); ++p) {
+        const device_model& first = cluster_.devices[pools_[p].devices.front()];
+        if (first.pooled && first.node == device.node && first.type == device.type) pool = p;
+      }
+    }
+    if (pool == pools_.size()) pools_.emplace_back();
+    pools_[pool].devices.push_back(static_cast<int>(d));
+    devices_[d].pool = static_cast<int>(pool);
+  }
   for (const straggler& slow : options_.stragglers) {
     if (slow.device < 0 || slow.device >= static_cast<int>(devices_.size())) {
       *error = "a straggler names device " + std::to_string(slow.device) + " of a " +
@@ -240,6 +265,7 @@ bool simulator::build(std::string* error) {
         *stage_devices_.back()));
   }
   stage_busy_s_.assign(stages, 0);
+  stage_at_work_.assign(stages, false);
   for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
   if (options_.failures.size() > kMaxFailures) {
     *error = std::to_string(options_.failures.size()) + " worker failures; at most " +
@@ -327,16 +353,27 @@ void simulator::deliver(int id) {
     after_run_changed();
     return;
   }
-  const int device = device_of_stage_[p.target];
-  devices_[device].waiting.push_back(id);
-  start_work(device);
+  const int pool = devices_[device_of_stage_[p.target]].pool;
+  pools_[pool].waiting.push_back(id);
+  start_work(pool);
 }
 
-void simulator::start_work(int device) {
+void simulator::start_work(int pool) {
+  pool_state& queue = pools_[pool];
+  for (int device : queue.devices) {
+    if (devices_[device].busy) continue;
+    auto next = std::find_if(queue.waiting.begin(), queue.waiting.end(),
+                             [&](int id) { return !stage_at_work_[parcels_[id].target]; });
+    if (next == queue.waiting.end()) return;
+    const int id = *next;
+    queue.waiting.erase(next);
+    begin_work(device, id);
+    if (!failure_.empty()) return;
+  }
+}
+
+void simulator::begin_work(int device, int id) {
   device_state& state = devices_[device];
-  if (state.busy || state.waiting.empty()) return;
-  const int id = state.waiting.front();
-  state.waiting.pop_front();
   const int stage = parcels_[id].target;
   const key_message message = std::move(parcels_[id].content.message);
   free_parcels_.push_back(id);
@@ -354,6 +391,7 @@ void simulator::start_work(int device) {
   }
   state.busy = true;
   state.stage = stage;
+  stage_at_work_[stage] = true;
   stage_busy_s_[stage] += seconds;
   const int kind = static_cast<int>(message.kind);
   hash(&stage, sizeof stage);
@@ -377,6 +415,7 @@ void simulator::finish_work(int device) {
   std::vector<stage_output> outputs = std::move(state.outputs);
   state.outputs.clear();
   state.busy = false;
+  stage_at_work_[stage] = false;
   for (stage_output& output : outputs) {
     switch (output.what) {
       case stage_output::kind::to_next_stage:
@@ -390,7 +429,7 @@ void simulator::finish_work(int device) {
         break;
     }
   }
-  start_work(device);
+  start_work(state.pool);
 }
 
 void simulator::dispatch(std::vector<key_message>&& messages) {
@@ -458,12 +497,15 @@ void simulator::worker_fails(int index) {
     failed_at_s_ = now_;
     recovering_ = true;
   }
+  for (pool_state& queue : pools_) {
+    for (int id : queue.waiting) free_parcels_.push_back(id);
+    queue.waiting.clear();
+  }
   for (device_state& state : devices_) {
-    for (int id : state.waiting) free_parcels_.push_back(id);
-    state.waiting.clear();
     state.busy = false;
     state.outputs.clear();
   }
+  stage_at_work_.assign(stage_at_work_.size(), false);
   writing_.reset();
   observer_.on_event({{"event", "worker_lost"},
                       {"device", device},

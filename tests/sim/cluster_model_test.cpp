@@ -108,12 +108,22 @@ TEST(ClusterModelTest, EthernetExampleHasSixteenNodesOnTwoSwitches) {
   EXPECT_EQ(cluster.devices[63].node, 15);
 }
 
+TEST(ClusterModelTest, PooledIsAFlagOfADeviceType) {
+  EXPECT_FALSE(parsed(kBase).devices.front().pooled);
+  const cluster_model pooled =
+      parsed(replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\npooled = true"));
+  EXPECT_TRUE(pooled.devices.front().pooled);
+  EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\npooled = 1")),
+            "c.toml: device_types.h100.pooled: must be a boolean, got an integer");
+}
+
 TEST(ClusterModelTest, ThisMachineExampleHasTwoCpus) {
   const cluster_model cluster = example("cluster_this_machine.toml");
   ASSERT_EQ(cluster.devices.size(), 2u);
   EXPECT_EQ(cluster.nodes.size(), 1u);
   EXPECT_EQ(cluster.links.size(), 6u);
   EXPECT_EQ(cluster.devices[1].name, "this-machine/cpu1");
+  EXPECT_TRUE(cluster.devices[1].pooled);
   EXPECT_EQ(cluster.name, "this machine");
 }
 

@@ -15,10 +15,13 @@
 namespace troupe::sim {
 
 /// Devices as fast as their FLOPs allow, with free memory traffic and links: every stage of a
-/// model of equal linear blocks then takes the same time, and messages take none.
-inline cluster_model ideal_cluster(int devices) {
+/// model of equal linear blocks then takes the same time, and messages take none. `pooled`
+/// makes the devices one pool; `more` is appended to the file (a [placement], say).
+inline cluster_model ideal_cluster(int devices, bool pooled = false, const std::string& more = "") {
   const std::string text = R"(
 [device_types.ideal]
+pooled = )" + std::string(pooled ? "true" : "false") +
+                           R"(
 peak_flops = 1e12
 memory_bandwidth = 1e18
 memory_bytes = 1e12
@@ -29,7 +32,7 @@ devices = )" + std::to_string(devices) +
                            R"(
 device_link = { bandwidth = 1e18 }
 nic = { bandwidth = 1e18 }
-)";
+)" + more;
   std::string error;
   auto cluster = parse_cluster(text, "ideal", &error);
   EXPECT_TRUE(cluster) << error;

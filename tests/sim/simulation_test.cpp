@@ -52,6 +52,33 @@ TEST(SimulationTest, GpipeIdleFractionIsTheBubbleFormula) {
   }
 }
 
+TEST(SimulationTest, PooledDevicesRunTheirStagesOnWhicheverIsFree) {
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.max_active_keys = 4;
+  config.parallelism.min_update_interval = 1;
+  // Every stage placed on the first of two devices.
+  const std::string on_first =
+      "[placement]\nstages = [\"node/gpu0\", \"node/gpu0\", \"node/gpu0\", \"node/gpu0\"]\n";
+  const double alone = simulated(config, ideal_cluster(2, false, on_first)).summary.samples_per_s;
+  const simulation_result pooled = simulated(config, ideal_cluster(2, true, on_first));
+  const double spread = simulated(config, ideal_cluster(2)).summary.samples_per_s;
+  std::printf(
+      "4 stages on one of 2 devices: %.0f samples/s; pooled %.0f; 2 stages per device %.0f\n",
+      alone, pooled.summary.samples_per_s, spread);
+  // The pool keeps both devices at work, at least as well as a placement that spreads the
+  // stages, two on each device, does.
+  EXPECT_NEAR(pooled.summary.samples_per_s / alone, 2.0, 0.05);
+  EXPECT_GE(pooled.summary.samples_per_s, spread);
+  // A stage still handles one message at a time, and the pool holds two devices' work.
+  double total = 0;
+  for (double utilization : pooled.stage_utilization) {
+    EXPECT_LE(utilization, 1.0 + 1e-9);
+    total += utilization;
+  }
+  EXPECT_LE(total, 2.0 + 1e-9);
+  EXPECT_GT(total, 1.9);
+}
+
 TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
   actors::job_config config = balanced_job(4, 1, "async");
   config.parallelism.max_active_keys = 4;
