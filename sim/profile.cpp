@@ -122,44 +122,62 @@ struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
 };
 
-/// Times the stage of blocks `range` as a pipeline stage runs it: keys_per_step() keys
-/// forward, the same keys back, a weight stash (asynchronous training with stashing) and the
-/// step, for `seconds` (at least three steps). Its weights, gradients, optimizer state and the
-/// keys' activations then compete for the caches as in training: a block timed alone keeps
-/// its state cached, and this model's step ran 4 times faster alone than in a stage.
-stage_timing time_stage(const actors::job_config& config, actors::stage_range range, bool first,
-                        layers::backend& device, const layers::shape& input,
-                        const layers::shape& output, int64_t batch, double seconds) {
-  auto stage = actors::make_layers_stage_device(config, range, device);
-  const layers::tensor inputs = batched(device, input, batch);
-  const layers::tensor gradients = batched(device, output, batch);
-  const int group = keys_per_step(config);
-  const bool stash = config.parallelism.mode == "async" && config.parallelism.weight_stashing;
-  std::vector<double> forward, backward, step, stashing;
-  const auto start = clock_type::now();
-  for (uint64_t key = 0; key < 3u * group || seconds_since(start) < seconds;) {
-    const uint64_t group_start = key;
-    for (int i = 0; i < group; ++i) {
+/// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
+/// keys_per_step() keys forward, the same keys back, a weight stash (asynchronous training with
+/// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
+/// then compete for the caches as in training: a block timed alone keeps its state cached,
+/// and this model's step ran 4 times faster alone than in a stage.
+class stage_timer {
+ public:
+  stage_timer(const actors::job_config& config, actors::stage_range range, bool first,
+              layers::backend& device, const layers::shape& input, const layers::shape& output,
+              int64_t batch)
+      : device_(device),
+        stage_(actors::make_layers_stage_device(config, range, device)),
+        inputs_(batched(device, input, batch)),
+        gradients_(batched(device, output, batch)),
+        first_(first),
+        keys_per_round_(keys_per_step(config)),
+        stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
+
+  void round() {
+    const uint64_t round_start = key_;
+    for (int i = 0; i < keys_per_round_; ++i) {
       actors::key_message message;
-      message.key = group_start + i;
+      message.key = round_start + i;
       message.kind = actors::key_kind::forward;
-      message.payload = inputs;
-      forward.push_back(timed(device, [&] { stage->forward(message, true); }));
+      message.payload = inputs_;
+      forward_.push_back(timed(device_, [&] { stage_->forward(message, true); }));
     }
-    for (int i = 0; i < group; ++i, ++key) {
+    for (int i = 0; i < keys_per_round_; ++i, ++key_) {
       actors::key_message message;
-      message.key = key;
+      message.key = key_;
       message.kind = actors::key_kind::backward;
-      message.payload = gradients;
-      backward.push_back(timed(device, [&] { stage->backward(message, !first); }));
+      message.payload = gradients_;
+      backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
     }
-    const auto version = static_cast<int64_t>(key);
-    if (stash) stashing.push_back(timed(device, [&] { stage->stash_weights(version); }));
-    stage->release_weights_before(version);
-    step.push_back(timed(device, [&] { stage->step(0.0f); }));
+    const auto version = static_cast<int64_t>(key_);
+    if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
+    stage_->release_weights_before(version);
+    step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
-  return {mean(forward), mean(backward), mean(step), mean(stashing)};
-}
+
+  size_t rounds() const { return step_.size(); }
+  stage_timing timing() const {
+    return {mean(forward_), mean(backward_), mean(step_), mean(stashing_)};
+  }
+
+ private:
+  layers::backend& device_;
+  std::unique_ptr<actors::stage_device> stage_;
+  const layers::tensor inputs_;
+  const layers::tensor gradients_;
+  const bool first_;
+  const int keys_per_round_;
+  const bool stash_;
+  uint64_t key_ = 0;
+  std::vector<double> forward_, backward_, step_, stashing_;
+};
 
 /// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
 /// to anything at all).
@@ -174,11 +192,13 @@ void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, dou
   }
 }
 
-/// Times every stage of `ranges` as time_stage() does, the stages of one core group after
-/// another and the groups at once, each on its own backend: `groups` stages compute at a time,
-/// as in a real run where they share the memory bandwidth and the last-level cache. Stage s
-/// belongs to group s × groups / stages (neighbours share a group when there are more stages
-/// than groups), as the simulator places stages on a cluster's devices.
+/// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
+/// thread, the groups at once: `groups` stages compute at a time, as in a real run where they
+/// share the memory bandwidth and the last-level cache. Stage s belongs to group
+/// s × groups / stages (neighbours share a group when there are more stages than groups, as
+/// the simulator places stages on a cluster's devices), and a group runs its stages' rounds in
+/// turn, so that every stage's state is in use between two rounds of one, as in training.
+/// Each group runs `seconds` per block of its stages, and every stage at least three rounds.
 std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& config,
                                                      const std::vector<actors::stage_range>& ranges,
                                                      const std::vector<layers::shape>& shapes,
@@ -193,15 +213,24 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
   }
   std::vector<stage_timing> timings(stages);
   auto time_group = [&](int group) {
+    std::vector<size_t> members;
+    std::vector<stage_timer> timers;
+    double group_seconds = 0;
     for (size_t s = 0; s < stages; ++s) {
       if (static_cast<int>(s * groups / stages) != group) continue;
       const actors::stage_range range = ranges[s];
       const layers::shape& input =
           range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
-      const double stage_seconds = seconds * static_cast<double>(range.last - range.first);
-      timings[s] = time_stage(config, range, s == 0, *backends[group], input,
-                              shapes[range.last - 1], batch, stage_seconds);
+      members.push_back(s);
+      timers.emplace_back(config, range, s == 0, *backends[group], input, shapes[range.last - 1],
+                          batch);
+      group_seconds += seconds * static_cast<double>(range.last - range.first);
     }
+    const auto start = clock_type::now();
+    while (timers.front().rounds() < 3 || seconds_since(start) < group_seconds) {
+      for (stage_timer& timer : timers) timer.round();
+    }
+    for (size_t i = 0; i < members.size(); ++i) timings[members[i]] = timers[i].timing();
   };
   std::vector<std::thread> workers;
   for (int g = 1; g < groups; ++g) workers.emplace_back(time_group, g);
