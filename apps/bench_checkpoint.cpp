@@ -26,6 +26,7 @@
 #include "actors/stage_state.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
+#include "apps/statistics.h"
 #include "layers/backend_registry.h"
 
 namespace troupe::apps {
@@ -38,11 +39,6 @@ const char* const example_job = "apps/examples/fashion_mlp.toml";
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 /// A directory under the system temp directory, removed with its contents when it goes.

@@ -20,6 +20,7 @@
 #include "actors/sequential_trainer.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
+#include "apps/statistics.h"
 #include "layers/backend_registry.h"
 #include "layers/gemm_precision.h"
 #include "layers/random.h"
@@ -51,11 +52,6 @@ double time_per_call(layers::backend& device, layers::stream s, double budget,
     device.synchronize(s);
   } while (seconds_since(start) < budget);
   return seconds_since(start) / calls;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64_t seed) {

@@ -22,6 +22,7 @@
 #include "actors/job_file.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
+#include "apps/statistics.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
 
@@ -86,12 +87,6 @@ std::optional<double> measured_samples_per_s(const validate_options& options,
   const json summary = json::parse(file, nullptr, false);
   if (summary.is_discarded()) return std::nullopt;
   return summary.value("samples_per_s", 0.0);
-}
-
-/// The median of `values` (not empty).
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 /// One configuration's predictions and measurements, run by run.
@@ -182,15 +177,15 @@ int run_validate(const validate_options& options) {
       }
       for (int workers : {0, stages}) {
         const int column = workers ? 1 : 0;
-        const double measured = median_of(result.measured[column]);
-        const double predicted = median_of(result.predicted[column]);
+        const double measured = median(result.measured[column]);
+        const double predicted = median(result.predicted[column]);
         // The error of each run against its own prediction, then their median: the pairs
         // cancel the machine's drift, which the medians of each column alone do not.
         std::vector<double> errors;
         for (size_t run = 0; run < result.measured[column].size(); ++run) {
           errors.push_back(result.predicted[column][run] / result.measured[column][run] - 1);
         }
-        const double relative = median_of(errors);
+        const double relative = median(errors);
         const std::string where =
             workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
         char line[160];
