@@ -302,13 +302,17 @@ double message_seconds(transport::outbox& out, transport::inbox& in, size_t byte
 /// the key (its payload copied off the device) and the send on this thread, a receiver thread
 /// that wakes, decodes the key onto the device and hands it over, and this thread woken in
 /// turn. The process's CPU time over `rounds` messages, halved: each end gets its share; the
-/// median wall time of one message goes to `latency_s`.
-double message_cpu_seconds(transport::transport_context& context, const std::string& address,
-                           layers::backend& device, const layers::shape& shape, int64_t samples,
-                           int rounds, double* latency_s) {
+/// median wall time of one message goes to `latency_s`. The sender's context is the
+/// receiver's for inproc://, and one of its own (its own ZeroMQ I/O thread, as in another
+/// process) for ipc://.
+double message_cpu_seconds(transport::transport_context& context,
+                           transport::transport_context& sending_context,
+                           const std::string& address, layers::backend& device,
+                           const layers::shape& shape, int64_t samples, int rounds,
+                           double* latency_s) {
   transport::endpoint_error problem;
   auto in = transport::inbox::bind(context, address, {}, &problem);
-  auto out = in ? transport::outbox::connect(context, address, {}, &problem) : std::nullopt;
+  auto out = in ? transport::outbox::connect(sending_context, address, {}, &problem) : std::nullopt;
   if (!in || !out) return -1;
   std::mutex mutex;
   std::condition_variable arrived;
@@ -370,11 +374,12 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
       const double latency = message_seconds(*out, *in, small, 200);
       const double big = message_seconds(*out, *in, large, 20);
       double ipc_latency = 0;
-      const double ipc_cpu = message_cpu_seconds(context, address + "-cpu", device, input,
-                                                 profile->batch, 200, &ipc_latency);
-      const double inproc_cpu =
-          message_cpu_seconds(context, "inproc://troupe-calibrate-" + std::to_string(getpid()),
-                              device, input, profile->batch, 200, &profile->inproc_latency_s);
+      transport::transport_context other_process;
+      const double ipc_cpu = message_cpu_seconds(context, other_process, address + "-cpu", device,
+                                                 input, profile->batch, 200, &ipc_latency);
+      const double inproc_cpu = message_cpu_seconds(
+          context, context, "inproc://troupe-calibrate-" + std::to_string(getpid()), device, input,
+          profile->batch, 200, &profile->inproc_latency_s);
       ok = latency > 0 && big > latency && ipc_cpu > 0 && inproc_cpu > 0;
       if (ok) {
         profile->link_latency_s = latency;
