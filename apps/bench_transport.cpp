@@ -42,7 +42,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 const std::vector<size_t> payload_sizes = {size_t{64} << 10, size_t{1} << 20, size_t{16} << 20};
-constexpr int rounds = 9;                       // alternating raw/troupe rounds per figure
+constexpr int rounds = 15;                      // alternating raw/troupe rounds per figure
 constexpr int round_trips_per_round = 1000;     // recorded, after the warm-up ones
 constexpr int warm_up_round_trips = 100;        // per round, not recorded
 constexpr int64_t min_messages_per_figure = 8;  // even when the time is up
