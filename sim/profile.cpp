@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_hosting.h"
-#include "actors/local_pipeline.h"
 #include "actors/partition.h"
 #include "actors/stage_device.h"
 #include "actors/training_run.h"
@@ -112,17 +111,22 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
   return result;
 }
 
+/// Keys a stage trains on between two optimizer steps.
+int keys_per_step(const actors::job_config& config) {
+  const int interval = config.parallelism.min_update_interval;
+  return std::max(1, interval > 0 ? interval : config.parallelism.micro_batches);
+}
+
 /// Per key (forward, backward) and per step (step, stash) times of one stage.
 struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
 };
 
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
-/// as many keys forward as the stage trains on between two steps (its min_update_interval, as
-/// the engine's stage_settings_of() sets it), the same keys back, a weight stash (asynchronous
-/// training with stashing) and the step. Its weights, gradients, optimizer state and the keys'
-/// activations then compete for the caches as in training: a block timed alone keeps its state
-/// cached, and this model's step ran 4 times faster alone than in a stage.
+/// keys_per_step() keys forward, the same keys back, a weight stash (asynchronous training with
+/// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
+/// then compete for the caches as in training: a block timed alone keeps its state cached,
+/// and this model's step ran 4 times faster alone than in a stage.
 class stage_timer {
  public:
   stage_timer(const actors::job_config& config, actors::stage_range range, bool first,
@@ -133,7 +137,7 @@ class stage_timer {
         inputs_(batched(device, input, batch)),
         gradients_(batched(device, output, batch)),
         first_(first),
-        keys_per_round_(actors::stage_settings_of(config, 0, 1, 1).min_update_interval),
+        keys_per_round_(keys_per_step(config)),
         stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
 
   void round() {
@@ -191,10 +195,10 @@ void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, dou
 /// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
 /// thread, the groups at once: `groups` stages compute at a time, as in a real run where they
 /// share the memory bandwidth and the last-level cache. Stage s belongs to group
-/// s × groups / stages (neighbours share a group when there are more stages than groups), and
-/// a group runs its stages' rounds in turn, so that every stage's state is in use between two
-/// rounds of one, as in training. Each group runs `seconds` per block of its stages, and every
-/// stage at least three rounds.
+/// s × groups / stages (neighbours share a group when there are more stages than groups, as
+/// the simulator places stages on a cluster's devices), and a group runs its stages' rounds in
+/// turn, so that every stage's state is in use between two rounds of one, as in training.
+/// Each group runs `seconds` per block of its stages, and every stage at least three rounds.
 std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& config,
                                                      const std::vector<actors::stage_range>& ranges,
                                                      const std::vector<layers::shape>& shapes,
