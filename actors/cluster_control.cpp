@@ -8,7 +8,8 @@ namespace troupe::actors {
 
 using json = nlohmann::json;
 
-void control_queue::push(transport::message message) {
+void control_queue::push(transport::message message, double received_s) {
+  message.header.metrics["received_s"] = received_s;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     messages_.push_back(std::move(message));
@@ -44,6 +45,8 @@ json control_body(const transport::message& message) {
       !body["type"].is_string()) {
     return json();
   }
+  auto received = message.header.metrics.find("received_s");
+  if (received != message.header.metrics.end()) body["received_s"] = received->second;
   return body;
 }
 

@@ -24,7 +24,10 @@ namespace troupe::actors {
 /// Control messages handed from a receiver thread to the main thread.
 class control_queue {
  public:
-  void push(transport::message message);
+  /// Queues `message` stamped with `received_s`, the receiving process's clock as it arrived
+  /// (control_body() hands it on as "received_s"), so that the clocks of two processes can be
+  /// compared without the time a message waits in this queue.
+  void push(transport::message message, double received_s);
   /// The oldest message, waiting up to `seconds`; nothing on timeout.
   std::optional<transport::message> pop(double seconds);
 
@@ -38,7 +41,8 @@ class control_queue {
 bool is_control(const transport::message& message);
 transport::message control_message(const nlohmann::json& body);
 
-/// The JSON body of a control message, or null when it is not an object with a "type".
+/// The JSON body of a control message, or null when it is not an object with a "type". With
+/// "received_s" set to the message's arrival stamp when it came through a control_queue.
 nlohmann::json control_body(const transport::message& message);
 
 std::string host_name();

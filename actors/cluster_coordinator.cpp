@@ -14,6 +14,7 @@
 #include "actors/cluster_host.h"
 #include "actors/job_file.h"
 #include "actors/partition.h"
+#include "actors/wire_format.h"
 
 namespace troupe::actors {
 namespace {
@@ -29,6 +30,10 @@ struct worker_peer {
   std::optional<transport::outbox> control;
   std::vector<int> stages;
   double last_heard = 0;
+  /// Its last stamped message (hello or heartbeat): its clock as it sent it and this one's as it
+  /// arrived. Assignments and heartbeats echo them, with this clock as they leave, so that the
+  /// worker can tell its clock's offset from this one (for the trace).
+  json echo;
 
   std::string describe() const {
     std::string text = "worker pid " + std::to_string(pid) + " on " + host + " (stage";
@@ -58,6 +63,14 @@ uint64_t fresh_cluster_job_id() {
   static std::atomic<uint64_t> counter{0};
   return (static_cast<uint64_t>(::getpid()) << 20) + (uint64_t{1} << 19) + counter.fetch_add(1);
 }
+
+/// A worker's trace as it arrived, kept until every worker's is in.
+struct worker_trace {
+  std::string address;  ///< of the worker that sent it
+  std::vector<int> stages;
+  double clock_offset_s = 0;  ///< the coordinator's clock minus the worker's
+  json records;               ///< trace_recorder::records() of the worker
+};
 
 class cluster_coordinator {
  public:
@@ -95,6 +108,7 @@ class cluster_coordinator {
     }
     finish_workers();
     collect_reports();
+    merge_worker_traces();
     if (static_cast<int>(reports_.size()) < stages_) {
       *error = "only " + std::to_string(reports_.size()) + " of " + std::to_string(stages_) +
                " stages reported at the end of the run";
@@ -133,7 +147,7 @@ class cluster_coordinator {
         context_, std::move(inboxes),
         [this](transport::message&& message) {
           if (is_control(message)) {
-            control_.push(std::move(message));
+            control_.push(std::move(message), clock_.now_seconds());
             return;
           }
           std::lock_guard<std::mutex> lock(route_mutex_);
@@ -157,9 +171,11 @@ class cluster_coordinator {
 
   void handle_control(const json& body, const transport::message& message) {
     const std::string type = body["type"];
-    const int64_t pid = body.value("pid", int64_t{-1});
+    const std::string address = body.value("address", std::string());
     for (auto& worker : workers_) {
-      if (worker.pid == pid) worker.last_heard = clock_.now_seconds();
+      if (worker.address != address) continue;
+      worker.last_heard = clock_.now_seconds();
+      if (json stamped = stamps(body); !stamped.is_null()) worker.echo = stamped;
     }
     if (type == "hello") {
       admit_hello(body);
@@ -169,6 +185,56 @@ class cluster_coordinator {
       reports_[body.value("stage", -1)] = report_from(body, message);
       auto count = message.header.metrics.find("dropped");
       if (count != message.header.metrics.end()) dropped_ += static_cast<uint64_t>(count->second);
+    } else if (type == "trace") {
+      keep_worker_trace(body, message);
+    }
+  }
+
+  static json stamps(const json& body) {
+    if (!body.contains("clock_s") || !body["clock_s"].is_number()) return json();
+    return {{"sent_s", body["clock_s"]}, {"received_s", body.value("received_s", 0.0)}};
+  }
+
+  /// Keeps a worker's trace records (its stages' spans on its own clock) until all are in.
+  void keep_worker_trace(const json& body, const transport::message& message) {
+    if (!options_.pipeline.trace) return;
+    worker_trace trace;
+    trace.address = body.value("address", std::string("?"));
+    const json offset = body.value("clock_offset_s", json());
+    trace.clock_offset_s = offset.is_number() ? offset.get<double>() : 0.0;
+    std::string error;
+    auto bytes = state_from_wire(message, &error);
+    if (bytes) trace.records = json::parse(*bytes, nullptr, false);
+    if (bytes && trace.records.is_discarded()) error = "not JSON";
+    const json stages = body.value("stages", json());
+    if (error.empty() && stages.is_array()) {
+      for (const json& stage : stages) {
+        if (stage.is_number_integer() && stage.get<int>() >= 0 && stage.get<int>() < stages_) {
+          trace.stages.push_back(stage.get<int>());
+        }
+      }
+    }
+    if (!error.empty()) {
+      std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
+                   trace.address.c_str(), error.c_str());
+      return;
+    }
+    worker_traces_.push_back(std::move(trace));
+  }
+
+  /// Adds the workers' traces to the run's, each time moved onto this clock by the offset of
+  /// the worker that read it (a message arrow starts on its sender's clock).
+  void merge_worker_traces() {
+    std::vector<double> offsets(static_cast<size_t>(stages_) + 1, 0.0);  // by track + 1
+    for (const worker_trace& trace : worker_traces_) {
+      for (int stage : trace.stages) offsets[stage + 1] = trace.clock_offset_s;
+    }
+    for (const worker_trace& trace : worker_traces_) {
+      std::string error;
+      if (!options_.pipeline.trace->add_records(trace.records, offsets, &error)) {
+        std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
+                     trace.address.c_str(), error.c_str());
+      }
     }
   }
 
@@ -180,6 +246,7 @@ class cluster_coordinator {
     peer.host = body.value("host", "?");
     peer.pid = body.value("pid", int64_t{0});
     peer.public_key = body.value("public_key", "");
+    peer.echo = stamps(body);
     const auto& allowed = options_.security.allowed_public_keys;
     if (options_.security.curve &&
         std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
@@ -218,10 +285,18 @@ class cluster_coordinator {
     workers_.push_back(std::move(peer));
   }
 
+  /// `body` with the echo of `worker`'s last stamps and this clock as it leaves.
+  json with_stamps(json body, const worker_peer& worker) {
+    if (worker.echo.is_null()) return body;
+    body["echo"] = worker.echo;
+    body["sent_s"] = clock_.now_seconds();
+    return body;
+  }
+
   void heartbeat_workers(double now) {
     if (now - last_heartbeat_ < options_.liveness.heartbeat_s) return;
     for (auto& worker : workers_) {
-      send_on(*worker.control, control_message({{"type", "heartbeat"}}));
+      send_on(*worker.control, control_message(with_stamps({{"type", "heartbeat"}}, worker)));
     }
     last_heartbeat_ = now;
   }
@@ -279,18 +354,18 @@ class cluster_coordinator {
     parts->job_id = job_id_;
     parts->listener = caf::actor{self_};
     for (worker_peer& worker : workers_) {
-      send_on(*worker.control,
-              control_message({{"type", "assign"},
-                               {"job_toml", options_.job_toml},
-                               {"overrides", options_.overrides},
-                               {"stages", worker.stages},
-                               {"addresses", addresses},
-                               {"keys", keys},
-                               {"coordinator", address_},
-                               {"coordinator_key", options_.security.own.public_key},
-                               {"job_id", job_id_},
-                               {"steps_per_epoch", parts->run->steps_per_epoch()},
-                               {"total_steps", parts->run->total_steps()}}));
+      json assignment = {{"type", "assign"},
+                         {"job_toml", options_.job_toml},
+                         {"overrides", options_.overrides},
+                         {"stages", worker.stages},
+                         {"addresses", addresses},
+                         {"keys", keys},
+                         {"coordinator", address_},
+                         {"coordinator_key", options_.security.own.public_key},
+                         {"job_id", job_id_},
+                         {"steps_per_epoch", parts->run->steps_per_epoch()},
+                         {"total_steps", parts->run->total_steps()}};
+      send_on(*worker.control, control_message(with_stamps(assignment, worker)));
     }
     ready_ = 0;
     const double deadline = clock_.now_seconds() + options_.liveness.startup_s;
@@ -413,7 +488,7 @@ class cluster_coordinator {
   void finish_workers() {
     stop_generation();
     for (worker_peer& worker : workers_) {
-      send_on(*worker.control, control_message({{"type", "finish"}}));
+      send_on(*worker.control, control_message(with_stamps({{"type", "finish"}}, worker)));
     }
   }
 
@@ -452,6 +527,7 @@ class cluster_coordinator {
   double last_heartbeat_ = 0;
   int restarts_ = 0;
   std::map<int, stage_report> reports_;
+  std::vector<worker_trace> worker_traces_;
   uint64_t dropped_ = 0;
   // Last: stopped first, before what its callback touches goes away.
   std::unique_ptr<transport::receiver_thread> receiver_;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -15,6 +17,7 @@
 #include "actors/cluster_host.h"
 #include "actors/job_file.h"
 #include "actors/partition.h"
+#include "actors/trace_recorder.h"
 
 namespace troupe::actors {
 namespace {
@@ -62,6 +65,61 @@ class stage_routes {
   std::atomic<uint64_t> rejected_{0};
 };
 
+/// The coordinator's clock minus this worker's, from NTP's four stamps of an exchange: a
+/// message of this worker's sent (w0) and received (c1), the coordinator's answer sent (c2) and
+/// received (w3). One exchange gives ((c1 - w0) + (c2 - w3)) / 2, off by at most half its round
+/// trip (w3 - w0) - (c2 - c1); the exchange with the shortest round trip so far is kept (the
+/// first, the hello, may have waited for the connection). On one host it comes out as about 0:
+/// processes there share the monotonic clock.
+class clock_estimate {
+ public:
+  /// Takes the stamps of an assignment or heartbeat of the coordinator's: its "echo" of this
+  /// worker's last message, its "sent_s" and the "received_s" its arrival was stamped with.
+  void add(const json& body) {
+    const auto stamp = [](const json& from, const char* name) {
+      return from.is_object() && from.contains(name) && from[name].is_number()
+                 ? std::optional<double>(from[name].get<double>())
+                 : std::nullopt;
+    };
+    const json echo = body.value("echo", json());
+    const auto w0 = stamp(echo, "sent_s"), c1 = stamp(echo, "received_s");
+    const auto c2 = stamp(body, "sent_s"), w3 = stamp(body, "received_s");
+    if (!w0 || !c1 || !c2 || !w3) return;
+    const double round_trip = (*w3 - *w0) - (*c2 - *c1);
+    const double offset = ((*c1 - *w0) + (*c2 - *w3)) / 2;
+    if (!std::isfinite(offset) || !(round_trip >= 0) || round_trip >= best_round_trip_s_) return;
+    best_round_trip_s_ = round_trip;
+    offset_s_ = offset;
+  }
+  double offset_s() const { return offset_s_; }
+
+ private:
+  double best_round_trip_s_ = std::numeric_limits<double>::infinity();
+  double offset_s_ = 0;
+};
+
+/// This worker's end of its link to the coordinator: the socket, the address that names this
+/// worker in the control messages it sends (pids repeat across hosts and containers), and its
+/// estimate of the coordinator's clock.
+struct coordinator_link {
+  transport::outbox& outbox;
+  std::string own_address;
+  clock_source& own_clock;
+  clock_estimate clock;
+
+  /// Sends `message`, a control message, with this worker's address, pid and clock (for the
+  /// coordinator's echo) in its body.
+  void send(transport::message message) {
+    json body = json::parse(message.header.text);
+    body["address"] = own_address;
+    body["pid"] = ::getpid();
+    body["clock_s"] = own_clock.now_seconds();
+    message.header.text = body.dump();
+    send_on(outbox, message);
+  }
+  void send(const json& body) { send(control_message(body)); }
+};
+
 transport::message report_message(const stage_report& report, int stage) {
   transport::message message =
       control_message({{"type", "report"},
@@ -80,6 +138,7 @@ transport::message report_message(const stage_report& report, int stage) {
 /// What a worker builds from its assignment.
 struct worker_stages {
   job_config config;
+  int stage_count = 0;  ///< of the whole job
   std::vector<int> indices;
   std::vector<std::shared_ptr<stage_parts>> parts;
 };
@@ -99,6 +158,7 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
   if (!ranges) return std::nullopt;
   worker_stages result;
   result.config = *config;
+  result.stage_count = static_cast<int>(ranges->size());
   address_book addresses;
   addresses.stages = assignment.value("addresses", std::vector<std::string>{});
   addresses.coordinator = assignment.value("coordinator", "");
@@ -142,9 +202,20 @@ void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf:
   }
 }
 
+/// Sends the spans and message arrows this worker's stages recorded (on its own clock, with its
+/// estimate of the coordinator's clock offset) to the coordinator, which adds them to the run's
+/// trace.
+void send_trace(const trace_recorder& trace, const std::vector<int>& stages,
+                coordinator_link& coordinator) {
+  transport::message message = control_message(
+      {{"type", "trace"}, {"stages", stages}, {"clock_offset_s", coordinator.clock.offset_s()}});
+  transport::add_payload(message, std::make_shared<const std::string>(trace.records().dump()));
+  coordinator.send(std::move(message));
+}
+
 /// Waits for a control message of one of `types` from the coordinator, sending heartbeats the
 /// while; null, with `error` set, when the coordinator stays silent for `silence_s`.
-json await_coordinator(control_queue& control, transport::outbox& coordinator,
+json await_coordinator(control_queue& control, coordinator_link& coordinator,
                        const std::set<std::string>& types, double silence_s,
                        const worker_options& options, clock_source& clock, std::string* error) {
   const double heartbeat_s = options.liveness.heartbeat_s;
@@ -155,10 +226,11 @@ json await_coordinator(control_queue& control, transport::outbox& coordinator,
     if (message) {
       last_heard = now;
       json body = control_body(*message);
+      if (!body.is_null()) coordinator.clock.add(body);
       if (!body.is_null() && types.count(body["type"].get<std::string>())) return body;
     }
     if (now - last_sent >= heartbeat_s) {
-      send_on(coordinator, control_message({{"type", "heartbeat"}, {"pid", ::getpid()}}));
+      coordinator.send({{"type", "heartbeat"}});
       last_sent = now;
     }
     if (now - last_heard > silence_s) {
@@ -171,9 +243,9 @@ json await_coordinator(control_queue& control, transport::outbox& coordinator,
 
 /// Builds the assigned stages, serves them until the coordinator says finish or reset, then
 /// stops them. Returns the next control body (finish or reset), or null with `error` set.
-json serve_generation(const json& assignment, control_queue& control,
-                      transport::outbox& coordinator, transport::transport_context& context,
-                      stage_routes& routes, const worker_options& options, clock_source& clock,
+json serve_generation(const json& assignment, control_queue& control, coordinator_link& coordinator,
+                      transport::transport_context& context, stage_routes& routes,
+                      const worker_options& options, clock_source& clock,
                       const std::function<uint64_t()>& dropped,
                       std::vector<std::shared_ptr<stage_parts>>* retired, bool* bad_assignment,
                       std::string* error) {
@@ -181,6 +253,11 @@ json serve_generation(const json& assignment, control_queue& control,
   if (!stages) {
     *bad_assignment = true;
     return json();
+  }
+  std::unique_ptr<trace_recorder> trace;
+  if (stages->config.metrics.trace) {
+    trace = std::make_unique<trace_recorder>(stages->stage_count);
+    for (auto& parts : stages->parts) parts->trace = trace.get();
   }
   json next;
   {
@@ -195,14 +272,12 @@ json serve_generation(const json& assignment, control_queue& control,
     }
     const uint64_t job_id = assignment.value("job_id", uint64_t{0});
     routes.set(actors, job_id);
-    send_on(coordinator, control_message({{"type", "ready"},
-                                          {"stages", stages->indices},
-                                          {"job_id", job_id},
-                                          {"pid", ::getpid()}}));
+    coordinator.send({{"type", "ready"}, {"stages", stages->indices}, {"job_id", job_id}});
     next = await_coordinator(control, coordinator, {"finish", "reset"}, options.liveness.timeout_s,
                              options, clock, error);
     if (!next.is_null() && next["type"] == "finish") {
-      send_reports(self, actors, coordinator, dropped());
+      if (trace) send_trace(*trace, stages->indices, coordinator);
+      send_reports(self, actors, coordinator.outbox, dropped());
     }
     routes.set({}, 0);
     for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
@@ -213,6 +288,7 @@ json serve_generation(const json& assignment, control_queue& control,
     parts->next.reset();
     parts->previous.reset();
     parts->coordinator.reset();
+    parts->trace = nullptr;
     retired->push_back(parts);
   }
   return next;
@@ -248,13 +324,14 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
   }
   control_queue control;
   stage_routes routes;
+  coordinator_link link{*coordinator, own_address, clock, {}};
   std::vector<transport::inbox> inboxes;
   inboxes.push_back(std::move(*in));
   transport::receiver_thread receiver(
       context, std::move(inboxes),
       [&](transport::message&& message) {
         if (is_control(message)) {
-          control.push(std::move(message));
+          control.push(std::move(message), clock.now_seconds());
           return;
         }
         const int target = message.header.target_stage;
@@ -267,13 +344,11 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
         }
       },
       log_dropped_frame);
-  send_on(*coordinator, control_message({{"type", "hello"},
-                                         {"protocol", transport::current_protocol_version},
-                                         {"job_hash", options.job_hash},
-                                         {"address", own_address},
-                                         {"host", host_name()},
-                                         {"pid", ::getpid()},
-                                         {"public_key", options.security.own.public_key}}));
+  link.send({{"type", "hello"},
+             {"protocol", transport::current_protocol_version},
+             {"job_hash", options.job_hash},
+             {"host", host_name()},
+             {"public_key", options.security.own.public_key}});
   json next = wait_for(control, {"assign", "refuse"}, options.liveness.startup_s, clock);
   if (next.is_null()) {
     *error = "no assignment from the coordinator at " + options.coordinator_address + " within " +
@@ -292,10 +367,11 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
       break;
     }
     if (next["type"] == "reset") {
-      next = await_coordinator(control, *coordinator, {"assign", "finish"},
-                               options.liveness.timeout_s, options, clock, error);
+      next = await_coordinator(control, link, {"assign", "finish"}, options.liveness.timeout_s,
+                               options, clock, error);
     } else {
-      next = serve_generation(next, control, *coordinator, context, routes, options, clock, dropped,
+      link.clock.add(next);
+      next = serve_generation(next, control, link, context, routes, options, clock, dropped,
                               &retired, &bad_assignment, error);
     }
     if (next.is_null()) status = bad_assignment ? 2 : 1;

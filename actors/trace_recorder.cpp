@@ -1,6 +1,7 @@
 #include "actors/trace_recorder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 namespace troupe::actors {
@@ -22,6 +23,13 @@ nlohmann::json complete_event(const std::string& name, const char* category, int
           {"dur", duration_s * microseconds}};
 }
 
+/// Names of spans are short words ("forward", "backward+step"): anything longer is not one.
+constexpr size_t max_span_name = 32;
+
+bool finite_number(const nlohmann::json& value) {
+  return value.is_number() && std::isfinite(value.get<double>());
+}
+
 }  // namespace
 
 trace_recorder::trace_recorder(int stages) : stages_(stages) {}
@@ -36,6 +44,68 @@ void trace_recorder::flow(int from_track, int to_track, int64_t key, double sent
                           double received_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   flows_.push_back({from_track, to_track, key, sent_s, received_s});
+}
+
+nlohmann::json trace_recorder::records() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json spans = nlohmann::json::array(), flows = nlohmann::json::array();
+  for (const span_record& s : spans_) {
+    spans.push_back({s.track, s.name, s.key, s.start_s, s.duration_s});
+  }
+  for (const flow_record& f : flows_) {
+    flows.push_back({f.from_track, f.to_track, f.key, f.sent_s, f.received_s});
+  }
+  return {{"spans", spans}, {"flows", flows}};
+}
+
+bool trace_recorder::add_records(const nlohmann::json& records,
+                                 const std::vector<double>& track_offsets_s, std::string* error) {
+  if (track_offsets_s.size() != static_cast<size_t>(stages_) + 1) {
+    *error = "clock offsets for " + std::to_string(track_offsets_s.size()) +
+             " tracks; the trace has " + std::to_string(stages_ + 1);
+    return false;
+  }
+  const auto offset = [&](const nlohmann::json& track) {
+    return track_offsets_s[static_cast<size_t>(track.get<int>() + 1)];
+  };
+  const auto track_ok = [&](const nlohmann::json& value) {
+    return value.is_number_integer() && value.get<int64_t>() >= -1 &&
+           value.get<int64_t>() < stages_;
+  };
+  if (!records.is_object() || !records.contains("spans") || !records["spans"].is_array() ||
+      !records.contains("flows") || !records["flows"].is_array()) {
+    *error = "not an object with \"spans\" and \"flows\" lists";
+    return false;
+  }
+  const nlohmann::json& spans = records["spans"];
+  const nlohmann::json& flows = records["flows"];
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const nlohmann::json& s = spans[i];
+    if (!s.is_array() || s.size() != 5 || !track_ok(s[0]) || !s[1].is_string() ||
+        s[1].get_ref<const std::string&>().size() > max_span_name || !s[2].is_number_integer() ||
+        !finite_number(s[3]) || !finite_number(s[4]) || s[4].get<double>() < 0) {
+      *error = "span " + std::to_string(i) + " is not [track, name, key, start_s, duration_s]";
+      return false;
+    }
+  }
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const nlohmann::json& f = flows[i];
+    if (!f.is_array() || f.size() != 5 || !track_ok(f[0]) || !track_ok(f[1]) ||
+        !f[2].is_number_integer() || !finite_number(f[3]) || !finite_number(f[4])) {
+      *error = "flow " + std::to_string(i) + " is not [from, to, key, sent_s, received_s]";
+      return false;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const nlohmann::json& s : spans) {
+    spans_.push_back({s[0].get<int>(), s[1].get<std::string>(), s[2].get<int64_t>(),
+                      s[3].get<double>() + offset(s[0]), s[4].get<double>()});
+  }
+  for (const nlohmann::json& f : flows) {
+    flows_.push_back({f[0].get<int>(), f[1].get<int>(), f[2].get<int64_t>(),
+                      f[3].get<double>() + offset(f[0]), f[4].get<double>() + offset(f[1])});
+  }
+  return true;
 }
 
 void trace_recorder::add_track_names(nlohmann::json* events) const {

@@ -25,6 +25,18 @@ class trace_recorder {
   /// A message leaving `from_track` at `sent_s` for `to_track`, arriving at `received_s`.
   void flow(int from_track, int to_track, int64_t key, double sent_s, double received_s);
 
+  /// The recorded spans and flows as they are, for another process's recorder to add:
+  /// {"spans": [[track, name, key, start_s, duration_s], ...],
+  ///  "flows": [[from_track, to_track, key, sent_s, received_s], ...]}.
+  nlohmann::json records() const;
+  /// Adds records() of another recorder (a worker's). Its times are on the clocks of the
+  /// processes that took them: `track_offsets_s[track + 1]` is added to a time taken on
+  /// `track` (a message arrow's start on its sender's track), one entry per track. Checks all of
+  /// them first (tracks within this trace's stages, finite times, durations not negative, names of
+  /// at most 32 characters): on a bad one nothing is added and `error` names it.
+  bool add_records(const nlohmann::json& records, const std::vector<double>& track_offsets_s,
+                   std::string* error);
+
   /// The trace as Chrome trace JSON, with idle spans between each track's work spans.
   nlohmann::json to_json() const;
   /// Writes to_json() to `path`; false with `error` set on failure.

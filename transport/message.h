@@ -17,7 +17,7 @@
 namespace troupe::transport {
 
 /// Wire protocol version this build writes into every header; decoders reject any other.
-inline constexpr uint16_t current_protocol_version = 2;
+inline constexpr uint16_t current_protocol_version = 3;
 
 /// Stage number that stands for the coordinator in source_stage / target_stage.
 inline constexpr int32_t coordinator_stage = -1;

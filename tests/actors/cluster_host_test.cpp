@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "actors/cluster_control.h"
@@ -14,6 +15,7 @@
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
+#include "actors/trace_recorder.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 #include "transport/endpoint.h"
@@ -244,6 +246,79 @@ TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
   EXPECT_FALSE(run_coordinator(*config, *data, options, observer, clock, &error));
   EXPECT_NE(error.find("4 workers for 3 stages"), std::string::npos) << error;
   std::filesystem::remove_all(directory);
+}
+
+/// A host whose monotonic clock started long before the coordinator's.
+class shifted_clock final : public clock_source {
+ public:
+  explicit shifted_clock(double shift_s) : shift_s_(shift_s) {}
+  double now_seconds() override { return base_.now_seconds() + shift_s_; }
+
+ private:
+  wall_clock base_;
+  double shift_s_;
+};
+
+TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
+  const std::vector<std::string> overrides = {"metrics.trace=true", "training.epochs=1"};
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", overrides, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  ASSERT_TRUE(data) << error;
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  trace_recorder trace(3);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 2;
+  options.job_toml = job_toml;
+  options.overrides = overrides;
+  options.pipeline.trace = &trace;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      worker_options worker;
+      worker.coordinator_address = options.listen_address;
+      worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
+      // Clocks of other hosts: hours ahead of the coordinator's and an hour behind it.
+      shifted_clock worker_clock(w == 0 ? 5000.0 : -3600.0);
+      std::string worker_error;
+      run_worker(worker, worker_clock, &worker_error);
+    });
+  }
+  wall_clock clock;
+  quiet_observer observer;
+  const double started_us = clock.now_seconds() * 1e6;
+  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  const double ended_us = clock.now_seconds() * 1e6;
+  for (auto& worker : workers) worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << error;
+
+  const nlohmann::json timeline = trace.to_json();
+  std::map<int, int> work_spans;  // per Chrome thread id (stage + 1)
+  std::map<uint64_t, double> sent_us;
+  std::vector<std::pair<uint64_t, double>> received_us;
+  for (const auto& event : timeline["traceEvents"]) {
+    if (event["ph"] == "X" && event["name"] != "idle") {
+      ++work_spans[event["tid"].get<int>()];
+      EXPECT_GE(event["ts"].get<double>(), started_us) << event.dump();
+      EXPECT_LE(event["ts"].get<double>() + event["dur"].get<double>(), ended_us)
+          << event.dump() << " started " << std::fixed << started_us << " ended " << ended_us;
+    } else if (event["ph"] == "s") {
+      sent_us[event["id"].get<uint64_t>()] = event["ts"].get<double>();
+    } else if (event["ph"] == "f") {
+      received_us.push_back({event["id"].get<uint64_t>(), event["ts"].get<double>()});
+    }
+  }
+  // 40 steps of 4 micro-batches, forward and backward, on each of the 3 stages.
+  for (int stage = 0; stage < 3; ++stage) EXPECT_GE(work_spans[stage + 1], 160) << stage;
+  ASSERT_GE(received_us.size(), 3u * 160u);
+  // Messages between the workers arrive after they were sent, to within the clock estimate
+  // (half a round trip over ipc://).
+  for (const auto& [id, at] : received_us) EXPECT_GT(at, sent_us.at(id) - 2000) << id;
 }
 
 }  // namespace

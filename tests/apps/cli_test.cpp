@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -360,24 +361,31 @@ TEST_F(CliTest, UnknownOptionAndUnknownDevice) {
 }
 
 TEST_F(CliTest, PipelinedRunWritesStagesAndTrace) {
-  const fs::path out = directory_ / "run";
-  run_result result = troupe("train " + tiny_job().string() +
-                             " --set parallelism.stages=3 --set parallelism.mode=async"
-                             " --set parallelism.max_active_keys=3 --set metrics.trace=true"
-                             " --out " +
-                             out.string());
-  ASSERT_EQ(result.status, 0) << result.errors;
-  auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
-  ASSERT_EQ(summary["stages"].size(), 3u);
-  for (const auto& stage : summary["stages"]) {
-    // Three keys in flight, one step per key: a backward sees at most 2 newer versions.
-    EXPECT_LE(stage["staleness_histogram"].size(), 3u);
-    EXPECT_EQ(stage["optimizer_steps"], 32);
+  // In one process, and with each stage in a worker process of its own (whose spans travel to
+  // the coordinator at the end).
+  for (const std::string workers : {"", " --workers 3"}) {
+    const fs::path out = directory_ / ("run" + std::to_string(workers.size()));
+    run_result result = troupe("train " + tiny_job().string() +
+                               " --set parallelism.stages=3 --set parallelism.mode=async"
+                               " --set parallelism.max_active_keys=3 --set metrics.trace=true"
+                               " --out " +
+                               out.string() + workers);
+    ASSERT_EQ(result.status, 0) << workers << "\n" << result.errors;
+    auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    ASSERT_EQ(summary["stages"].size(), 3u);
+    for (const auto& stage : summary["stages"]) {
+      // Three keys in flight, one step per key: a backward sees at most 2 newer versions.
+      EXPECT_LE(stage["staleness_histogram"].size(), 3u) << workers;
+      EXPECT_EQ(stage["optimizer_steps"], 32) << workers;
+    }
+    auto trace = nlohmann::json::parse(read_file(out / "trace.json"));
+    std::map<int, int> forwards;  // by Chrome thread id: stage + 1
+    for (const auto& event : trace["traceEvents"]) {
+      if (event["name"] == "forward") ++forwards[event["tid"].get<int>()];
+    }
+    // Stages 0 and 1, one key per step, 32 steps in 2 epochs.
+    EXPECT_EQ(forwards, (std::map<int, int>{{1, 32}, {2, 32}})) << workers;
   }
-  auto trace = nlohmann::json::parse(read_file(out / "trace.json"));
-  int forwards = 0;
-  for (const auto& event : trace["traceEvents"]) forwards += event["name"] == "forward";
-  EXPECT_EQ(forwards, 2 * 32);  // stages 0 and 1, one key per step, 32 steps in 2 epochs
 }
 
 TEST_F(CliTest, BadPipelineSettings) {
