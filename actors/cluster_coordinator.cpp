@@ -119,6 +119,8 @@ class cluster_coordinator {
     report.stopped = parts_->run->stopped();
     for (auto& [stage, stage_result] : reports_) report.stages.push_back(std::move(stage_result));
     report.dropped_frames = dropped_ + receiver_->dropped();
+    report.processes.push_back(this_process_usage("coordinator", {}));
+    for (auto& [address, usage] : worker_usage_) report.processes.push_back(usage);
     return report;
   }
 
@@ -187,12 +189,34 @@ class cluster_coordinator {
       if (count != message.header.metrics.end()) dropped_ += static_cast<uint64_t>(count->second);
     } else if (type == "trace") {
       keep_worker_trace(body, message);
+    } else if (type == "usage") {
+      keep_worker_usage(body);
     }
   }
 
   static json stamps(const json& body) {
     if (!body.contains("clock_s") || !body["clock_s"].is_number()) return json();
     return {{"sent_s", body["clock_s"]}, {"received_s", body.value("received_s", 0.0)}};
+  }
+
+  /// Keeps a worker's account of its CPU time (its last one: a worker sends it at the end).
+  void keep_worker_usage(const json& body) {
+    process_usage usage;
+    usage.role = "worker";
+    const auto number = [&](const char* name) {
+      const json value = body.value(name, json());
+      return value.is_number() ? value.get<double>() : 0.0;
+    };
+    usage.host = body.value("host", json()).is_string() ? body["host"].get<std::string>() : "?";
+    usage.pid = static_cast<int64_t>(number("pid"));
+    for (const json& stage : body.value("stages", json::array())) {
+      if (stage.is_number_integer()) usage.stages.push_back(stage.get<int>());
+    }
+    usage.user_s = number("user_s");
+    usage.system_s = number("system_s");
+    usage.voluntary_switches = static_cast<int64_t>(number("voluntary_switches"));
+    usage.involuntary_switches = static_cast<int64_t>(number("involuntary_switches"));
+    worker_usage_[body.value("address", std::string())] = usage;
   }
 
   /// Keeps a worker's trace records (its stages' spans on its own clock) until all are in.
@@ -528,6 +552,7 @@ class cluster_coordinator {
   int restarts_ = 0;
   std::map<int, stage_report> reports_;
   std::vector<worker_trace> worker_traces_;
+  std::map<std::string, process_usage> worker_usage_;  ///< by worker address
   uint64_t dropped_ = 0;
   // Last: stopped first, before what its callback touches goes away.
   std::unique_ptr<transport::receiver_thread> receiver_;

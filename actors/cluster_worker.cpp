@@ -213,6 +213,16 @@ void send_trace(const trace_recorder& trace, const std::vector<int>& stages,
   coordinator.send(std::move(message));
 }
 
+json usage_message(const process_usage& usage) {
+  return {{"type", "usage"},
+          {"host", usage.host},
+          {"stages", usage.stages},
+          {"user_s", usage.user_s},
+          {"system_s", usage.system_s},
+          {"voluntary_switches", usage.voluntary_switches},
+          {"involuntary_switches", usage.involuntary_switches}};
+}
+
 /// Waits for a control message of one of `types` from the coordinator, sending heartbeats the
 /// while; null, with `error` set, when the coordinator stays silent for `silence_s`.
 json await_coordinator(control_queue& control, coordinator_link& coordinator,
@@ -277,6 +287,7 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
                              options, clock, error);
     if (!next.is_null() && next["type"] == "finish") {
       if (trace) send_trace(*trace, stages->indices, coordinator);
+      coordinator.send(usage_message(this_process_usage("worker", stages->indices)));
       send_reports(self, actors, coordinator.outbox, dropped());
     }
     routes.set({}, 0);

@@ -1,5 +1,6 @@
 #include "actors/pipeline_host.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "actors/actor_hosting.h"
+#include "actors/cluster_control.h"
 #include "actors/partition.h"
 #include "layers/backend_registry.h"
 
@@ -64,6 +66,25 @@ class outbox_closer {
 };
 
 }  // namespace
+
+process_usage this_process_usage(const std::string& role, std::vector<int> stages) {
+  process_usage usage;
+  usage.role = role;
+  usage.host = host_name();
+  usage.pid = ::getpid();
+  usage.stages = std::move(stages);
+  rusage self{};
+  if (getrusage(RUSAGE_SELF, &self) == 0) {
+    const auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+    };
+    usage.user_s = seconds(self.ru_utime);
+    usage.system_s = seconds(self.ru_stime);
+    usage.voluntary_switches = self.ru_nvcsw;
+    usage.involuntary_switches = self.ru_nivcsw;
+  }
+  return usage;
+}
 
 std::optional<pipeline_report> run_pipeline(const job_config& config, const job_data& data,
                                             training_observer& observer, clock_source& clock,
@@ -154,6 +175,9 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     return std::nullopt;
   }
   report.dropped_frames = receiver.dropped();
+  std::vector<int> all_stages(static_cast<size_t>(config.parallelism.stages));
+  for (size_t s = 0; s < all_stages.size(); ++s) all_stages[s] = static_cast<int>(s);
+  report.processes.push_back(this_process_usage("process", all_stages));
   return report;
 }
 

@@ -46,9 +46,26 @@ struct stage_report {
   std::vector<std::vector<float>> weights;
 };
 
+/// The operating system's account of one process of a run, from its start to the run's end.
+struct process_usage {
+  std::string role;  ///< "process" (the whole run in one), "coordinator" or "worker"
+  std::string host;
+  int64_t pid = 0;
+  std::vector<int> stages;           ///< the stages it hosted
+  double user_s = 0;                 ///< CPU time in user mode
+  double system_s = 0;               ///< CPU time in the kernel (system calls, wake-ups, copies)
+  int64_t voluntary_switches = 0;    ///< times it waited (for a message, a lock)
+  int64_t involuntary_switches = 0;  ///< times another thread took its core
+};
+
+/// This process's usage so far (getrusage), as `role` hosting `stages`.
+process_usage this_process_usage(const std::string& role, std::vector<int> stages);
+
 struct pipeline_report {
   training_summary summary;
   std::vector<stage_report> stages;
+  /// One per process of the run: this one alone, or the coordinator and then each worker.
+  std::vector<process_usage> processes;
   /// Frames the receivers dropped as undecodable (0 in a healthy run).
   uint64_t dropped_frames = 0;
   /// The run stopped early after a checkpoint (a stop request).

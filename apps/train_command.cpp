@@ -48,9 +48,25 @@ nlohmann::json stages_json(const actors::pipeline_report& report) {
   return stages;
 }
 
+nlohmann::json processes_json(const actors::pipeline_report& report) {
+  nlohmann::json processes = nlohmann::json::array();
+  for (const auto& process : report.processes) {
+    processes.push_back({{"role", process.role},
+                         {"host", process.host},
+                         {"pid", process.pid},
+                         {"stages", process.stages},
+                         {"user_s", process.user_s},
+                         {"system_s", process.system_s},
+                         {"voluntary_switches", process.voluntary_switches},
+                         {"involuntary_switches", process.involuntary_switches}});
+  }
+  return processes;
+}
+
 struct run_outcome {
   actors::training_summary summary;
   nlohmann::json stages;
+  nlohmann::json processes;
   bool stopped = false;  ///< stopped early after a checkpoint (SIGTERM)
 };
 
@@ -70,7 +86,8 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
     std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
                  static_cast<unsigned long long>(report->dropped_frames));
   }
-  return run_outcome{report->summary, stages_json(*report), report->stopped};
+  return run_outcome{report->summary, stages_json(*report), processes_json(*report),
+                     report->stopped};
 }
 
 std::string read_text(const std::string& path) {
@@ -112,7 +129,8 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
   if (!report) return std::nullopt;
   if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
-  return run_outcome{report->summary, stages_json(*report), report->stopped};
+  return run_outcome{report->summary, stages_json(*report), processes_json(*report),
+                     report->stopped};
 }
 
 /// The checkpoint to continue from for --resume; nothing, with `error` set, when none loads.
@@ -246,6 +264,7 @@ int run_train(const train_options& options) {
   const actors::training_summary& summary = outcome.summary;
   nlohmann::json summary_json = to_json(summary);
   if (!outcome.stages.is_null()) summary_json["stages"] = outcome.stages;
+  if (!outcome.processes.is_null()) summary_json["processes"] = outcome.processes;
   summary_json["stopped_early"] = outcome.stopped;
   if (!write_json_file(out + "/summary.json", summary_json, &error)) {
     std::fprintf(stderr, "troupe: %s\n", error.c_str());

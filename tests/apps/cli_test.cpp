@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -412,6 +413,23 @@ TEST_F(CliTest, LocalWorkerProcessesTrainLikeOneProcess) {
   EXPECT_EQ(actual["final_test_loss"], expected["final_test_loss"]);
   EXPECT_EQ(actual["final_test_accuracy"], expected["final_test_accuracy"]);
   EXPECT_EQ(actual["stages"].size(), 3u);
+  // The operating system's account of each process: one here, the coordinator and two workers
+  // there, whose stages together are all three.
+  ASSERT_EQ(expected["processes"].size(), 1u) << expected.dump();
+  EXPECT_EQ(expected["processes"][0]["role"], "process");
+  EXPECT_EQ(expected["processes"][0]["stages"], nlohmann::json({0, 1, 2}));
+  ASSERT_EQ(actual["processes"].size(), 3u) << actual.dump();
+  EXPECT_EQ(actual["processes"][0]["role"], "coordinator");
+  std::vector<int> hosted;
+  for (size_t i = 1; i < 3; ++i) {
+    const auto& worker = actual["processes"][i];
+    EXPECT_EQ(worker["role"], "worker");
+    EXPECT_GT(worker["pid"].get<int64_t>(), 0);
+    EXPECT_GT(worker["user_s"].get<double>() + worker["system_s"].get<double>(), 0.0);
+    for (const auto& stage : worker["stages"]) hosted.push_back(stage.get<int>());
+  }
+  std::sort(hosted.begin(), hosted.end());
+  EXPECT_EQ(hosted, (std::vector<int>{0, 1, 2}));
 }
 
 TEST_F(CliTest, KilledWorkerIsNamedByTheCoordinator) {
