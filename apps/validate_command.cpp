@@ -47,12 +47,20 @@ std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profi
   return cluster;
 }
 
+/// What one real run measured.
+struct measured_run {
+  double samples_per_s = 0;
+  double cpu_s = 0;     ///< all its processes' CPU time, user and kernel
+  double system_s = 0;  ///< of which in the kernel
+  double samples = 0;   ///< training samples (steps × batch size)
+};
+
 /// Trains the job for real in a process of its own (a fresh `troupe train`, as a user runs
 /// it: nothing of earlier runs or of the calibration stays in its heap or its threads) and
-/// returns its samples/s. Its output goes to `out`/train.log.
-std::optional<double> measured_samples_per_s(const validate_options& options,
-                                             const std::vector<std::string>& overrides, int workers,
-                                             const std::string& out) {
+/// returns what it measured. Its output goes to `out`/train.log.
+std::optional<measured_run> measure_run(const validate_options& options,
+                                        const std::vector<std::string>& overrides, int workers,
+                                        int64_t batch_size, const std::string& out) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<std::string> arguments = {self, "train", options.job_file, "--out", out, "--quiet"};
   for (const std::string& setting : overrides) {
@@ -86,13 +94,22 @@ std::optional<double> measured_samples_per_s(const validate_options& options,
   std::ifstream file(out + "/summary.json");
   const json summary = json::parse(file, nullptr, false);
   if (summary.is_discarded()) return std::nullopt;
-  return summary.value("samples_per_s", 0.0);
+  measured_run run;
+  run.samples_per_s = summary.value("samples_per_s", 0.0);
+  for (const json& process : summary.value("processes", json::array())) {
+    run.system_s += process.value("system_s", 0.0);
+    run.cpu_s += process.value("user_s", 0.0) + process.value("system_s", 0.0);
+  }
+  run.samples = static_cast<double>(summary.value("steps", int64_t{0}) * batch_size);
+  return run;
 }
 
 /// One configuration's predictions and measurements, run by run.
 struct configuration_runs {
   std::vector<double> predicted[2];  ///< [0]: in-process, [1]: --workers
   std::vector<double> measured[2];
+  std::vector<double> cpu_us_per_sample[2];
+  std::vector<double> kernel_fraction[2];
 };
 
 }  // namespace
@@ -166,13 +183,18 @@ int run_validate(const validate_options& options) {
           result.predicted[column].push_back(predicted->summary.samples_per_s);
           const std::string run_name = name + (workers ? "-workers" : "") + suffix;
           const std::string directory = out + "/" + run_name;
-          auto rate = measured_samples_per_s(options, overrides, workers, directory);
+          auto rate =
+              measure_run(options, overrides, workers, config->training.batch_size, directory);
           if (!rate) {
             std::fprintf(stderr, "troupe validate: the run %s failed (see %s/train.log)\n",
                          run_name.c_str(), directory.c_str());
             return 1;
           }
-          result.measured[column].push_back(*rate);
+          result.measured[column].push_back(rate->samples_per_s);
+          result.cpu_us_per_sample[column].push_back(
+              rate->samples > 0 ? 1e6 * rate->cpu_s / rate->samples : 0);
+          result.kernel_fraction[column].push_back(rate->cpu_s > 0 ? rate->system_s / rate->cpu_s
+                                                                   : 0);
         }
       }
       for (int workers : {0, stages}) {
@@ -188,9 +210,12 @@ int run_validate(const validate_options& options) {
         const double relative = median(errors);
         const std::string where =
             workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
-        char line[160];
-        std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%%", mode.c_str(),
-                      stages, where.c_str(), measured, predicted, 100 * relative);
+        const double cpu = median(result.cpu_us_per_sample[column]);
+        const double kernel = median(result.kernel_fraction[column]);
+        char line[200];
+        std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
+                      mode.c_str(), stages, where.c_str(), measured, predicted, 100 * relative, cpu,
+                      100 * kernel);
         lines.push_back(line);
         std::fprintf(stderr, "troupe validate: [%zu/12] %s\n", lines.size(), line);
         rows.push_back({{"mode", mode},
@@ -200,17 +225,22 @@ int run_validate(const validate_options& options) {
                         {"measured_runs", result.measured[column]},
                         {"predicted_samples_per_s", predicted},
                         {"predicted_runs", result.predicted[column]},
-                        {"error", relative}});
+                        {"error", relative},
+                        {"cpu_us_per_sample", cpu},
+                        {"kernel_fraction", kernel}});
       }
     }
   }
-  std::printf("%-6s %6s  %-12s %12s %12s %9s\n", "mode", "stages", "run", "measured", "predicted",
-              "error");
+  std::printf("%-6s %6s  %-12s %12s %12s %9s %9s %7s\n", "mode", "stages", "run", "measured",
+              "predicted", "error", "cpu", "kernel");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::printf(
       "(medians of %d runs; each run is predicted from a calibration taken just before it, "
       "and error is the median of the runs' predicted/measured - 1)\n",
       options.runs);
+  std::printf(
+      "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
+      "user and kernel, from their start; kernel: the kernel's share of it)\n");
   if (!write_json_file(out + "/validation.json", rows, &error)) {
     std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
     return 1;

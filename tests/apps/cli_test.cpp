@@ -172,6 +172,9 @@ lr = 0.05
     const double predicted = row["predicted_samples_per_s"].get<double>();
     EXPECT_GT(measured, 0) << name;
     EXPECT_GT(predicted, 0) << name;
+    EXPECT_GT(row["cpu_us_per_sample"].get<double>(), 0) << name;
+    EXPECT_GT(row["kernel_fraction"].get<double>(), 0) << name;
+    EXPECT_LT(row["kernel_fraction"].get<double>(), 1) << name;
     // One run: its own error is the median.
     EXPECT_NEAR(row["error"].get<double>(), predicted / measured - 1, 1e-9) << name;
     EXPECT_EQ(row["measured_runs"].size(), 1u) << name;
@@ -195,11 +198,12 @@ lr = 0.05
   std::istringstream table(result.output);
   std::vector<std::string> lines;
   for (std::string line; std::getline(table, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 14u) << result.output;
+  ASSERT_EQ(lines.size(), 15u) << result.output;
   EXPECT_EQ(lines[12].rfind("async", 0), 0u) << lines[12];
   EXPECT_NE(lines[12].find("--workers 4"), std::string::npos) << lines[12];
-  EXPECT_NE(lines.back().find("median of the runs' predicted/measured - 1"), std::string::npos)
-      << lines.back();
+  EXPECT_NE(lines[13].find("median of the runs' predicted/measured - 1"), std::string::npos)
+      << lines[13];
+  EXPECT_NE(lines.back().find("CPU time per training sample"), std::string::npos) << lines.back();
   EXPECT_NE(read_file(out / "sync-s2-1" / "train.log").find("final_test_accuracy"),
             std::string::npos);
 
