@@ -372,15 +372,25 @@ void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atom
   }
 }
 
+void close_outboxes(stage_parts& parts) {
+  parts.next.reset();
+  parts.previous.reset();
+  parts.coordinator.reset();
+}
+
 void configure_scheduler(caf::actor_system_config& settings, int threads) {
   settings.set("scheduler.max-threads", std::max(1, threads));
   settings.set("scheduler.policy", caf::atom("sharing"));
 }
 
+int job_threads(const job_config& config) {
+  return config.parallelism.threads > 0
+             ? config.parallelism.threads
+             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int threads_per_stage(const job_config& config) {
-  int total = config.parallelism.threads;
-  if (total <= 0) total = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, total / config.parallelism.stages);
+  return std::max(1, job_threads(config) / config.parallelism.stages);
 }
 
 const std::string& device_of_stage(const job_config& config, int stage) {

@@ -50,6 +50,10 @@ struct stage_parts {
   bool collect_weights = false;
 };
 
+/// Closes the stage's sockets. Messages ZeroMQ still holds may own tensors of its backend, so
+/// the parts (and backend) must outlive the transport context, which ends after this.
+void close_outboxes(stage_parts& parts);
+
 struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
 };
@@ -120,7 +124,10 @@ void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coord
 /// 10 ms): an async pipeline then ran its stages one after another.
 void configure_scheduler(caf::actor_system_config& settings, int threads);
 
-/// The CPU threads each stage's backend may use: the job's share of the cores, split evenly.
+/// The CPU threads the whole job may use: parallelism.threads, else every core.
+int job_threads(const job_config& config);
+
+/// The CPU threads each stage's backend may use: job_threads() split evenly over the stages.
 int threads_per_stage(const job_config& config);
 
 /// The device of stage `stage` per parallelism.devices (one for all, or one per stage).

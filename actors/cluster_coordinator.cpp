@@ -201,22 +201,9 @@ class cluster_coordinator {
 
   /// Keeps a worker's account of its CPU time (its last one: a worker sends it at the end).
   void keep_worker_usage(const json& body) {
-    process_usage usage;
+    process_usage usage = process_usage_from_json(body);
     usage.role = "worker";
-    const auto number = [&](const char* name) {
-      const json value = body.value(name, json());
-      return value.is_number() ? value.get<double>() : 0.0;
-    };
-    usage.host = body.value("host", json()).is_string() ? body["host"].get<std::string>() : "?";
-    usage.pid = static_cast<int64_t>(number("pid"));
-    for (const json& stage : body.value("stages", json::array())) {
-      if (stage.is_number_integer()) usage.stages.push_back(stage.get<int>());
-    }
-    usage.user_s = number("user_s");
-    usage.system_s = number("system_s");
-    usage.voluntary_switches = static_cast<int64_t>(number("voluntary_switches"));
-    usage.involuntary_switches = static_cast<int64_t>(number("involuntary_switches"));
-    worker_usage_[body.value("address", std::string())] = usage;
+    worker_usage_[body.value("address", std::string())] = std::move(usage);
   }
 
   /// Keeps a worker's trace records (its stages' spans on its own clock) until all are in.

@@ -107,17 +107,16 @@ struct coordinator_link {
   clock_source& own_clock;
   clock_estimate clock;
 
-  /// Sends `message`, a control message, with this worker's address, pid and clock (for the
-  /// coordinator's echo) in its body.
-  void send(transport::message message) {
-    json body = json::parse(message.header.text);
+  /// Sends the control message `body` with this worker's address, pid and clock (for the
+  /// coordinator's echo) added, and `payload`, when given, as a bytes frame.
+  void send(json body, std::shared_ptr<const std::string> payload = nullptr) {
     body["address"] = own_address;
     body["pid"] = ::getpid();
     body["clock_s"] = own_clock.now_seconds();
-    message.header.text = body.dump();
+    transport::message message = control_message(body);
+    if (payload) transport::add_payload(message, std::move(payload));
     send_on(outbox, message);
   }
-  void send(const json& body) { send(control_message(body)); }
 };
 
 transport::message report_message(const stage_report& report, int stage) {
@@ -207,20 +206,9 @@ void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf:
 /// trace.
 void send_trace(const trace_recorder& trace, const std::vector<int>& stages,
                 coordinator_link& coordinator) {
-  transport::message message = control_message(
-      {{"type", "trace"}, {"stages", stages}, {"clock_offset_s", coordinator.clock.offset_s()}});
-  transport::add_payload(message, std::make_shared<const std::string>(trace.records().dump()));
-  coordinator.send(std::move(message));
-}
-
-json usage_message(const process_usage& usage) {
-  return {{"type", "usage"},
-          {"host", usage.host},
-          {"stages", usage.stages},
-          {"user_s", usage.user_s},
-          {"system_s", usage.system_s},
-          {"voluntary_switches", usage.voluntary_switches},
-          {"involuntary_switches", usage.involuntary_switches}};
+  coordinator.send(
+      {{"type", "trace"}, {"stages", stages}, {"clock_offset_s", coordinator.clock.offset_s()}},
+      std::make_shared<const std::string>(trace.records().dump()));
 }
 
 /// Waits for a control message of one of `types` from the coordinator, sending heartbeats the
@@ -287,7 +275,9 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
                              options, clock, error);
     if (!next.is_null() && next["type"] == "finish") {
       if (trace) send_trace(*trace, stages->indices, coordinator);
-      coordinator.send(usage_message(this_process_usage("worker", stages->indices)));
+      json usage = to_json(this_process_usage("worker", stages->indices));
+      usage["type"] = "usage";
+      coordinator.send(std::move(usage));
       send_reports(self, actors, coordinator.outbox, dropped());
     }
     routes.set({}, 0);
@@ -296,9 +286,7 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
   // Messages still queued for a lost peer hold tensors of these stages' backends until ZeroMQ
   // drops them: close the sockets now, free the backends only after the context has ended.
   for (auto& parts : stages->parts) {
-    parts->next.reset();
-    parts->previous.reset();
-    parts->coordinator.reset();
+    close_outboxes(*parts);
     parts->trace = nullptr;
     retired->push_back(parts);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <numeric>
 #include <thread>
 
 #include "actors/actor_hosting.h"
@@ -50,10 +51,7 @@ class outbox_closer {
       : parts_(parts), coordinator_(coordinator) {}
   ~outbox_closer() {
     for (auto& stage : parts_) {
-      if (!stage) continue;
-      stage->next.reset();
-      stage->previous.reset();
-      stage->coordinator.reset();
+      if (stage) close_outboxes(*stage);
     }
     if (coordinator_) coordinator_->stages.clear();
   }
@@ -83,6 +81,46 @@ process_usage this_process_usage(const std::string& role, std::vector<int> stage
     usage.voluntary_switches = self.ru_nvcsw;
     usage.involuntary_switches = self.ru_nivcsw;
   }
+  return usage;
+}
+
+nlohmann::json to_json(const process_usage& usage) {
+  return {{"role", usage.role},
+          {"host", usage.host},
+          {"pid", usage.pid},
+          {"stages", usage.stages},
+          {"user_s", usage.user_s},
+          {"system_s", usage.system_s},
+          {"voluntary_switches", usage.voluntary_switches},
+          {"involuntary_switches", usage.involuntary_switches}};
+}
+
+process_usage process_usage_from_json(const nlohmann::json& json) {
+  const auto field = [&](const char* name) {
+    return json.is_object() && json.contains(name) ? json[name] : nlohmann::json();
+  };
+  const auto number = [&](const char* name) {
+    const nlohmann::json value = field(name);
+    return value.is_number() ? value.get<double>() : 0.0;
+  };
+  const auto text = [&](const char* name) {
+    const nlohmann::json value = field(name);
+    return value.is_string() ? value.get<std::string>() : std::string();
+  };
+  process_usage usage;
+  usage.role = text("role");
+  usage.host = text("host");
+  usage.pid = static_cast<int64_t>(number("pid"));
+  const nlohmann::json stages = field("stages");
+  if (stages.is_array()) {
+    for (const nlohmann::json& stage : stages) {
+      if (stage.is_number_integer()) usage.stages.push_back(stage.get<int>());
+    }
+  }
+  usage.user_s = number("user_s");
+  usage.system_s = number("system_s");
+  usage.voluntary_switches = static_cast<int64_t>(number("voluntary_switches"));
+  usage.involuntary_switches = static_cast<int64_t>(number("involuntary_switches"));
   return usage;
 }
 
@@ -175,8 +213,8 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     return std::nullopt;
   }
   report.dropped_frames = receiver.dropped();
-  std::vector<int> all_stages(static_cast<size_t>(config.parallelism.stages));
-  for (size_t s = 0; s < all_stages.size(); ++s) all_stages[s] = static_cast<int>(s);
+  std::vector<int> all_stages(static_cast<size_t>(stages));
+  std::iota(all_stages.begin(), all_stages.end(), 0);
   report.processes.push_back(this_process_usage("process", all_stages));
   return report;
 }

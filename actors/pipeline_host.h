@@ -61,6 +61,11 @@ struct process_usage {
 /// This process's usage so far (getrusage), as `role` hosting `stages`.
 process_usage this_process_usage(const std::string& role, std::vector<int> stages);
 
+/// As summary.json's `processes` entries and a worker's usage message carry it.
+nlohmann::json to_json(const process_usage& usage);
+/// The usage in `json` (a peer's message): fields missing or of another type read as empty/0.
+process_usage process_usage_from_json(const nlohmann::json& json);
+
 struct pipeline_report {
   training_summary summary;
   std::vector<stage_report> stages;

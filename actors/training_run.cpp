@@ -8,7 +8,6 @@
 #include "layers/check.h"
 
 namespace troupe::actors {
-namespace {}  // namespace
 
 nlohmann::json to_json(const run_progress& progress) {
   nlohmann::json json = {{"step", progress.step},

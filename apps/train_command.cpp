@@ -50,16 +50,7 @@ nlohmann::json stages_json(const actors::pipeline_report& report) {
 
 nlohmann::json processes_json(const actors::pipeline_report& report) {
   nlohmann::json processes = nlohmann::json::array();
-  for (const auto& process : report.processes) {
-    processes.push_back({{"role", process.role},
-                         {"host", process.host},
-                         {"pid", process.pid},
-                         {"stages", process.stages},
-                         {"user_s", process.user_s},
-                         {"system_s", process.system_s},
-                         {"voluntary_switches", process.voluntary_switches},
-                         {"involuntary_switches", process.involuntary_switches}});
-  }
+  for (const auto& process : report.processes) processes.push_back(actors::to_json(process));
   return processes;
 }
 

@@ -259,10 +259,8 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
   }
   const int threads = actors::threads_per_stage(config);
   // As many stages compute at once as the job's threads allow (this machine's cores by default).
-  const int total = config.parallelism.threads > 0
-                        ? config.parallelism.threads
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int groups = std::clamp(total / threads, 1, static_cast<int>(ranges->size()));
+  const int groups =
+      std::clamp(actors::job_threads(config) / threads, 1, static_cast<int>(ranges->size()));
   auto timings = time_stages(config, *ranges, shapes, batch, seconds, groups,
                              actors::device_of_stage(config, 0), threads, error);
   if (!timings) return std::nullopt;
