@@ -32,12 +32,17 @@ namespace {
 using json = nlohmann::json;
 
 /// This machine as a cluster: one node, one device per core, pooled (the stages' threads run on
-/// whichever core is free); the profile supplies the costs and the transport.
+/// whichever core is free); the profile supplies the costs and the transport. In one process
+/// the stages share a scheduler with a thread per core, and each runs its work to the end; in
+/// worker processes each stage has a thread of its own, which the OS time-slices with the
+/// others when there are more stages than cores.
 std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile, bool in_process,
                                                std::string* error) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::ostringstream text;
-  text << "[device_types.core]\nkind = \"cpu\"\npooled = true\npeak_flops = 1e11\n"
+  text << "[device_types.core]\nkind = \"cpu\"\npooled = true\ntime_sliced = "
+       << (in_process ? "false" : "true")
+       << "\npeak_flops = 1e11\n"
           "memory_bandwidth = 3e10\n"
           "memory_bytes = 8e9\n[[nodes]]\nname = \"this-machine\"\ndevice_type = \"core\"\n"
        << "devices = " << cores

@@ -126,7 +126,7 @@ problem read_device_type(const toml::table& table, const std::string& path, devi
   device_model& d = out->prototype;
   if (problem error = check_keys(table, path,
                                  {"kind", "peak_flops", "memory_bandwidth", "memory_bytes",
-                                  "launch_overhead_s", "efficiency", "pooled"})) {
+                                  "launch_overhead_s", "efficiency", "pooled", "time_sliced"})) {
     return error;
   }
   if (problem error = string_key(table, path, "kind", {"gpu", "cpu"}, &out->kind)) return error;
@@ -135,6 +135,13 @@ problem read_device_type(const toml::table& table, const std::string& path, devi
             actors::detail::read_bool(*pooled, key_path(path, "pooled") + ":", &d.pooled)) {
       return error;
     }
+  }
+  if (const toml::node* sliced = table.get("time_sliced")) {
+    const std::string key = key_path(path, "time_sliced");
+    if (problem error = actors::detail::read_bool(*sliced, key + ":", &d.time_sliced)) {
+      return error;
+    }
+    if (d.time_sliced && !d.pooled) return key + ": needs pooled = true (a pool to share)";
   }
   const struct {
     const char* key;

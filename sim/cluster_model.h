@@ -37,6 +37,11 @@ struct device_model {
   /// them runs on whichever is free, as threads that the operating system schedules on a
   /// node's cores do. Otherwise a stage runs on its own device only.
   bool pooled = false;
+  /// With `pooled`: every stage with work runs at once and the operating system time-slices
+  /// them over the pool's devices (`time_sliced = true`: stages in processes of their own, each
+  /// its own thread); otherwise a stage waits for a free device and runs to the end of its work
+  /// (the stages of one process on a scheduler with a thread per device).
+  bool time_sliced = false;
 };
 
 struct link_model {

@@ -32,6 +32,7 @@ constexpr int coordinator = -1;  ///< the target of reports; the coordinator's t
 enum class event_kind : uint8_t {
   deliver,
   work_done,
+  sliced_work_done,
   degrade,
   checkpoint_written,
   worker_fails,
@@ -87,6 +88,21 @@ struct device_state {
 struct pool_state {
   std::vector<int> devices;
   std::deque<int> waiting;  ///< parcels, in arrival order
+  /// Time-sliced (device_model::time_sliced): the stages at work share the devices equally,
+  /// each at most one whole device; their work advanced until `updated_s`.
+  bool time_sliced = false;
+  std::vector<int> working;
+  double updated_s = 0;
+};
+
+/// A stage's work in a time-sliced pool.
+struct sliced_work {
+  std::vector<stage_output> outputs;
+  double remaining_s = 0;  ///< of work on a whole device
+  double started_s = 0;
+  const char* name = "";
+  int64_t key = 0;
+  uint64_t finish_sequence = 0;  ///< of the one work_done event that is not stale
 };
 
 class simulator {
@@ -121,6 +137,16 @@ class simulator {
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
   void finish_work(int device);
+  /// Stage `stage` handles parcel `id`: its outputs, and the seconds of work it is charged on
+  /// device `device` (hashed into the trace); `name` is its span's.
+  std::vector<stage_output> handle(int stage, int device, int id, double* seconds,
+                                   const char** name, int64_t* key);
+  /// A time-sliced pool: its works advanced to now at the rate they ran since the last change.
+  void advance_sliced(pool_state& pool);
+  /// A time-sliced pool: every work's end at its rate from now on.
+  void schedule_sliced(pool_state& pool);
+  void finish_sliced_work(int stage, uint64_t sequence);
+  void send_outputs(int device, int stage, std::vector<stage_output>&& outputs);
   void dispatch(std::vector<key_message>&& messages);
   void after_run_changed();
   void degrade(int index);
@@ -156,6 +182,7 @@ class simulator {
   std::vector<device_state> devices_;
   std::vector<pool_state> pools_;
   std::vector<bool> stage_at_work_;
+  std::vector<sliced_work> sliced_;  ///< per stage
   std::unique_ptr<network_model> network_;
   std::unordered_map<uint64_t, int> flow_parcels_;
   std::unordered_map<uint64_t, std::pair<std::vector<int>, double>> routes_;
@@ -206,7 +233,10 @@ bool simulator::build(std::string* error) {
         if (first.pooled && first.node == device.node && first.type == device.type) pool = p;
       }
     }
-    if (pool == pools_.size()) pools_.emplace_back();
+    if (pool == pools_.size()) {
+      pools_.emplace_back();
+      pools_.back().time_sliced = device.pooled && device.time_sliced;
+    }
     pools_[pool].devices.push_back(static_cast<int>(d));
     devices_[d].pool = static_cast<int>(pool);
   }
@@ -266,6 +296,7 @@ bool simulator::build(std::string* error) {
   }
   stage_busy_s_.assign(stages, 0);
   stage_at_work_.assign(stages, false);
+  sliced_.resize(stages);
   for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
   if (options_.failures.size() > kMaxFailures) {
     *error = std::to_string(options_.failures.size()) + " worker failures; at most " +
@@ -360,6 +391,27 @@ void simulator::deliver(int id) {
 
 void simulator::start_work(int pool) {
   pool_state& queue = pools_[pool];
+  if (queue.time_sliced) {
+    advance_sliced(queue);
+    for (auto next = queue.waiting.begin(); next != queue.waiting.end();) {
+      const int id = *next;
+      const int stage = parcels_[id].target;
+      if (stage_at_work_[stage]) {
+        ++next;
+        continue;
+      }
+      next = queue.waiting.erase(next);
+      sliced_work& work = sliced_[stage];
+      work.outputs =
+          handle(stage, device_of_stage_[stage], id, &work.remaining_s, &work.name, &work.key);
+      if (!failure_.empty()) return;
+      work.started_s = now_;
+      stage_at_work_[stage] = true;
+      queue.working.push_back(stage);
+    }
+    schedule_sliced(queue);
+    return;
+  }
   for (int device : queue.devices) {
     if (devices_[device].busy) continue;
     auto next = std::find_if(queue.waiting.begin(), queue.waiting.end(),
@@ -372,39 +424,51 @@ void simulator::start_work(int pool) {
   }
 }
 
-void simulator::begin_work(int device, int id) {
-  device_state& state = devices_[device];
-  const int stage = parcels_[id].target;
+std::vector<stage_output> simulator::handle(int stage, int device, int id, double* seconds,
+                                            const char** name, int64_t* key) {
   const key_message message = std::move(parcels_[id].content.message);
   free_parcels_.push_back(id);
   std::string refusal;
-  state.outputs = stages_[stage]->handle(message, &refusal);
+  std::vector<stage_output> outputs = stages_[stage]->handle(message, &refusal);
   if (!refusal.empty()) {
     failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
-    return;
+    return {};
   }
-  double seconds = stage_devices_[stage]->take_charge() +
-                   options_.message_cpu_s * static_cast<double>(1 + state.outputs.size());
+  *seconds = stage_devices_[stage]->take_charge() +
+             options_.message_cpu_s * static_cast<double>(1 + outputs.size());
+  const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
-    seconds *= state.slowdown;
+    *seconds *= state.slowdown;
   }
-  state.busy = true;
-  state.stage = stage;
-  stage_at_work_[stage] = true;
-  stage_busy_s_[stage] += seconds;
+  stage_busy_s_[stage] += *seconds;
   const int kind = static_cast<int>(message.kind);
   hash(&stage, sizeof stage);
   hash(&kind, sizeof kind);
   hash(&message.key, sizeof message.key);
   hash(&now_, sizeof now_);
+  *name = message.kind == actors::key_kind::evaluate   ? "evaluate"
+          : message.kind == actors::key_kind::backward ? "backward"
+          : stages_[stage]->is_last()                  ? "forward+backward"
+                                                       : "forward";
+  *key = static_cast<int64_t>(message.key);
+  return outputs;
+}
+
+void simulator::begin_work(int device, int id) {
+  device_state& state = devices_[device];
+  const int stage = parcels_[id].target;
+  double seconds = 0;
+  const char* name = "";
+  int64_t key = 0;
+  state.outputs = handle(stage, device, id, &seconds, &name, &key);
+  if (!failure_.empty()) return;
+  state.busy = true;
+  state.stage = stage;
+  stage_at_work_[stage] = true;
   if (trace_ && spans_ < options_.trace_spans) {
     ++spans_;
-    const char* name = message.kind == actors::key_kind::evaluate   ? "evaluate"
-                       : message.kind == actors::key_kind::backward ? "backward"
-                       : stages_[stage]->is_last()                  ? "forward+backward"
-                                                                    : "forward";
-    trace_->span(stage, name, static_cast<int64_t>(message.key), now_, seconds);
+    trace_->span(stage, name, key, now_, seconds);
   }
   schedule(now_ + seconds, event_kind::work_done, device);
 }
@@ -416,6 +480,50 @@ void simulator::finish_work(int device) {
   state.outputs.clear();
   state.busy = false;
   stage_at_work_[stage] = false;
+  send_outputs(device, stage, std::move(outputs));
+  start_work(state.pool);
+}
+
+void simulator::advance_sliced(pool_state& pool) {
+  if (!pool.working.empty()) {
+    const double rate = std::min(
+        1.0, static_cast<double>(pool.devices.size()) / static_cast<double>(pool.working.size()));
+    const double done = (now_ - pool.updated_s) * rate;
+    for (int stage : pool.working) {
+      sliced_[stage].remaining_s = std::max(0.0, sliced_[stage].remaining_s - done);
+    }
+  }
+  pool.updated_s = now_;
+}
+
+void simulator::schedule_sliced(pool_state& pool) {
+  if (pool.working.empty()) return;
+  const double rate = std::min(
+      1.0, static_cast<double>(pool.devices.size()) / static_cast<double>(pool.working.size()));
+  for (int stage : pool.working) {
+    sliced_[stage].finish_sequence = sequence_;
+    schedule(now_ + sliced_[stage].remaining_s / rate, event_kind::sliced_work_done, stage);
+  }
+}
+
+void simulator::finish_sliced_work(int stage, uint64_t sequence) {
+  sliced_work& work = sliced_[stage];
+  if (!stage_at_work_[stage] || work.finish_sequence != sequence) return;  // rescheduled
+  const int device = device_of_stage_[stage];
+  pool_state& pool = pools_[devices_[device].pool];
+  advance_sliced(pool);
+  pool.working.erase(std::find(pool.working.begin(), pool.working.end(), stage));
+  stage_at_work_[stage] = false;
+  if (trace_ && spans_ < options_.trace_spans) {
+    ++spans_;
+    trace_->span(stage, work.name, work.key, work.started_s, now_ - work.started_s);
+  }
+  send_outputs(device, stage, std::move(work.outputs));
+  work.outputs.clear();
+  start_work(devices_[device].pool);
+}
+
+void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& outputs) {
   for (stage_output& output : outputs) {
     switch (output.what) {
       case stage_output::kind::to_next_stage:
@@ -429,7 +537,6 @@ void simulator::finish_work(int device) {
         break;
     }
   }
-  start_work(state.pool);
 }
 
 void simulator::dispatch(std::vector<key_message>&& messages) {
@@ -500,7 +607,9 @@ void simulator::worker_fails(int index) {
   for (pool_state& queue : pools_) {
     for (int id : queue.waiting) free_parcels_.push_back(id);
     queue.waiting.clear();
+    queue.working.clear();
   }
+  for (sliced_work& work : sliced_) work.outputs.clear();
   for (device_state& state : devices_) {
     state.busy = false;
     state.outputs.clear();
@@ -591,6 +700,9 @@ bool simulator::run(std::string* error) {
         break;
       case event_kind::work_done:
         if (!stale) finish_work(next.index);
+        break;
+      case event_kind::sliced_work_done:
+        if (!stale) finish_sliced_work(next.index, next.sequence);
         break;
       case event_kind::degrade:
         degrade(next.index);

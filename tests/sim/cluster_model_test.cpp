@@ -115,6 +115,12 @@ TEST(ClusterModelTest, PooledIsAFlagOfADeviceType) {
   EXPECT_TRUE(pooled.devices.front().pooled);
   EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\npooled = 1")),
             "c.toml: device_types.h100.pooled: must be a boolean, got an integer");
+  EXPECT_FALSE(parsed(kBase).devices.front().time_sliced);
+  const cluster_model sliced = parsed(
+      replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\npooled = true\ntime_sliced = true"));
+  EXPECT_TRUE(sliced.devices.front().time_sliced);
+  EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\ntime_sliced = true")),
+            "c.toml: device_types.h100.time_sliced: needs pooled = true (a pool to share)");
 }
 
 TEST(ClusterModelTest, ThisMachineExampleHasTwoCpus) {

@@ -14,14 +14,19 @@
 
 namespace troupe::sim {
 
+/// How a cluster's devices take their stages' work (device_model::pooled, time_sliced).
+enum class sharing { none, pooled, time_sliced };
+
 /// Devices as fast as their FLOPs allow, with free memory traffic and links: every stage of a
-/// model of equal linear blocks then takes the same time, and messages take none. `pooled`
+/// model of equal linear blocks then takes the same time, and messages take none. `shared`
 /// makes the devices one pool; `more` is appended to the file (a [placement], say).
-inline cluster_model ideal_cluster(int devices, bool pooled = false, const std::string& more = "") {
+inline cluster_model ideal_cluster(int devices, sharing shared = sharing::none,
+                                   const std::string& more = "") {
   const std::string text = R"(
 [device_types.ideal]
-pooled = )" + std::string(pooled ? "true" : "false") +
-                           R"(
+pooled = )" + std::string(shared == sharing::none ? "false" : "true") +
+                           "\ntime_sliced = " +
+                           std::string(shared == sharing::time_sliced ? "true" : "false") + R"(
 peak_flops = 1e12
 memory_bandwidth = 1e18
 memory_bytes = 1e12

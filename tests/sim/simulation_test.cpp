@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -59,8 +60,9 @@ TEST(SimulationTest, PooledDevicesRunTheirStagesOnWhicheverIsFree) {
   // Every stage placed on the first of two devices.
   const std::string on_first =
       "[placement]\nstages = [\"node/gpu0\", \"node/gpu0\", \"node/gpu0\", \"node/gpu0\"]\n";
-  const double alone = simulated(config, ideal_cluster(2, false, on_first)).summary.samples_per_s;
-  const simulation_result pooled = simulated(config, ideal_cluster(2, true, on_first));
+  const double alone =
+      simulated(config, ideal_cluster(2, sharing::none, on_first)).summary.samples_per_s;
+  const simulation_result pooled = simulated(config, ideal_cluster(2, sharing::pooled, on_first));
   const double spread = simulated(config, ideal_cluster(2)).summary.samples_per_s;
   std::printf(
       "4 stages on one of 2 devices: %.0f samples/s; pooled %.0f; 2 stages per device %.0f\n",
@@ -77,6 +79,63 @@ TEST(SimulationTest, PooledDevicesRunTheirStagesOnWhicheverIsFree) {
   }
   EXPECT_LE(total, 2.0 + 1e-9);
   EXPECT_GT(total, 1.9);
+}
+
+/// The most spans of different stages that overlap at one instant of `result`'s trace.
+int most_overlapping_spans(const simulation_result& result) {
+  std::vector<std::pair<double, int>> edges;  // +1 at a span's start, -1 at its end
+  const nlohmann::json timeline = result.trace->to_json();
+  for (const auto& event : timeline["traceEvents"]) {
+    // Work only: not the coordinator's track (0), nor the idle gaps between a stage's spans.
+    if (event["ph"] != "X" || event["tid"] == 0 || event["name"] == "idle") continue;
+    // Microseconds, rounded: spans that abut may seem to overlap by a rounding error.
+    const double start = event["ts"].get<double>() + 0.01;
+    edges.push_back({start, 1});
+    edges.push_back({start + event["dur"].get<double>() - 0.02, -1});
+  }
+  std::sort(edges.begin(), edges.end());
+  int now = 0;
+  int most = 0;
+  for (const auto& [time, change] : edges) most = std::max(most, now += change);
+  return most;
+}
+
+TEST(SimulationTest, TimeSlicedStagesShareThePoolsDevicesAtOnce) {
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.max_active_keys = 4;
+  config.parallelism.min_update_interval = 1;
+  simulation_options options;
+  options.trace_spans = 100000;
+  // As many devices as stages: nobody waits and nothing is shared, as on dedicated devices.
+  const simulation_result dedicated = simulated(config, ideal_cluster(4), options);
+  const simulation_result roomy =
+      simulated(config, ideal_cluster(4, sharing::time_sliced), options);
+  EXPECT_NEAR(roomy.summary.samples_per_s, dedicated.summary.samples_per_s,
+              1e-9 * dedicated.summary.samples_per_s);
+  EXPECT_EQ(roomy.trace_hash, dedicated.trace_hash);
+  // Four stages on two devices: a queued pool runs at most two at a time, each at full speed;
+  // a time-sliced one runs every stage that has work, slower, as an OS runs their threads.
+  const simulation_result queued = simulated(config, ideal_cluster(2, sharing::pooled), options);
+  const simulation_result sliced =
+      simulated(config, ideal_cluster(2, sharing::time_sliced), options);
+  std::printf(
+      "4 stages on 2 devices: queued %.0f samples/s (at most %d at once), time-sliced "
+      "%.0f (at most %d at once)\n",
+      queued.summary.samples_per_s, most_overlapping_spans(queued), sliced.summary.samples_per_s,
+      most_overlapping_spans(sliced));
+  EXPECT_EQ(most_overlapping_spans(queued), 2);
+  EXPECT_GE(most_overlapping_spans(sliced), 3);
+  // Both keep the two devices at work: the same stage work in all, in about the same time.
+  double queued_work = 0;
+  double sliced_work = 0;
+  for (size_t s = 0; s < 4; ++s) {
+    queued_work += queued.stage_utilization[s] * queued.virtual_s;
+    sliced_work += sliced.stage_utilization[s] * sliced.virtual_s;
+    EXPECT_LE(sliced.stage_utilization[s], 1.0 + 1e-9);
+  }
+  EXPECT_NEAR(sliced_work, queued_work, 1e-9 * queued_work);
+  EXPECT_NEAR(sliced.summary.samples_per_s / queued.summary.samples_per_s, 1.0, 0.05);
+  EXPECT_GT(sliced_work / sliced.virtual_s, 1.9);
 }
 
 TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
