@@ -215,8 +215,16 @@ class cluster_coordinator {
     trace.clock_offset_s = offset.is_number() ? offset.get<double>() : 0.0;
     std::string error;
     auto bytes = state_from_wire(message, &error);
-    if (bytes) trace.records = json::parse(*bytes, nullptr, false);
-    if (bytes && trace.records.is_discarded()) error = "not JSON";
+    // A full trace (trace_recorder::default_capacity records) is some 100 MB of JSON: anything
+    // far larger is not one, and parsing it would take several times its size in memory.
+    constexpr size_t max_trace_bytes = size_t{512} << 20;
+    if (bytes && bytes->size() > max_trace_bytes) {
+      error = std::to_string(bytes->size()) + " bytes; a trace has at most " +
+              std::to_string(max_trace_bytes);
+    } else if (bytes) {
+      trace.records = json::parse(*bytes, nullptr, false);
+      if (trace.records.is_discarded()) error = "not JSON";
+    }
     const json stages = body.value("stages", json());
     if (error.empty() && stages.is_array()) {
       for (const json& stage : stages) {

@@ -32,18 +32,32 @@ bool finite_number(const nlohmann::json& value) {
 
 }  // namespace
 
-trace_recorder::trace_recorder(int stages) : stages_(stages) {}
+trace_recorder::trace_recorder(int stages, size_t capacity)
+    : stages_(stages), capacity_(capacity) {}
 
 void trace_recorder::span(int track, const std::string& name, int64_t key, double start_s,
                           double duration_s) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (full()) {
+    ++dropped_;
+    return;
+  }
   spans_.push_back({track, name, key, start_s, duration_s});
 }
 
 void trace_recorder::flow(int from_track, int to_track, int64_t key, double sent_s,
                           double received_s) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (full()) {
+    ++dropped_;
+    return;
+  }
   flows_.push_back({from_track, to_track, key, sent_s, received_s});
+}
+
+uint64_t trace_recorder::dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
 }
 
 nlohmann::json trace_recorder::records() const {
@@ -55,7 +69,7 @@ nlohmann::json trace_recorder::records() const {
   for (const flow_record& f : flows_) {
     flows.push_back({f.from_track, f.to_track, f.key, f.sent_s, f.received_s});
   }
-  return {{"spans", spans}, {"flows", flows}};
+  return {{"spans", spans}, {"flows", flows}, {"dropped", dropped_}};
 }
 
 bool trace_recorder::add_records(const nlohmann::json& records,
@@ -79,6 +93,11 @@ bool trace_recorder::add_records(const nlohmann::json& records,
   }
   const nlohmann::json& spans = records["spans"];
   const nlohmann::json& flows = records["flows"];
+  const nlohmann::json dropped = records.value("dropped", nlohmann::json(0));
+  if (!dropped.is_number_integer() || dropped.get<int64_t>() < 0) {
+    *error = "\"dropped\" is not a count";
+    return false;
+  }
   for (size_t i = 0; i < spans.size(); ++i) {
     const nlohmann::json& s = spans[i];
     if (!s.is_array() || s.size() != 5 || !track_ok(s[0]) || !s[1].is_string() ||
@@ -97,11 +116,20 @@ bool trace_recorder::add_records(const nlohmann::json& records,
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  dropped_ += dropped.get<uint64_t>();
   for (const nlohmann::json& s : spans) {
+    if (full()) {
+      ++dropped_;
+      continue;
+    }
     spans_.push_back({s[0].get<int>(), s[1].get<std::string>(), s[2].get<int64_t>(),
                       s[3].get<double>() + offset(s[0]), s[4].get<double>()});
   }
   for (const nlohmann::json& f : flows) {
+    if (full()) {
+      ++dropped_;
+      continue;
+    }
     flows_.push_back({f[0].get<int>(), f[1].get<int>(), f[2].get<int64_t>(),
                       f[3].get<double>() + offset(f[0]), f[4].get<double>() + offset(f[1])});
   }
@@ -176,7 +204,9 @@ nlohmann::json trace_recorder::to_json() const {
   add_track_names(&events);
   add_spans(&events);
   add_flows(&events);
-  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ms"},
+          {"otherData", {{"dropped_records", dropped_}}}};
 }
 
 bool trace_recorder::write(const std::string& path, std::string* error) const {

@@ -16,8 +16,13 @@ namespace troupe::actors {
 
 class trace_recorder {
  public:
+  /// Spans and message arrows one trace keeps: about 250k steps of a 4-stage pipeline, or a
+  /// trace.json of some 200 MB. Later ones are counted and left out, so a long run with
+  /// tracing on keeps its memory bounded.
+  static constexpr size_t default_capacity = 1'000'000;
+
   /// Track -1 is the coordinator; tracks 0.. are stages.
-  explicit trace_recorder(int stages);
+  explicit trace_recorder(int stages, size_t capacity = default_capacity);
 
   /// A span of work on `track` (name: "forward", "backward", "step", "evaluate"); `key` is -1
   /// for spans that belong to no key. Safe to call from any thread.
@@ -27,17 +32,22 @@ class trace_recorder {
 
   /// The recorded spans and flows as they are, for another process's recorder to add:
   /// {"spans": [[track, name, key, start_s, duration_s], ...],
-  ///  "flows": [[from_track, to_track, key, sent_s, received_s], ...]}.
+  ///  "flows": [[from_track, to_track, key, sent_s, received_s], ...], "dropped": N}.
   nlohmann::json records() const;
   /// Adds records() of another recorder (a worker's). Its times are on the clocks of the
   /// processes that took them: `track_offsets_s[track + 1]` is added to a time taken on
   /// `track` (a message arrow's start on its sender's track), one entry per track. Checks all of
   /// them first (tracks within this trace's stages, finite times, durations not negative, names of
-  /// at most 32 characters): on a bad one nothing is added and `error` names it.
+  /// at most 32 characters): on a bad one nothing is added and `error` names it. Records over
+  /// this trace's capacity are counted as dropped, with those the other recorder dropped.
   bool add_records(const nlohmann::json& records, const std::vector<double>& track_offsets_s,
                    std::string* error);
 
-  /// The trace as Chrome trace JSON, with idle spans between each track's work spans.
+  /// Spans and arrows left out for want of capacity (here and in the recorders added).
+  uint64_t dropped() const;
+
+  /// The trace as Chrome trace JSON, with idle spans between each track's work spans, and
+  /// "otherData": {"dropped_records": dropped()}.
   nlohmann::json to_json() const;
   /// Writes to_json() to `path`; false with `error` set on failure.
   bool write(const std::string& path, std::string* error) const;
@@ -62,8 +72,12 @@ class trace_recorder {
   void add_spans(nlohmann::json* events) const;
   void add_flows(nlohmann::json* events) const;
 
+  bool full() const { return spans_.size() + flows_.size() >= capacity_; }
+
   int stages_;
+  size_t capacity_;
   mutable std::mutex mutex_;
+  uint64_t dropped_ = 0;
   std::vector<span_record> spans_;
   std::vector<flow_record> flows_;
 };

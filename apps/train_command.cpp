@@ -61,6 +61,19 @@ struct run_outcome {
   bool stopped = false;  ///< stopped early after a checkpoint (SIGTERM)
 };
 
+/// Writes the run's trace.json, and says so when it is missing spans for want of room.
+bool write_trace(const actors::trace_recorder& trace, const std::string& out, std::string* error) {
+  if (!trace.write(out + "/trace.json", error)) return false;
+  if (const uint64_t dropped = trace.dropped()) {
+    std::fprintf(stderr,
+                 "troupe: trace.json holds the first %zu spans and messages; %llu more were left "
+                 "out\n",
+                 actors::trace_recorder::default_capacity,
+                 static_cast<unsigned long long>(dropped));
+  }
+  return true;
+}
+
 /// Trains through the stage and coordinator actors; writes trace.json when asked.
 std::optional<run_outcome> train_pipelined(const actors::job_config& config,
                                            const actors::job_data& data, const std::string& out,
@@ -72,7 +85,7 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
   if (config.metrics.trace) options.trace = &trace;
   auto report = actors::run_pipeline(config, data, observer, clock, options, error);
   if (!report) return std::nullopt;
-  if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
+  if (config.metrics.trace && !write_trace(trace, out, error)) return std::nullopt;
   if (report->dropped_frames > 0) {
     std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
                  static_cast<unsigned long long>(report->dropped_frames));
@@ -119,7 +132,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   }
   auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
   if (!report) return std::nullopt;
-  if (config.metrics.trace && !trace.write(out + "/trace.json", error)) return std::nullopt;
+  if (config.metrics.trace && !write_trace(trace, out, error)) return std::nullopt;
   return run_outcome{report->summary, stages_json(*report), processes_json(*report),
                      report->stopped};
 }

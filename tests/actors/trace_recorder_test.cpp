@@ -63,6 +63,30 @@ TEST(TraceRecorderTest, ABadRecordIsRefusedByNumberAndNothingIsAdded) {
   EXPECT_FALSE(coordinator.add_records({{"spans", 3}, {"flows", {}}}, {0, 0, 0}, &error));
   EXPECT_FALSE(coordinator.add_records(good, {0, 0}, &error));
   EXPECT_NE(error.find("clock offsets for 2 tracks; the trace has 3"), std::string::npos) << error;
+  nlohmann::json negative = good;
+  negative["dropped"] = -1;
+  EXPECT_FALSE(coordinator.add_records(negative, {0, 0, 0}, &error));
+  EXPECT_NE(error.find("\"dropped\" is not a count"), std::string::npos) << error;
+}
+
+TEST(TraceRecorderTest, ATraceKeepsItsCapacityAndCountsWhatItLeftOut) {
+  trace_recorder worker(2, 3);  // room for 3 of the 4 records
+  record_two_stages(worker);
+  EXPECT_EQ(worker.dropped(), 1u);
+  EXPECT_EQ(worker.records()["spans"].size(), 3u);
+  EXPECT_TRUE(worker.records()["flows"].empty());
+  EXPECT_EQ(worker.to_json()["otherData"]["dropped_records"], 1);
+  // A coordinator with room for 5: one of the worker's 3 records fits after its own 4, and its
+  // count carries the worker's drop.
+  trace_recorder coordinator(2, 5);
+  record_two_stages(coordinator);
+  EXPECT_EQ(coordinator.dropped(), 0u);
+  std::string error;
+  ASSERT_TRUE(coordinator.add_records(worker.records(), {0, 0, 0}, &error)) << error;
+  EXPECT_EQ(coordinator.dropped(), 1u + 2u);
+  EXPECT_EQ(coordinator.records()["spans"].size() + coordinator.records()["flows"].size(), 5u);
+  EXPECT_EQ(coordinator.to_json()["otherData"]["dropped_records"], 3);
+  EXPECT_EQ(trace_recorder(2).to_json()["otherData"]["dropped_records"], 0);
 }
 
 TEST(TraceRecorderTest, EachTimeMovesByTheOffsetOfTheTrackWhoseClockTookIt) {
