@@ -95,13 +95,19 @@ struct pool_state {
   double updated_s = 0;
 };
 
+/// What a stage's handling of one message gives and costs.
+struct charged_work {
+  std::vector<stage_output> outputs;
+  double seconds = 0;     ///< of work on a whole device
+  const char* name = "";  ///< its span's
+  int64_t key = 0;
+};
+
 /// A stage's work in a time-sliced pool.
 struct sliced_work {
-  std::vector<stage_output> outputs;
-  double remaining_s = 0;  ///< of work on a whole device
+  charged_work work;
+  double remaining_s = 0;  ///< of work.seconds
   double started_s = 0;
-  const char* name = "";
-  int64_t key = 0;
   uint64_t finish_sequence = 0;  ///< of the one work_done event that is not stale
 };
 
@@ -137,10 +143,8 @@ class simulator {
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
   void finish_work(int device);
-  /// Stage `stage` handles parcel `id`: its outputs, and the seconds of work it is charged on
-  /// device `device` (hashed into the trace); `name` is its span's.
-  std::vector<stage_output> handle(int stage, int device, int id, double* seconds,
-                                   const char** name, int64_t* key);
+  /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
+  charged_work handle(int stage, int device, int id);
   /// A time-sliced pool: its works advanced to now at the rate they ran since the last change.
   void advance_sliced(pool_state& pool);
   /// A time-sliced pool: every work's end at its rate from now on.
@@ -401,11 +405,11 @@ void simulator::start_work(int pool) {
         continue;
       }
       next = queue.waiting.erase(next);
-      sliced_work& work = sliced_[stage];
-      work.outputs =
-          handle(stage, device_of_stage_[stage], id, &work.remaining_s, &work.name, &work.key);
+      sliced_work& sliced = sliced_[stage];
+      sliced.work = handle(stage, device_of_stage_[stage], id);
       if (!failure_.empty()) return;
-      work.started_s = now_;
+      sliced.remaining_s = sliced.work.seconds;
+      sliced.started_s = now_;
       stage_at_work_[stage] = true;
       queue.working.push_back(stage);
     }
@@ -424,53 +428,51 @@ void simulator::start_work(int pool) {
   }
 }
 
-std::vector<stage_output> simulator::handle(int stage, int device, int id, double* seconds,
-                                            const char** name, int64_t* key) {
+charged_work simulator::handle(int stage, int device, int id) {
   const key_message message = std::move(parcels_[id].content.message);
   free_parcels_.push_back(id);
   std::string refusal;
-  std::vector<stage_output> outputs = stages_[stage]->handle(message, &refusal);
+  charged_work work;
+  work.outputs = stages_[stage]->handle(message, &refusal);
   if (!refusal.empty()) {
     failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
-    return {};
+    return work;
   }
-  *seconds = stage_devices_[stage]->take_charge() +
-             options_.message_cpu_s * static_cast<double>(1 + outputs.size());
+  work.seconds = stage_devices_[stage]->take_charge() +
+                 options_.message_cpu_s * static_cast<double>(1 + work.outputs.size());
   const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
-    *seconds *= state.slowdown;
+    work.seconds *= state.slowdown;
   }
-  stage_busy_s_[stage] += *seconds;
+  stage_busy_s_[stage] += work.seconds;
   const int kind = static_cast<int>(message.kind);
   hash(&stage, sizeof stage);
   hash(&kind, sizeof kind);
   hash(&message.key, sizeof message.key);
   hash(&now_, sizeof now_);
-  *name = message.kind == actors::key_kind::evaluate   ? "evaluate"
-          : message.kind == actors::key_kind::backward ? "backward"
-          : stages_[stage]->is_last()                  ? "forward+backward"
-                                                       : "forward";
-  *key = static_cast<int64_t>(message.key);
-  return outputs;
+  work.name = message.kind == actors::key_kind::evaluate   ? "evaluate"
+              : message.kind == actors::key_kind::backward ? "backward"
+              : stages_[stage]->is_last()                  ? "forward+backward"
+                                                           : "forward";
+  work.key = static_cast<int64_t>(message.key);
+  return work;
 }
 
 void simulator::begin_work(int device, int id) {
   device_state& state = devices_[device];
   const int stage = parcels_[id].target;
-  double seconds = 0;
-  const char* name = "";
-  int64_t key = 0;
-  state.outputs = handle(stage, device, id, &seconds, &name, &key);
+  charged_work work = handle(stage, device, id);
   if (!failure_.empty()) return;
+  state.outputs = std::move(work.outputs);
   state.busy = true;
   state.stage = stage;
   stage_at_work_[stage] = true;
   if (trace_ && spans_ < options_.trace_spans) {
     ++spans_;
-    trace_->span(stage, name, key, now_, seconds);
+    trace_->span(stage, work.name, work.key, now_, work.seconds);
   }
-  schedule(now_ + seconds, event_kind::work_done, device);
+  schedule(now_ + work.seconds, event_kind::work_done, device);
 }
 
 void simulator::finish_work(int device) {
@@ -507,8 +509,8 @@ void simulator::schedule_sliced(pool_state& pool) {
 }
 
 void simulator::finish_sliced_work(int stage, uint64_t sequence) {
-  sliced_work& work = sliced_[stage];
-  if (!stage_at_work_[stage] || work.finish_sequence != sequence) return;  // rescheduled
+  sliced_work& sliced = sliced_[stage];
+  if (!stage_at_work_[stage] || sliced.finish_sequence != sequence) return;  // rescheduled
   const int device = device_of_stage_[stage];
   pool_state& pool = pools_[devices_[device].pool];
   advance_sliced(pool);
@@ -516,10 +518,11 @@ void simulator::finish_sliced_work(int stage, uint64_t sequence) {
   stage_at_work_[stage] = false;
   if (trace_ && spans_ < options_.trace_spans) {
     ++spans_;
-    trace_->span(stage, work.name, work.key, work.started_s, now_ - work.started_s);
+    trace_->span(stage, sliced.work.name, sliced.work.key, sliced.started_s,
+                 now_ - sliced.started_s);
   }
-  send_outputs(device, stage, std::move(work.outputs));
-  work.outputs.clear();
+  send_outputs(device, stage, std::move(sliced.work.outputs));
+  sliced.work.outputs.clear();
   start_work(devices_[device].pool);
 }
 
@@ -609,7 +612,7 @@ void simulator::worker_fails(int index) {
     queue.waiting.clear();
     queue.working.clear();
   }
-  for (sliced_work& work : sliced_) work.outputs.clear();
+  for (sliced_work& sliced : sliced_) sliced.work.outputs.clear();
   for (device_state& state : devices_) {
     state.busy = false;
     state.outputs.clear();
