@@ -38,21 +38,13 @@ trace_recorder::trace_recorder(int stages, size_t capacity)
 void trace_recorder::span(int track, const std::string& name, int64_t key, double start_s,
                           double duration_s) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (full()) {
-    ++dropped_;
-    return;
-  }
-  spans_.push_back({track, name, key, start_s, duration_s});
+  if (make_room()) spans_.push_back({track, name, key, start_s, duration_s});
 }
 
 void trace_recorder::flow(int from_track, int to_track, int64_t key, double sent_s,
                           double received_s) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (full()) {
-    ++dropped_;
-    return;
-  }
-  flows_.push_back({from_track, to_track, key, sent_s, received_s});
+  if (make_room()) flows_.push_back({from_track, to_track, key, sent_s, received_s});
 }
 
 uint64_t trace_recorder::dropped() const {
@@ -118,18 +110,12 @@ bool trace_recorder::add_records(const nlohmann::json& records,
   std::lock_guard<std::mutex> lock(mutex_);
   dropped_ += dropped.get<uint64_t>();
   for (const nlohmann::json& s : spans) {
-    if (full()) {
-      ++dropped_;
-      continue;
-    }
+    if (!make_room()) continue;
     spans_.push_back({s[0].get<int>(), s[1].get<std::string>(), s[2].get<int64_t>(),
                       s[3].get<double>() + offset(s[0]), s[4].get<double>()});
   }
   for (const nlohmann::json& f : flows) {
-    if (full()) {
-      ++dropped_;
-      continue;
-    }
+    if (!make_room()) continue;
     flows_.push_back({f[0].get<int>(), f[1].get<int>(), f[2].get<int64_t>(),
                       f[3].get<double>() + offset(f[0]), f[4].get<double>() + offset(f[1])});
   }

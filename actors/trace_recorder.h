@@ -45,6 +45,7 @@ class trace_recorder {
 
   /// Spans and arrows left out for want of capacity (here and in the recorders added).
   uint64_t dropped() const;
+  size_t capacity() const { return capacity_; }
 
   /// The trace as Chrome trace JSON, with idle spans between each track's work spans, and
   /// "otherData": {"dropped_records": dropped()}.
@@ -72,7 +73,12 @@ class trace_recorder {
   void add_spans(nlohmann::json* events) const;
   void add_flows(nlohmann::json* events) const;
 
-  bool full() const { return spans_.size() + flows_.size() >= capacity_; }
+  /// True when one more record fits; otherwise counts it as dropped. Called under mutex_.
+  bool make_room() {
+    if (spans_.size() + flows_.size() < capacity_) return true;
+    ++dropped_;
+    return false;
+  }
 
   int stages_;
   size_t capacity_;

@@ -68,8 +68,7 @@ bool write_trace(const actors::trace_recorder& trace, const std::string& out, st
     std::fprintf(stderr,
                  "troupe: trace.json holds the first %zu spans and messages; %llu more were left "
                  "out\n",
-                 actors::trace_recorder::default_capacity,
-                 static_cast<unsigned long long>(dropped));
+                 trace.capacity(), static_cast<unsigned long long>(dropped));
   }
   return true;
 }

@@ -93,6 +93,12 @@ struct pool_state {
   bool time_sliced = false;
   std::vector<int> working;
   double updated_s = 0;
+
+  /// Devices' worth of work each working stage gets per second: a share of the pool, at most
+  /// one whole device.
+  double sliced_rate() const {
+    return std::min(1.0, static_cast<double>(devices.size()) / static_cast<double>(working.size()));
+  }
 };
 
 /// What a stage's handling of one message gives and costs.
@@ -488,9 +494,7 @@ void simulator::finish_work(int device) {
 
 void simulator::advance_sliced(pool_state& pool) {
   if (!pool.working.empty()) {
-    const double rate = std::min(
-        1.0, static_cast<double>(pool.devices.size()) / static_cast<double>(pool.working.size()));
-    const double done = (now_ - pool.updated_s) * rate;
+    const double done = (now_ - pool.updated_s) * pool.sliced_rate();
     for (int stage : pool.working) {
       sliced_[stage].remaining_s = std::max(0.0, sliced_[stage].remaining_s - done);
     }
@@ -500,8 +504,7 @@ void simulator::advance_sliced(pool_state& pool) {
 
 void simulator::schedule_sliced(pool_state& pool) {
   if (pool.working.empty()) return;
-  const double rate = std::min(
-      1.0, static_cast<double>(pool.devices.size()) / static_cast<double>(pool.working.size()));
+  const double rate = pool.sliced_rate();
   for (int stage : pool.working) {
     sliced_[stage].finish_sequence = sequence_;
     schedule(now_ + sliced_[stage].remaining_s / rate, event_kind::sliced_work_done, stage);
