@@ -328,6 +328,40 @@ class cluster_coordinator {
     return std::nullopt;
   }
 
+  /// A joined worker whose process has ended (local workers only: at once) or that has been
+  /// silent past the timeout, with `reason` saying which ("killed by signal 9 (Killed)",
+  /// "stopped responding 10 s ago").
+  std::optional<size_t> ended_worker(double now, std::string* reason) {
+    if (options_.exited_workers) {
+      for (exited_worker& process : options_.exited_workers()) {
+        ended_processes_.push_back(std::move(process));
+      }
+    }
+    // Two workers may end at once: the second stays queued until the first is dealt with.
+    // Processes that are no worker of this run (any more) are forgotten.
+    std::optional<size_t> found;
+    for (auto process = ended_processes_.begin(); process != ended_processes_.end();) {
+      auto worker = std::find_if(workers_.begin(), workers_.end(),
+                                 [&](const worker_peer& peer) { return peer.pid == process->pid; });
+      if (worker == workers_.end()) {
+        process = ended_processes_.erase(process);
+      } else if (!found) {
+        found = static_cast<size_t>(worker - workers_.begin());
+        *reason = process->how;
+        process = ended_processes_.erase(process);
+      } else {
+        ++process;
+      }
+    }
+    if (found) return found;
+    if (auto silent = silent_worker(now)) {
+      *reason = "stopped responding " +
+                std::to_string(static_cast<int>(now - workers_[*silent].last_heard)) + " s ago";
+      return silent;
+    }
+    return std::nullopt;
+  }
+
   // Generations -----------------------------------------------------------------------------
 
   /// Waits for hellos until `count` workers have joined, within `seconds`.
@@ -344,9 +378,11 @@ class cluster_coordinator {
       }
       take_control(std::min(options_.liveness.heartbeat_s / 2, deadline - now));
       heartbeat_workers(clock_.now_seconds());
-      if (auto lost = silent_worker(clock_.now_seconds())) {
-        std::fprintf(stderr, "troupe: %s at %s stopped responding while the job was starting\n",
-                     workers_[*lost].describe().c_str(), workers_[*lost].address.c_str());
+      std::string reason;
+      if (auto lost = ended_worker(clock_.now_seconds(), &reason)) {
+        std::fprintf(stderr, "troupe: %s at %s %s while the job was starting\n",
+                     workers_[*lost].describe().c_str(), workers_[*lost].address.c_str(),
+                     reason.c_str());
         workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(*lost));
         if (options_.replace_worker && !options_.replace_worker(error)) return false;
       }
@@ -449,11 +485,11 @@ class cluster_coordinator {
       take_control(0);
       const double now = clock_.now_seconds();
       heartbeat_workers(now);
-      if (auto silent = silent_worker(now)) {
-        *lost = *silent;
-        const worker_peer& worker = workers_[*silent];
-        *error = worker.describe() + " at " + worker.address + " stopped responding " +
-                 std::to_string(static_cast<int>(now - worker.last_heard)) + " s ago";
+      std::string reason;
+      if (auto ended = ended_worker(now, &reason)) {
+        *lost = *ended;
+        const worker_peer& worker = workers_[*ended];
+        *error = worker.describe() + " at " + worker.address + " " + reason;
         return outcome::worker_lost;
       }
     }
@@ -533,7 +569,8 @@ class cluster_coordinator {
   std::string address_;
   control_queue control_;
   std::vector<worker_peer> workers_;
-  std::vector<worker_peer> refused_;  ///< kept so that their refusal is delivered
+  std::vector<exited_worker> ended_processes_;  ///< reported by options_.exited_workers
+  std::vector<worker_peer> refused_;            ///< kept so that their refusal is delivered
   int expected_workers_ = 0;
   caf::actor_system_config settings_;  ///< the actor system keeps a reference to it
   caf::actor_system system_;

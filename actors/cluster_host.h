@@ -43,6 +43,13 @@ struct worker_options {
 /// failure `error` says why, naming the peer.
 int run_worker(const worker_options& options, clock_source& clock, std::string* error);
 
+/// A worker process of this machine that has ended, and how ("killed by signal 9 (Killed)",
+/// "exited with status 1").
+struct exited_worker {
+  int64_t pid = 0;
+  std::string how;
+};
+
 struct coordinator_options {
   std::string listen_address;  ///< where the coordinator receives
   int workers = 1;
@@ -54,6 +61,10 @@ struct coordinator_options {
   /// Starts a replacement for a lost worker (local workers); empty: wait for the lost rank to
   /// rejoin by itself (cluster launchers) for up to checkpoint.rejoin_timeout_s.
   std::function<bool(std::string* error)> replace_worker;
+  /// The worker processes started on this machine (local workers) that have ended since the
+  /// last call; the coordinator polls it between heartbeats and loses such a worker at once
+  /// instead of after liveness.timeout_s. Empty: only heartbeats tell (cluster launchers).
+  std::function<std::vector<exited_worker>()> exited_workers;
   /// CURVE keys and policy of this process; workers must hold a key on its allow-list.
   transport::security_settings security;
 };

@@ -35,6 +35,17 @@ void forget(pid_t pid) {
   }
 }
 
+/// "exited with status 1", "killed by signal 9 (Killed)".
+std::string how_it_ended(int status) {
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const char* name = strsignal(signal);
+    return "was killed by signal " + std::to_string(signal) +
+           (name ? std::string(" (") + name + ")" : "");
+  }
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
 }  // namespace
 
 local_workers::local_workers() {
@@ -84,17 +95,22 @@ bool local_workers::start(int count, std::string* error) {
   return true;
 }
 
-void local_workers::reap_exited() {
+std::vector<actors::exited_worker> local_workers::collect_exited() {
+  std::vector<actors::exited_worker> exited;
   for (size_t i = 0; i < children_.size();) {
     int status = 0;
     if (waitpid(children_[i], &status, WNOHANG) == children_[i]) {
+      exited.push_back({children_[i], how_it_ended(status)});
       forget(children_[i]);
       children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
       ++i;
     }
   }
+  return exited;
 }
+
+void local_workers::reap_exited() { collect_exited(); }
 
 bool local_workers::start_replacement(std::string* error) {
   reap_exited();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster_host.h"
+
 namespace troupe::apps {
 
 class local_workers {
@@ -24,6 +26,8 @@ class local_workers {
   bool start(int count, std::string* error);
   /// Starts one more worker (replacing a lost one); reaps the workers that have exited.
   bool start_replacement(std::string* error);
+  /// The workers that have ended since the last call (reaped), and how.
+  std::vector<actors::exited_worker> collect_exited();
   /// Sends SIGTERM to every running worker of this process (async-signal-safe).
   static void terminate_all();
   /// Waits for the workers to exit (they do after the run's finish message); kills any still

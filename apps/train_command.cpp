@@ -126,6 +126,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
     cluster.replace_worker = [&local](std::string* problem) {
       return local->start_replacement(problem);
     };
+    cluster.exited_workers = [&local] { return local->collect_exited(); };
   } else {
     cluster.listen_address = options.listen;
   }

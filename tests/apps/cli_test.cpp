@@ -494,6 +494,57 @@ log_interval = 1
   }
 }
 
+// `train --workers` started its workers itself, so it hears of a worker's death from the
+// kernel at once: the report says how the process ended, long before the heartbeat timeout
+// (an hour here) would have called it silent.
+TEST_F(CliTest, LocalWorkerDeathIsReportedAtOnceWithHowItEnded) {
+  const fs::path job = write("long.toml", R"(
+[model]
+input_shape = [64]
+layers = [{ type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 4096
+synthetic_test = 64
+classes = 4
+[parallelism]
+stages = 2
+mode = "async"
+[training]
+batch_size = 8
+epochs = 1000
+[checkpoint]
+max_restarts = 0
+[metrics]
+log_interval = 1
+)");
+  const fs::path out = directory_ / "run";
+  const pid_t train = spawn_troupe({"train", job.string(), "--workers", "2", "--heartbeat-timeout",
+                                    "3600", "--quiet", "--out", out.string()},
+                                   directory_ / "train.txt");
+  ASSERT_TRUE(wait_until([&] { return read_file(out / "metrics.jsonl").size() > 200; }, 60));
+  std::vector<pid_t> workers;
+  std::istringstream list(
+      read_file("/proc/" + std::to_string(train) + "/task/" + std::to_string(train) + "/children"));
+  for (pid_t child; list >> child;) workers.push_back(child);
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[0], SIGKILL);
+  int status = 0;
+  bool exited = false;
+  const bool ended =
+      wait_until([&] { return exited = exited || waitpid(train, &status, WNOHANG) == train; }, 60);
+  if (!ended) {
+    kill(train, SIGKILL);
+    waitpid(train, nullptr, 0);
+  }
+  ASSERT_TRUE(ended) << "the run went on after its worker was killed";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  const std::string errors = read_file(directory_ / "train.txt");
+  EXPECT_NE(errors.find("worker pid " + std::to_string(workers[0])), std::string::npos) << errors;
+  EXPECT_NE(errors.find("was killed by signal 9"), std::string::npos) << errors;
+  EXPECT_EQ(errors.find("stopped responding"), std::string::npos) << errors;
+}
+
 /// A 3-stage sync job whose in-process result the launcher runs must reproduce.
 std::string launch_job_overrides() {
   return " --set parallelism.stages=3 --set parallelism.micro_batches=2 --quiet";
