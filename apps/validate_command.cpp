@@ -246,6 +246,15 @@ int run_validate(const validate_options& options) {
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (cores < 4) {
+    std::printf(
+        "(rows with --workers above %u: more single-stage processes than this machine's cores, "
+        "which the operating system time-slices; the simulator shares the cores among them but "
+        "does not charge the process switches, cache refills and uneven load balancing that "
+        "come with it, so it predicts such runs too fast)\n",
+        cores);
+  }
   if (!write_json_file(out + "/validation.json", rows, &error)) {
     std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
     return 1;
