@@ -441,8 +441,10 @@ TEST_F(CliTest, LocalWorkerProcessesTrainLikeOneProcess) {
   EXPECT_EQ(hosted, (std::vector<int>{0, 1, 2}));
 }
 
-TEST_F(CliTest, KilledWorkerIsNamedByTheCoordinator) {
-  const fs::path job = write("long.toml", R"(
+/// A 2-stage async job that trains far longer than any test waits, with no restarts: a lost
+/// worker ends it.
+std::string endless_two_stage_job() {
+  return R"(
 [model]
 input_shape = [64]
 layers = [{ type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 256 },
@@ -462,7 +464,11 @@ epochs = 1000
 max_restarts = 0
 [metrics]
 log_interval = 1
-)");
+)";
+}
+
+TEST_F(CliTest, KilledWorkerIsNamedByTheCoordinator) {
+  const fs::path job = write("long.toml", endless_two_stage_job());
   const std::string address = "ipc://" + (directory_ / "coordinator").string();
   const fs::path out = directory_ / "run";
   pid_t coordinator =
@@ -503,26 +509,7 @@ log_interval = 1
 // kernel at once: the report says how the process ended, long before the heartbeat timeout
 // (an hour here) would have called it silent.
 TEST_F(CliTest, LocalWorkerDeathIsReportedAtOnceWithHowItEnded) {
-  const fs::path job = write("long.toml", R"(
-[model]
-input_shape = [64]
-layers = [{ type = "linear", out = 256 }, { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 4096
-synthetic_test = 64
-classes = 4
-[parallelism]
-stages = 2
-mode = "async"
-[training]
-batch_size = 8
-epochs = 1000
-[checkpoint]
-max_restarts = 0
-[metrics]
-log_interval = 1
-)");
+  const fs::path job = write("long.toml", endless_two_stage_job());
   const fs::path out = directory_ / "run";
   const pid_t train = spawn_troupe({"train", job.string(), "--workers", "2", "--heartbeat-timeout",
                                     "3600", "--quiet", "--out", out.string()},
