@@ -329,7 +329,7 @@ class cluster_coordinator {
   }
 
   /// A joined worker whose process has ended (local workers only: at once) or that has been
-  /// silent past the timeout, with `reason` saying which ("killed by signal 9 (Killed)",
+  /// silent past the timeout, with `reason` saying which ("was killed by signal 9 (Killed)",
   /// "stopped responding 10 s ago").
   std::optional<size_t> ended_worker(double now, std::string* reason) {
     if (options_.exited_workers) {

@@ -43,8 +43,8 @@ struct worker_options {
 /// failure `error` says why, naming the peer.
 int run_worker(const worker_options& options, clock_source& clock, std::string* error);
 
-/// A worker process of this machine that has ended, and how ("killed by signal 9 (Killed)",
-/// "exited with status 1").
+/// A worker process of this machine that has ended, and how ("was killed by signal 9
+/// (Killed)", "exited with status 1").
 struct exited_worker {
   int64_t pid = 0;
   std::string how;

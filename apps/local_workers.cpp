@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -35,7 +36,7 @@ void forget(pid_t pid) {
   }
 }
 
-/// "exited with status 1", "killed by signal 9 (Killed)".
+/// "exited with status 1", "was killed by signal 9 (Killed)".
 std::string how_it_ended(int status) {
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
@@ -95,22 +96,23 @@ bool local_workers::start(int count, std::string* error) {
   return true;
 }
 
-std::vector<actors::exited_worker> local_workers::collect_exited() {
-  std::vector<actors::exited_worker> exited;
+void local_workers::reap_exited() {
   for (size_t i = 0; i < children_.size();) {
     int status = 0;
     if (waitpid(children_[i], &status, WNOHANG) == children_[i]) {
-      exited.push_back({children_[i], how_it_ended(status)});
+      exited_.push_back({children_[i], how_it_ended(status)});
       forget(children_[i]);
       children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
       ++i;
     }
   }
-  return exited;
 }
 
-void local_workers::reap_exited() { collect_exited(); }
+std::vector<actors::exited_worker> local_workers::collect_exited() {
+  reap_exited();
+  return std::exchange(exited_, {});
+}
 
 bool local_workers::start_replacement(std::string* error) {
   reap_exited();

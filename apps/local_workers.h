@@ -40,6 +40,7 @@ class local_workers {
 
   std::string directory_;
   std::vector<pid_t> children_;
+  std::vector<actors::exited_worker> exited_;  ///< reaped, not yet collected
   int started_ = 0;
 };
 
