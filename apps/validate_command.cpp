@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +32,12 @@ namespace {
 
 using json = nlohmann::json;
 
+/// The pipeline depths validated, each in one process and with a worker process per stage.
+constexpr int stage_counts[] = {1, 2, 4};
+
+/// This machine's cores (its devices in this_machine()).
+unsigned this_machines_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
 /// This machine as a cluster: one node, one device per core, pooled (the stages' threads run on
 /// whichever core is free); the profile supplies the costs and the transport. In one process
 /// the stages share a scheduler with a thread per core, and each runs its work to the end; in
@@ -38,7 +45,7 @@ using json = nlohmann::json;
 /// others when there are more stages than cores.
 std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile, bool in_process,
                                                std::string* error) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = this_machines_cores();
   std::ostringstream text;
   text << "[device_types.core]\nkind = \"cpu\"\npooled = true\ntime_sliced = "
        << (in_process ? "false" : "true")
@@ -129,7 +136,7 @@ int run_validate(const validate_options& options) {
   json rows = json::array();
   std::vector<std::string> lines;
   for (const std::string mode : {"sync", "async"}) {
-    for (int stages : {1, 2, 4}) {
+    for (int stages : stage_counts) {
       std::vector<std::string> overrides = options.overrides;
       for (const std::string& setting : std::vector<std::string>{
                "parallelism.mode=\"" + mode + "\"", "parallelism.stages=" + std::to_string(stages),
@@ -222,7 +229,9 @@ int run_validate(const validate_options& options) {
                       mode.c_str(), stages, where.c_str(), measured, predicted, 100 * relative, cpu,
                       100 * kernel);
         lines.push_back(line);
-        std::fprintf(stderr, "troupe validate: [%zu/12] %s\n", lines.size(), line);
+        std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(),
+                     4 * std::size(stage_counts),
+                     line);  // sync and async, in-process and --workers
         rows.push_back({{"mode", mode},
                         {"stages", stages},
                         {"workers", workers},
@@ -246,8 +255,9 @@ int run_validate(const validate_options& options) {
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (cores < 4) {
+  const unsigned cores = this_machines_cores();
+  if (static_cast<unsigned>(*std::max_element(std::begin(stage_counts), std::end(stage_counts))) >
+      cores) {
     std::printf(
         "(rows with --workers above %u: more single-stage processes than this machine's cores, "
         "which the operating system time-slices; the simulator shares the cores among them but "
