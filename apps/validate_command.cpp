@@ -260,9 +260,10 @@ int run_validate(const validate_options& options) {
       cores) {
     std::printf(
         "(rows with --workers above %u: more single-stage processes than this machine's cores, "
-        "which the operating system time-slices; the simulator shares the cores among them but "
-        "does not charge the process switches, cache refills and uneven load balancing that "
-        "come with it, so it predicts such runs too fast)\n",
+        "which the operating system time-slices; the simulator gives them the share of the "
+        "cores that a stand-in pipeline of the job's stage processes got in each calibration "
+        "(time_slice_efficiency in the profiles), but the real workers lose more than it does, "
+        "so such rows are still predicted too fast)\n",
         cores);
   }
   if (!write_json_file(out + "/validation.json", rows, &error)) {

@@ -124,9 +124,10 @@ const toml::table* table_key(const toml::table& table, const std::string& path, 
 
 problem read_device_type(const toml::table& table, const std::string& path, device_type* out) {
   device_model& d = out->prototype;
-  if (problem error = check_keys(table, path,
-                                 {"kind", "peak_flops", "memory_bandwidth", "memory_bytes",
-                                  "launch_overhead_s", "efficiency", "pooled", "time_sliced"})) {
+  if (problem error =
+          check_keys(table, path,
+                     {"kind", "peak_flops", "memory_bandwidth", "memory_bytes", "launch_overhead_s",
+                      "efficiency", "pooled", "time_sliced", "time_slice_efficiency"})) {
     return error;
   }
   if (problem error = string_key(table, path, "kind", {"gpu", "cpu"}, &out->kind)) return error;
@@ -152,13 +153,17 @@ problem read_device_type(const toml::table& table, const std::string& path, devi
                  {"memory_bandwidth", kPositive, "bytes/s", &d.memory_bandwidth},
                  {"memory_bytes", kPositive, "bytes", &d.memory_bytes},
                  {"launch_overhead_s", kNonNegative, nullptr, &d.launch_overhead_s},
-                 {"efficiency", kEfficiency, nullptr, &d.efficiency}};
+                 {"efficiency", kEfficiency, nullptr, &d.efficiency},
+                 {"time_slice_efficiency", kEfficiency, nullptr, &d.time_slice_efficiency}};
   for (const auto& number : numbers) {
     problem error =
         number.unit == nullptr
             ? number_key(table, path, number.key, number.range, number.out)
             : required_number(table, path, number.key, number.range, number.unit, number.out);
     if (error) return error;
+  }
+  if (table.get("time_slice_efficiency") && !d.time_sliced) {
+    return key_path(path, "time_slice_efficiency") + ": needs time_sliced = true";
   }
   return std::nullopt;
 }

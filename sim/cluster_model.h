@@ -42,6 +42,10 @@ struct device_model {
   /// its own thread); otherwise a stage waits for a free device and runs to the end of its work
   /// (the stages of one process on a scheduler with a thread per device).
   bool time_sliced = false;
+  /// With `time_sliced`: the share of the pool's devices that its stages get while they
+  /// outnumber the devices (0, 1]; the rest goes to the operating system's switches, wake-ups
+  /// and uneven spreading (`troupe calibrate` measures it for this machine).
+  double time_slice_efficiency = 1;
 };
 
 struct link_model {

@@ -23,6 +23,7 @@
 #include "actors/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
+#include "sim/process_pipeline.h"
 #include "transport/endpoint.h"
 
 namespace troupe::sim {
@@ -249,6 +250,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
                                                       layers::backend& device,
                                                       const std::vector<layers::shape>& shapes,
                                                       int64_t batch, double seconds,
+                                                      std::vector<stage_timing>* stage_timings,
                                                       std::string* error) {
   auto ranges = actors::partition_model(config, error);
   if (!ranges) return std::nullopt;
@@ -282,6 +284,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
     scale_to(blocks, range, stage.step_s, &block_profile::step_s);
     scale_to(blocks, range, stage.stash_s, &block_profile::stash_s);
   }
+  *stage_timings = std::move(*timings);
   return blocks;
 }
 
@@ -399,6 +402,52 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
   return ok;
 }
 
+/// Sets profile->time_slice_efficiency when the job has more stages than this machine has
+/// cores: a stand-in pipeline of the job's stage times, one process per stage, measures the
+/// keys per second that the operating system's time-slicing gives them, against what fair
+/// sharing of the cores would (the simulator's model: every core busy while the stages
+/// outnumber them, each message end charged ipc_message_cpu_s). 1 otherwise.
+bool time_slicing(const actors::job_config& config, const std::vector<layers::shape>& shapes,
+                  const std::vector<stage_timing>& timings, double seconds,
+                  machine_profile* profile, std::string* error) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (timings.size() <= cores) return true;
+  auto ranges = actors::partition_model(config, error);
+  if (!ranges || ranges->size() != timings.size()) return false;
+  const double steps_per_key = 1.0 / keys_per_step(config);
+  const double message_s = profile->ipc_message_cpu_s;
+  const auto bytes = [&](const layers::shape& sample) {
+    return static_cast<size_t>(profile->batch * layers::element_count(sample)) * sizeof(float);
+  };
+  std::vector<pipeline_stage_cost> stages;
+  double work_s = 0, bottleneck_s = 0;
+  for (size_t s = 0; s < timings.size(); ++s) {
+    const stage_timing& t = timings[s];
+    const bool last = s + 1 == timings.size();
+    pipeline_stage_cost stage;
+    const double backward_s = t.backward_s + (t.step_s + t.stash_s) * steps_per_key;
+    stage.forward_s = last ? t.forward_s + backward_s + profile->loss_s : t.forward_s;
+    stage.backward_s = last ? 0 : backward_s;
+    stage.output_bytes = bytes(shapes[(*ranges)[s].last - 1]);
+    stages.push_back(stage);
+    // A stage handles a key once (the last) or twice, each time receiving and sending it.
+    const double own_s = stage.forward_s + stage.backward_s + (last ? 2 : 4) * message_s;
+    work_s += own_s;
+    bottleneck_s = std::max(bottleneck_s, own_s);
+  }
+  const int keys =
+      std::max(1, config.parallelism.mode == "async"
+                      ? (config.parallelism.max_active_keys > 0 ? config.parallelism.max_active_keys
+                                                                : static_cast<int>(stages.size()))
+                      : config.parallelism.micro_batches);
+  auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys,
+                                              std::max(0.5, 4 * seconds), error);
+  if (!measured) return false;
+  const double fair = std::min(static_cast<double>(cores) / work_s, 1.0 / bottleneck_s);
+  profile->time_slice_efficiency = std::clamp(*measured / fair, 0.05, 1.0);
+  return true;
+}
+
 }  // namespace
 
 std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
@@ -412,7 +461,8 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   profile.evaluation_batch = actors::evaluation_batch;
   auto device = layers::create_backend(profile.backend, profile.threads, error);
   if (!device) return std::nullopt;
-  auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, error);
+  std::vector<stage_timing> stages;
+  auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, &stages, error);
   if (!blocks) return std::nullopt;
   profile.blocks = std::move(*blocks);
   // The loss: logits of the key's size against labels.
@@ -433,6 +483,7 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   }
   profile.loss_s = median(times);
   if (!time_transport(&profile, *device, config.model.input_shape, error)) return std::nullopt;
+  if (!time_slicing(config, *shapes, stages, seconds, &profile, error)) return std::nullopt;
   return profile;
 }
 
@@ -445,6 +496,10 @@ void use_measured_transport(const machine_profile& profile, cluster_model* clust
       cluster->links[link].latency_s = latency_s / 2;
       cluster->links[link].bandwidth = profile.link_bandwidth;
     }
+  }
+  if (in_process) return;
+  for (device_model& device : cluster->devices) {
+    if (device.time_sliced) device.time_slice_efficiency = profile.time_slice_efficiency;
   }
 }
 
@@ -469,7 +524,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"link_bandwidth", profile.link_bandwidth},
                {"inproc_message_cpu_s", profile.inproc_message_cpu_s},
                {"ipc_message_cpu_s", profile.ipc_message_cpu_s},
-               {"inproc_latency_s", profile.inproc_latency_s}};
+               {"inproc_latency_s", profile.inproc_latency_s},
+               {"time_slice_efficiency", profile.time_slice_efficiency}};
   return text.dump(2) + "\n";
 }
 
@@ -507,6 +563,14 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       {"inproc_latency_s", &profile.inproc_latency_s}};
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
+  }
+  if (root.contains("time_slice_efficiency")) {
+    double& efficiency = profile.time_slice_efficiency;
+    if (!number(root, "time_slice_efficiency", "", &efficiency, true)) return std::nullopt;
+    if (efficiency > 1) {
+      *error = source + ": time_slice_efficiency: must be <= 1";
+      return std::nullopt;
+    }
   }
   double evaluation_batch = 0;
   if (root.contains("evaluation_batch") &&

@@ -43,6 +43,10 @@ struct machine_profile {
   /// From a key's send to its receiving thread holding it decoded, between threads of one
   /// process (inproc://, a receiver thread and the handler's thread woken in turn); 0: unknown.
   double inproc_latency_s = 0;
+  /// The share of the cores that the job's stages get as processes of their own when they
+  /// outnumber the cores, against fair sharing of the cores (1: as fair sharing; measured only
+  /// then, with a stand-in pipeline of the job's stage times: see process_pipeline.h).
+  double time_slice_efficiency = 1;
 };
 
 /// Times every block of `config`'s model on the job's first device with the threads a stage
@@ -53,7 +57,8 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each
 /// side) and bandwidth: between processes (ipc://), or with `in_process` between the stages of
-/// one process (inproc://, when the profile has that figure).
+/// one process (inproc://, when the profile has that figure). Between processes, time-sliced
+/// device types also get the profile's time_slice_efficiency.
 void use_measured_transport(const machine_profile& profile, cluster_model* cluster,
                             bool in_process = false);
 

@@ -94,10 +94,16 @@ struct pool_state {
   std::vector<int> working;
   double updated_s = 0;
 
-  /// Devices' worth of work each working stage gets per second: a share of the pool, at most
-  /// one whole device.
+  /// device_model::time_slice_efficiency: the share of the devices the stages get while they
+  /// outnumber them.
+  double efficiency = 1;
+
+  /// Devices' worth of work each working stage gets per second: a whole device while there
+  /// are enough, else an equal share of the devices that the operating system gives them.
   double sliced_rate() const {
-    return std::min(1.0, static_cast<double>(devices.size()) / static_cast<double>(working.size()));
+    const double stages = static_cast<double>(working.size());
+    const double shared = static_cast<double>(devices.size());
+    return stages <= shared ? 1.0 : shared * efficiency / stages;
   }
 };
 
@@ -246,6 +252,7 @@ bool simulator::build(std::string* error) {
     if (pool == pools_.size()) {
       pools_.emplace_back();
       pools_.back().time_sliced = device.pooled && device.time_sliced;
+      pools_.back().efficiency = device.time_slice_efficiency;
     }
     pools_[pool].devices.push_back(static_cast<int>(d));
     devices_[d].pool = static_cast<int>(pool);

@@ -121,6 +121,17 @@ TEST(ClusterModelTest, PooledIsAFlagOfADeviceType) {
   EXPECT_TRUE(sliced.devices.front().time_sliced);
   EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14", "peak_flops = 4e14\ntime_sliced = true")),
             "c.toml: device_types.h100.time_sliced: needs pooled = true (a pool to share)");
+  EXPECT_EQ(sliced.devices.front().time_slice_efficiency, 1.0);
+  const std::string pool = "peak_flops = 4e14\npooled = true\ntime_sliced = true";
+  EXPECT_EQ(parsed(replaced(kBase, "peak_flops = 4e14", pool + "\ntime_slice_efficiency = 0.8"))
+                .devices.front()
+                .time_slice_efficiency,
+            0.8);
+  EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14", pool + "\ntime_slice_efficiency = 0")),
+            "c.toml: device_types.h100.time_slice_efficiency: must be in (0, 1], got 0");
+  EXPECT_EQ(error_of(replaced(kBase, "peak_flops = 4e14",
+                              "peak_flops = 4e14\npooled = true\ntime_slice_efficiency = 0.8")),
+            "c.toml: device_types.h100.time_slice_efficiency: needs time_sliced = true");
 }
 
 TEST(ClusterModelTest, ThisMachineExampleHasTwoCpus) {

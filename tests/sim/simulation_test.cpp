@@ -138,6 +138,29 @@ TEST(SimulationTest, TimeSlicedStagesShareThePoolsDevicesAtOnce) {
   EXPECT_GT(sliced_work / sliced.virtual_s, 1.9);
 }
 
+TEST(SimulationTest, TimeSlicedStagesGetTheEfficiencyShareOfThePoolWhenTheyOutnumberIt) {
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.max_active_keys = 4;
+  config.parallelism.min_update_interval = 1;
+  const auto with_efficiency = [](int devices, double efficiency) {
+    cluster_model cluster = ideal_cluster(devices, sharing::time_sliced);
+    for (device_model& device : cluster.devices) device.time_slice_efficiency = efficiency;
+    return cluster;
+  };
+  // As many devices as stages: the stages never outnumber them, and nothing changes.
+  const simulation_result roomy = simulated(config, with_efficiency(4, 1.0));
+  const simulation_result roomy_half = simulated(config, with_efficiency(4, 0.5));
+  EXPECT_EQ(roomy_half.trace_hash, roomy.trace_hash);
+  // Four stages on two devices: while three or four have work, they share one device's worth.
+  const simulation_result fair = simulated(config, with_efficiency(2, 1.0));
+  const simulation_result halved = simulated(config, with_efficiency(2, 0.5));
+  const double ratio = halved.summary.samples_per_s / fair.summary.samples_per_s;
+  std::printf("4 stages on 2 devices: %.0f samples/s shared fairly, %.0f at efficiency 0.5\n",
+              fair.summary.samples_per_s, halved.summary.samples_per_s);
+  EXPECT_LT(ratio, 0.75);
+  EXPECT_GT(ratio, 0.45);
+}
+
 TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
   actors::job_config config = balanced_job(4, 1, "async");
   config.parallelism.max_active_keys = 4;

@@ -1,0 +1,61 @@
+// The stand-in pipeline of stage processes that calibrate runs to measure time-slicing.
+
+#include "sim/process_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "sim/profile.h"
+#include "tests/sim/simulation_fixtures.h"
+
+namespace troupe::sim {
+namespace {
+
+TEST(ProcessPipelineTest, KeysGoNoFasterThanTheirStagesSpin) {
+  std::string error;
+  // One stage, one key: each key spins 2 ms of CPU time there, so at most 500 keys per second.
+  auto alone = process_pipeline_keys_per_s({{2e-3, 0, 1024}}, 1024, 1, 0.2, &error);
+  ASSERT_TRUE(alone) << error;
+  EXPECT_LT(*alone, 500 * 1.02);
+  EXPECT_GT(*alone, 50);
+  // Three stages and one key: forward through all three (1 ms each, the last stage's visit
+  // being its forward and backward), back through the first two (1 ms each): 5 ms per key.
+  const std::vector<pipeline_stage_cost> chain = {
+      {1e-3, 1e-3, 4096}, {1e-3, 1e-3, 4096}, {1e-3, 0, 4096}};
+  auto one_key = process_pipeline_keys_per_s(chain, 4096, 1, 0.2, &error);
+  ASSERT_TRUE(one_key) << error;
+  EXPECT_LT(*one_key, 200 * 1.02);
+  EXPECT_GT(*one_key, 20);
+  std::printf("one stage: %.0f keys/s (at most 500); three stages: %.0f keys/s (at most 200)\n",
+              *alone, *one_key);
+}
+
+TEST(ProcessPipelineTest, CalibrationMeasuresTimeSlicingOnlyWhenStagesOutnumberTheCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string error;
+  actors::job_config roomy = balanced_job(std::min(cores, 2), 1, "async");
+  roomy.data.synthetic_train = 640;
+  auto profile = calibrate(roomy, 0.01, &error);
+  ASSERT_TRUE(profile) << error;
+  EXPECT_EQ(profile->time_slice_efficiency, 1.0);
+  if (cores > 4) GTEST_SKIP() << cores << " cores: a job of more stages would take too long here";
+  actors::job_config crowded = balanced_job(cores + 1, 1, "async");
+  crowded.data.synthetic_train = 640;
+  profile = calibrate(crowded, 0.01, &error);
+  ASSERT_TRUE(profile) << error;
+  std::printf("%d stages on %d cores: time_slice_efficiency %.3f\n", cores + 1, cores,
+              profile->time_slice_efficiency);
+  EXPECT_GT(profile->time_slice_efficiency, 0.05);
+  EXPECT_LE(profile->time_slice_efficiency, 1.0);
+  auto reread = parse_profile(to_json_text(*profile), "profile", &error);
+  ASSERT_TRUE(reread) << error;
+  EXPECT_EQ(reread->time_slice_efficiency, profile->time_slice_efficiency);
+  nlohmann::json text = nlohmann::json::parse(to_json_text(*profile));
+  text["time_slice_efficiency"] = 1.5;
+  EXPECT_FALSE(parse_profile(text.dump(), "p.json", &error));
+  EXPECT_EQ(error, "p.json: time_slice_efficiency: must be <= 1");
+}
+
+}  // namespace
+}  // namespace troupe::sim
