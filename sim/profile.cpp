@@ -435,11 +435,10 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
     work_s += own_s;
     bottleneck_s = std::max(bottleneck_s, own_s);
   }
+  // Keys in flight (load_job_file() resolves max_active_keys = 0 to the stage count).
   const int keys =
-      std::max(1, config.parallelism.mode == "async"
-                      ? (config.parallelism.max_active_keys > 0 ? config.parallelism.max_active_keys
-                                                                : static_cast<int>(stages.size()))
-                      : config.parallelism.micro_batches);
+      std::max(1, config.parallelism.mode == "async" ? config.parallelism.max_active_keys
+                                                     : config.parallelism.micro_batches);
   auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys,
                                               std::max(0.5, 4 * seconds), error);
   if (!measured) return false;
