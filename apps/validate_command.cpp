@@ -26,6 +26,7 @@
 #include "apps/statistics.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
+#include "sim/this_machine.h"
 
 namespace troupe::apps {
 namespace {
@@ -35,36 +36,37 @@ using json = nlohmann::json;
 /// The pipeline depths validated, each in one process and with a worker process per stage.
 constexpr int stage_counts[] = {1, 2, 4};
 
-/// This machine's cores (its devices in this_machine()).
+/// This machine's cores (its devices in sim::this_machine()).
 unsigned this_machines_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-/// This machine as a cluster: one node, one device per core, pooled (the stages' threads run on
-/// whichever core is free); the profile supplies the costs and the transport. In one process
-/// the stages share a scheduler with a thread per core, and each runs its work to the end; in
-/// worker processes each stage has a thread of its own, which the OS time-slices with the
-/// others when there are more stages than cores.
-std::optional<sim::cluster_model> this_machine(const sim::machine_profile& profile, bool in_process,
-                                               std::string* error) {
-  const unsigned cores = this_machines_cores();
-  std::ostringstream text;
-  text << "[device_types.core]\nkind = \"cpu\"\npooled = true\ntime_sliced = "
-       << (in_process ? "false" : "true")
-       << "\npeak_flops = 1e11\n"
-          "memory_bandwidth = 3e10\n"
-          "memory_bytes = 8e9\n[[nodes]]\nname = \"this-machine\"\ndevice_type = \"core\"\n"
-       << "devices = " << cores
-       << "\ndevice_link = { bandwidth = 1e10 }\nnic = { bandwidth = 1e10 }\n";
-  auto cluster = sim::parse_cluster(text.str(), "this machine", error);
-  if (cluster) sim::use_measured_transport(profile, &*cluster, in_process);
-  return cluster;
+/// A log record's step and when it was written, in seconds since the run started.
+struct step_record {
+  int64_t step = 0;
+  double wall_s = 0;
+};
+
+/// Samples per second from the first log record at or past `warm_up_steps` to the last one
+/// (evaluation records left out): the same for a real run and its simulation, so that neither
+/// counts the start of the run, whose cold caches, connections and page faults the simulator
+/// does not model. Nothing when no record follows the warm-up.
+std::optional<double> steady_samples_per_s(const std::vector<step_record>& records,
+                                           int64_t warm_up_steps, int64_t batch_size) {
+  const auto start = std::find_if(records.begin(), records.end(), [&](const step_record& record) {
+    return record.step >= warm_up_steps;
+  });
+  if (start == records.end()) return std::nullopt;
+  const step_record& end = records.back();
+  if (end.step <= start->step || end.wall_s <= start->wall_s) return std::nullopt;
+  return static_cast<double>((end.step - start->step) * batch_size) / (end.wall_s - start->wall_s);
 }
 
 /// What one real run measured.
 struct measured_run {
-  double samples_per_s = 0;
-  double cpu_s = 0;     ///< all its processes' CPU time, user and kernel
-  double system_s = 0;  ///< of which in the kernel
-  double samples = 0;   ///< training samples (steps × batch size)
+  double samples_per_s = 0;          ///< over the whole run
+  std::vector<step_record> records;  ///< from its metrics.jsonl
+  double cpu_s = 0;                  ///< all its processes' CPU time, user and kernel
+  double system_s = 0;               ///< of which in the kernel
+  double samples = 0;                ///< training samples (steps × batch size)
 };
 
 /// Trains the job for real in a process of its own (a fresh `troupe train`, as a user runs
@@ -113,13 +115,21 @@ std::optional<measured_run> measure_run(const validate_options& options,
     run.cpu_s += process.value("user_s", 0.0) + process.value("system_s", 0.0);
   }
   run.samples = static_cast<double>(summary.value("steps", int64_t{0}) * batch_size);
+  std::ifstream metrics(out + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const json record = json::parse(line, nullptr, false);
+    if (record.is_discarded() || record.contains("test_accuracy")) continue;
+    run.records.push_back({record.value("step", int64_t{0}), record.value("wall_s", 0.0)});
+  }
   return run;
 }
 
 /// One configuration's predictions and measurements, run by run.
 struct configuration_runs {
-  std::vector<double> predicted[2];  ///< [0]: in-process, [1]: --workers
+  std::vector<double> predicted[2];  ///< [0]: in-process, [1]: --workers; after the warm-up
   std::vector<double> measured[2];
+  std::vector<double> whole_predicted[2];  ///< over the whole run
+  std::vector<double> whole_measured[2];
   std::vector<double> cpu_us_per_sample[2];
   std::vector<double> kernel_fraction[2];
 };
@@ -133,6 +143,8 @@ int run_validate(const validate_options& options) {
     std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
     return 2;
   }
+  // The first tenth of every run is its warm-up, which neither side's samples/s counts.
+  const int64_t warm_up_steps = std::max(1, options.steps / 10);
   json rows = json::array();
   std::vector<std::string> lines;
   for (const std::string mode : {"sync", "async"}) {
@@ -144,6 +156,7 @@ int run_validate(const validate_options& options) {
                "parallelism.max_active_keys=" + std::to_string(stages),
                "parallelism.min_update_interval=1", "training.epochs=1",
                "training.max_steps=" + std::to_string(options.steps),
+               "metrics.log_interval=" + std::to_string(warm_up_steps),
                "checkpoint.interval_steps=0"}) {
         overrides.push_back(setting);
       }
@@ -162,8 +175,11 @@ int run_validate(const validate_options& options) {
       settings.trace_spans = 0;
       struct : actors::training_observer {
         void on_step(int64_t, int64_t, int64_t, double, double) override {}
-        void on_metrics(const actors::metrics_record&) override {}
-      } quiet;
+        void on_metrics(const actors::metrics_record& record) override {
+          if (!record.test_accuracy) records.push_back({record.step, record.wall_s});
+        }
+        std::vector<step_record> records;
+      } simulated;
       const std::string name = mode + "-s" + std::to_string(stages);
       // Each run is calibrated, predicted and measured in turn, and the row quotes the medians:
       // a shared machine's speed drifts over minutes, and a calibration taken next to its
@@ -172,8 +188,9 @@ int run_validate(const validate_options& options) {
       for (int run = 0; run < options.runs; ++run) {
         const std::string suffix = "-" + std::to_string(run + 1);
         auto profile = sim::calibrate(*config, options.seconds, &error);
-        auto in_process = profile ? this_machine(*profile, true, &error) : std::nullopt;
-        auto across_processes = in_process ? this_machine(*profile, false, &error) : std::nullopt;
+        auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
+        auto across_processes =
+            in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
         if (!across_processes) {
           std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
           return 1;
@@ -185,14 +202,19 @@ int run_validate(const validate_options& options) {
           const int column = workers ? 1 : 0;
           settings.message_cpu_s =
               workers == 0 ? profile->inproc_message_cpu_s : profile->ipc_message_cpu_s;
+          simulated.records.clear();
           auto predicted =
               sim::simulate(*config, *data, workers == 0 ? *in_process : *across_processes,
-                            settings, quiet, &error);
+                            settings, simulated, &error);
           if (!predicted) {
             std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
             return 1;
           }
-          result.predicted[column].push_back(predicted->summary.samples_per_s);
+          const int64_t batch = config->training.batch_size;
+          result.whole_predicted[column].push_back(predicted->summary.samples_per_s);
+          result.predicted[column].push_back(
+              steady_samples_per_s(simulated.records, warm_up_steps, batch)
+                  .value_or(predicted->summary.samples_per_s));
           const std::string run_name = name + (workers ? "-workers" : "") + suffix;
           const std::string directory = out + "/" + run_name;
           auto rate =
@@ -202,7 +224,10 @@ int run_validate(const validate_options& options) {
                          run_name.c_str(), directory.c_str());
             return 1;
           }
-          result.measured[column].push_back(rate->samples_per_s);
+          result.whole_measured[column].push_back(rate->samples_per_s);
+          result.measured[column].push_back(
+              steady_samples_per_s(rate->records, warm_up_steps, batch)
+                  .value_or(rate->samples_per_s));
           result.cpu_us_per_sample[column].push_back(
               rate->samples > 0 ? 1e6 * rate->cpu_s / rate->samples : 0);
           result.kernel_fraction[column].push_back(rate->cpu_s > 0 ? rate->system_s / rate->cpu_s
@@ -239,6 +264,9 @@ int run_validate(const validate_options& options) {
                         {"measured_runs", result.measured[column]},
                         {"predicted_samples_per_s", predicted},
                         {"predicted_runs", result.predicted[column]},
+                        {"whole_run_measured_runs", result.whole_measured[column]},
+                        {"whole_run_predicted_runs", result.whole_predicted[column]},
+                        {"warm_up_steps", warm_up_steps},
                         {"error", relative},
                         {"cpu_us_per_sample", cpu},
                         {"kernel_fraction", kernel}});
@@ -249,9 +277,10 @@ int run_validate(const validate_options& options) {
               "predicted", "error", "cpu", "kernel");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::printf(
-      "(medians of %d runs; each run is predicted from a calibration taken just before it, "
-      "and error is the median of the runs' predicted/measured - 1)\n",
-      options.runs);
+      "(samples/s after each run's first %lld steps, its warm-up; medians of %d runs; each run "
+      "is predicted from a calibration taken just before it, and error is the median of the "
+      "runs' predicted/measured - 1)\n",
+      static_cast<long long>(warm_up_steps), options.runs);
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
@@ -261,9 +290,8 @@ int run_validate(const validate_options& options) {
     std::printf(
         "(rows with --workers above %u: more single-stage processes than this machine's cores, "
         "which the operating system time-slices; the simulator gives them the share of the "
-        "cores that a stand-in pipeline of the job's stage processes got in each calibration "
-        "(time_slice_efficiency in the profiles), but the real workers lose more than it does, "
-        "so such rows are still predicted too fast)\n",
+        "cores (time_slice_efficiency in the profiles) at which it runs the job as fast as a "
+        "stand-in pipeline of the job's stage processes ran in each calibration)\n",
         cores);
   }
   if (!write_json_file(out + "/validation.json", rows, &error)) {

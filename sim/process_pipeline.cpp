@@ -146,10 +146,11 @@ std::string address(const std::string& directory, size_t process) {
   }
 }
 
-/// The coordinator's process: admits `keys` keys, and a new one whenever one is done; once
-/// 2 × `keys` are done it measures for at least `seconds` and writes a measurement to
-/// `report_fd`. Never returns.
-[[noreturn]] void run_coordinator(size_t input_bytes, int keys, double seconds,
+/// The coordinator's process: admits `keys` keys, and a new one whenever one is done (with
+/// `flush`: the next `keys` once all of them are done, as a sync step drains its micro-batches);
+/// once 2 × `keys` are done it measures for at least `seconds`, over whole flushes, and writes
+/// a measurement to `report_fd`. Never returns.
+[[noreturn]] void run_coordinator(size_t input_bytes, int keys, bool flush, double seconds,
                                   const std::string& directory, size_t stages, int report_fd) {
   process_endpoints endpoints(address(directory, stages));
   transport::outbox first = endpoints.connect(address(directory, 0));
@@ -165,20 +166,24 @@ std::string address(const std::string& directory, size_t process) {
     if (finished > warm_up && !reported) {
       const double elapsed =
           std::chrono::duration<double>(clock_type::now() - measuring_since).count();
-      if (elapsed >= seconds && finished - warm_up >= keys) {
+      if (elapsed >= seconds && finished - warm_up >= keys && (!flush || finished % keys == 0)) {
         const measurement result{static_cast<double>(finished - warm_up), elapsed};
         reported = write(report_fd, &result, sizeof result) == sizeof result;
       }
     }
-    send(first, transport::message_kind::forward, input_bytes);
+    if (!flush) {
+      send(first, transport::message_kind::forward, input_bytes);
+    } else if (finished % keys == 0) {
+      for (int k = 0; k < keys; ++k) send(first, transport::message_kind::forward, input_bytes);
+    }
   }
 }
 
 }  // namespace
 
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
-                                                  size_t input_bytes, int keys, double seconds,
-                                                  std::string* error) {
+                                                  size_t input_bytes, int keys, bool flush,
+                                                  double seconds, std::string* error) {
   if (stages.empty() || keys < 1) {
     *error = "a process pipeline needs a stage and a key";
     return std::nullopt;
@@ -206,7 +211,7 @@ std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_sta
       if (getppid() != parent) _exit(5);
       close(report[0]);
       if (process < stages.size()) run_stage(stages, directory, process);
-      run_coordinator(input_bytes, keys, seconds, directory, stages.size(), report[1]);
+      run_coordinator(input_bytes, keys, flush, seconds, directory, stages.size(), report[1]);
     }
     if (child < 0) break;
     children.push_back(child);

@@ -24,11 +24,12 @@ struct pipeline_stage_cost {
 
 /// Runs one process per stage of `stages` (at least one) and a coordinator's with `keys` keys in
 /// flight: a key of `input_bytes` goes forward through every stage and back, and the
-/// coordinator admits a new one when the first stage reports it done.
+/// coordinator admits a new one when the first stage reports it done (with `flush`: the next
+/// `keys` when all of them are done, as sync mode drains a step's micro-batches).
 /// Returns the keys per second finished over at least `seconds` after a warm-up; nothing, with
 /// `error` set, when the processes could not start or stopped passing keys.
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
-                                                  size_t input_bytes, int keys, double seconds,
-                                                  std::string* error);
+                                                  size_t input_bytes, int keys, bool flush,
+                                                  double seconds, std::string* error);
 
 }  // namespace troupe::sim

@@ -24,6 +24,7 @@
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/process_pipeline.h"
+#include "sim/this_machine.h"
 #include "transport/endpoint.h"
 
 namespace troupe::sim {
@@ -403,10 +404,10 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
 }
 
 /// Sets profile->time_slice_efficiency when the job has more stages than this machine has
-/// cores: a stand-in pipeline of the job's stage times, one process per stage, measures the
-/// keys per second that the operating system's time-slicing gives them, against what fair
-/// sharing of the cores would (the simulator's model: every core busy while the stages
-/// outnumber them, each message end charged ipc_message_cpu_s). 1 otherwise.
+/// cores: a stand-in pipeline of the job's stage times, one process per stage, keeps the job's
+/// keys in flight (flushing them every step in sync mode) and measures its keys per second;
+/// the efficiency is the share at which the simulator runs the job that fast (see
+/// fit_time_slice_efficiency). 1 otherwise.
 bool time_slicing(const actors::job_config& config, const std::vector<layers::shape>& shapes,
                   const std::vector<stage_timing>& timings, double seconds,
                   machine_profile* profile, std::string* error) {
@@ -415,12 +416,10 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
   auto ranges = actors::partition_model(config, error);
   if (!ranges || ranges->size() != timings.size()) return false;
   const double steps_per_key = 1.0 / keys_per_step(config);
-  const double message_s = profile->ipc_message_cpu_s;
   const auto bytes = [&](const layers::shape& sample) {
     return static_cast<size_t>(profile->batch * layers::element_count(sample)) * sizeof(float);
   };
   std::vector<pipeline_stage_cost> stages;
-  double work_s = 0, bottleneck_s = 0;
   for (size_t s = 0; s < timings.size(); ++s) {
     const stage_timing& t = timings[s];
     const bool last = s + 1 == timings.size();
@@ -430,20 +429,17 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
     stage.backward_s = last ? 0 : backward_s;
     stage.output_bytes = bytes(shapes[(*ranges)[s].last - 1]);
     stages.push_back(stage);
-    // A stage handles a key once (the last) or twice, each time receiving and sending it.
-    const double own_s = stage.forward_s + stage.backward_s + (last ? 2 : 4) * message_s;
-    work_s += own_s;
-    bottleneck_s = std::max(bottleneck_s, own_s);
   }
   // Keys in flight (load_job_file() resolves max_active_keys = 0 to the stage count).
+  const bool sync = config.parallelism.mode == "sync";
   const int keys =
-      std::max(1, config.parallelism.mode == "async" ? config.parallelism.max_active_keys
-                                                     : config.parallelism.micro_batches);
-  auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys,
+      std::max(1, sync ? config.parallelism.micro_batches : config.parallelism.max_active_keys);
+  auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys, sync,
                                               std::max(0.5, 4 * seconds), error);
   if (!measured) return false;
-  const double fair = std::min(static_cast<double>(cores) / work_s, 1.0 / bottleneck_s);
-  profile->time_slice_efficiency = std::clamp(*measured / fair, 0.05, 1.0);
+  auto efficiency = fit_time_slice_efficiency(config, *profile, *measured, error);
+  if (!efficiency) return false;
+  profile->time_slice_efficiency = *efficiency;
   return true;
 }
 
