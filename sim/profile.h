@@ -43,9 +43,10 @@ struct machine_profile {
   /// From a key's send to its receiving thread holding it decoded, between threads of one
   /// process (inproc://, a receiver thread and the handler's thread woken in turn); 0: unknown.
   double inproc_latency_s = 0;
-  /// The share of the cores that the job's stages get as processes of their own when they
-  /// outnumber the cores, against fair sharing of the cores (1: as fair sharing; measured only
-  /// then, with a stand-in pipeline of the job's stage times: see process_pipeline.h).
+  /// The share of the cores that the job's stages get as processes of their own while they
+  /// outnumber the cores (1: fair sharing): the share at which the simulator trains the job as
+  /// fast as a stand-in pipeline of the job's stage times ran, measured only when the stages
+  /// outnumber the cores (see process_pipeline.h and fit_time_slice_efficiency()).
   double time_slice_efficiency = 1;
 };
 
