@@ -57,6 +57,13 @@ class training_observer {
   virtual void on_event(const nlohmann::json& event) { (void)event; }
 };
 
+/// Ignores everything a run reports: for runs whose summary alone counts.
+class quiet_observer final : public training_observer {
+ public:
+  void on_step(int64_t, int64_t, int64_t, double, double) override {}
+  void on_metrics(const metrics_record&) override {}
+};
+
 /// Total optimizer steps of a job on a training set of `train_samples` samples.
 int64_t planned_steps(const job_config& config, int64_t train_samples);
 

@@ -30,12 +30,6 @@ namespace {
 
 const std::vector<int> widths = {784, 2048, 2048, 2048, 2048, 2048, 10};
 
-class silent_observer final : public actors::training_observer {
- public:
-  void on_step(int64_t, int64_t, int64_t, double, double) override {}
-  void on_metrics(const actors::metrics_record&) override {}
-};
-
 /// The device and precision every run of the benchmark uses.
 struct bench_target {
   std::string device;
@@ -59,7 +53,7 @@ actors::job_config wide_mlp(int64_t steps, const bench_target& target) {
 double samples_per_second(const actors::job_config& config) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
-  silent_observer observer;
+  actors::quiet_observer observer;
   steady_clock_source clock;
   const auto& p = config.parallelism;
   if (p.stages == 1 && p.micro_batches == 1 && p.mode == "sync") {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 
+#include "sim/measuring.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
 
@@ -26,29 +27,14 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-double thread_cpu_seconds() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
-
 /// Keeps this thread's core busy for `seconds` of its own CPU time: time the operating system
 /// gives to other processes does not count, as it does not for a stage's real work.
 void spin(double seconds) {
-  const double end = thread_cpu_seconds() + seconds;
+  const double end = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) + seconds;
   volatile double sink = 1;
-  while (thread_cpu_seconds() < end) {
+  while (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) < end) {
     for (int i = 0; i < 64; ++i) sink = sink * 1.0000001;
   }
-}
-
-transport::message key_message(transport::message_kind kind, size_t bytes) {
-  transport::message message;
-  message.header.kind = kind;
-  const size_t floats = std::max<size_t>(1, bytes / sizeof(float));
-  transport::add_payload(message, {static_cast<int64_t>(floats)},
-                         std::make_shared<const std::vector<float>>(floats, 1.0f));
-  return message;
 }
 
 /// What the first stage's process reports through the pipe.
@@ -106,7 +92,7 @@ class process_endpoints {
 };
 
 void send(transport::outbox& out, transport::message_kind kind, size_t bytes) {
-  if (!out.send_waiting(key_message(kind, bytes), std::chrono::seconds(30)).ok()) _exit(4);
+  if (!out.send_waiting(filled_message(kind, bytes), std::chrono::seconds(30)).ok()) _exit(4);
 }
 
 std::string address(const std::string& directory, size_t process) {

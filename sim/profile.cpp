@@ -23,6 +23,7 @@
 #include "actors/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
+#include "sim/measuring.h"
 #include "sim/process_pipeline.h"
 #include "sim/this_machine.h"
 #include "transport/endpoint.h"
@@ -64,15 +65,6 @@ layers::tensor batched(layers::backend& device, const layers::shape& sample, int
   dims.insert(dims.end(), sample.begin(), sample.end());
   std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
-}
-
-/// An activation message of `bytes` bytes of float32.
-transport::message activation(size_t bytes) {
-  transport::message message;
-  message.header.kind = transport::message_kind::forward;
-  transport::add_payload(message, {static_cast<int64_t>(bytes / 4)},
-                         std::make_shared<const std::vector<float>>(bytes / 4, 1.0f));
-  return message;
 }
 
 /// Times forward, backward (with and without the input gradient), a weight stash and the step
@@ -126,6 +118,7 @@ int keys_per_step(const actors::job_config& config) {
 /// Per key (forward, backward) and per step (step, stash) times of one stage.
 struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
+  actors::stage_range range;  ///< the stage's blocks in the job's partition
 };
 
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
@@ -170,7 +163,7 @@ class stage_timer {
 
   size_t rounds() const { return step_.size(); }
   stage_timing timing() const {
-    return {mean(forward_), mean(backward_), mean(step_), mean(stashing_)};
+    return {mean(forward_), mean(backward_), mean(step_), mean(stashing_), {}};
   }
 
  private:
@@ -269,7 +262,8 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
   if (!timings) return std::nullopt;
   for (size_t s = 0; s < ranges->size(); ++s) {
     const actors::stage_range range = (*ranges)[s];
-    const stage_timing& stage = (*timings)[s];
+    stage_timing& stage = (*timings)[s];
+    stage.range = range;
     scale_to(blocks, range, stage.forward_s, &block_profile::forward_s);
     // The first stage's first block computes no input gradient.
     const double first_block_share =
@@ -291,7 +285,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
 
 /// One-way time of a message of `bytes` between two ipc:// endpoints of this process.
 double message_seconds(transport::outbox& out, transport::inbox& in, size_t bytes, int rounds) {
-  const transport::message message = activation(bytes);
+  const transport::message message = filled_message(transport::message_kind::forward, bytes);
   std::vector<double> times;
   for (int r = 0; r < rounds; ++r) {
     const auto begin = clock_type::now();
@@ -338,12 +332,7 @@ double message_cpu_seconds(transport::transport_context& context,
   key.payload = batched(device, shape, samples);
   key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
   const actors::wire_route route{1, 0, 1, 0, 0.0};
-  auto cpu_seconds = [] {
-    timespec now{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-  };
-  const double start = cpu_seconds();
+  const double start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
   std::vector<double> latencies;
   for (int r = 0; r < rounds; ++r) {
     const auto begin = clock_type::now();
@@ -354,7 +343,7 @@ double message_cpu_seconds(transport::transport_context& context,
     latencies.push_back(seconds_since(begin));
   }
   *latency_s = median(latencies);
-  return (cpu_seconds() - start) / rounds / 2;
+  return (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - start) / rounds / 2;
 }
 
 bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,
@@ -413,8 +402,6 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
                   machine_profile* profile, std::string* error) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (timings.size() <= cores) return true;
-  auto ranges = actors::partition_model(config, error);
-  if (!ranges || ranges->size() != timings.size()) return false;
   const double steps_per_key = 1.0 / keys_per_step(config);
   const auto bytes = [&](const layers::shape& sample) {
     return static_cast<size_t>(profile->batch * layers::element_count(sample)) * sizeof(float);
@@ -427,7 +414,7 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
     const double backward_s = t.backward_s + (t.step_s + t.stash_s) * steps_per_key;
     stage.forward_s = last ? t.forward_s + backward_s + profile->loss_s : t.forward_s;
     stage.backward_s = last ? 0 : backward_s;
-    stage.output_bytes = bytes(shapes[(*ranges)[s].last - 1]);
+    stage.output_bytes = bytes(shapes[t.range.last - 1]);
     stages.push_back(stage);
   }
   // Keys in flight (load_job_file() resolves max_active_keys = 0 to the stage count).

@@ -16,16 +16,11 @@ constexpr int64_t fitted_keys = 100;
 /// Bisection steps: the share to within 1e-4.
 constexpr int fitting_rounds = 14;
 
-struct silent_observer : actors::training_observer {
-  void on_step(int64_t, int64_t, int64_t, double, double) override {}
-  void on_metrics(const actors::metrics_record&) override {}
-};
-
 /// The simulated run's training seconds: its samples over its samples per second.
 std::optional<double> training_seconds(const actors::job_config& config,
                                        const actors::job_data& data, const cluster_model& cluster,
                                        const simulation_options& settings, std::string* error) {
-  silent_observer quiet;
+  actors::quiet_observer quiet;
   auto result = simulate(config, data, cluster, settings, quiet, error);
   if (!result) return std::nullopt;
   const double samples = static_cast<double>(result->summary.steps * config.training.batch_size);

@@ -23,7 +23,7 @@
 namespace troupe::actors {
 namespace {
 
-using testing::quiet_observer;
+using actors::quiet_observer;
 using testing::wall_clock;
 
 using testing::max_relative_difference;

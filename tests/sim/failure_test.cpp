@@ -92,7 +92,7 @@ TEST(SimulatedFailureTest, AFailurePastMaxRestartsEndsTheRunNamingTheWorker) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
-  testing::quiet_observer observer;
+  actors::quiet_observer observer;
   EXPECT_FALSE(simulate(config, *data, cluster, options, observer, &error));
   EXPECT_NE(error.find("node/gpu2 (stages [2])"), std::string::npos) << error;
   EXPECT_NE(error.find("checkpoint.max_restarts = 1"), std::string::npos) << error;
@@ -110,7 +110,7 @@ TEST(SimulatedFailureTest, AFailureOfADeviceWithoutStagesIsRefused) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
-  testing::quiet_observer observer;
+  actors::quiet_observer observer;
   EXPECT_FALSE(simulate(config, *data, ideal_cluster(4), options, observer, &error));
   EXPECT_NE(error.find("device 3, which hosts no stage"), std::string::npos) << error;
 }

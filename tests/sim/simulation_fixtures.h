@@ -9,8 +9,8 @@
 
 #include "actors/job_data.h"
 #include "actors/job_file.h"
+#include "actors/training_loop.h"
 #include "sim/simulation.h"
-#include "tests/support/engine_helpers.h"
 
 namespace troupe::sim {
 
@@ -82,7 +82,7 @@ inline simulation_result simulated(const actors::job_config& config, const clust
   std::string error;
   auto data = actors::load_job_data(config, &error);
   EXPECT_TRUE(data) << error;
-  testing::quiet_observer observer;
+  actors::quiet_observer observer;
   auto result = simulate(config, *data, cluster, options, observer, &error);
   EXPECT_TRUE(result) << error;
   return std::move(*result);

@@ -21,7 +21,7 @@
 namespace troupe::sim {
 namespace {
 
-using testing::quiet_observer;
+using actors::quiet_observer;
 
 /// A profile of balanced_job(2, …)'s blocks: the flatten free, each linear block 1 ms forward
 /// and 2 ms backward (1 ms without the input gradient) for keys of 32 samples; free links.
