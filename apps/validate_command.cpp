@@ -126,7 +126,9 @@ std::optional<measured_run> measure_run(const validate_options& options,
 
 /// One configuration's predictions and measurements, run by run.
 struct configuration_runs {
-  std::vector<double> predicted[2];  ///< [0]: in-process, [1]: --workers; after the warm-up
+  std::vector<double> predicted[2];         ///< [0]: in-process, [1]: --workers; after the warm-up
+  std::vector<double> predicted_before[2];  ///< by the calibration just before each run alone
+  std::vector<double> predicted_after[2];   ///< by the one just after it alone
   std::vector<double> measured[2];
   std::vector<double> whole_predicted[2];  ///< over the whole run
   std::vector<double> whole_measured[2];
@@ -171,50 +173,70 @@ int run_validate(const validate_options& options) {
         std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
         return 1;
       }
-      sim::simulation_options settings;
-      settings.trace_spans = 0;
-      struct : actors::training_observer {
-        void on_step(int64_t, int64_t, int64_t, double, double) override {}
-        void on_metrics(const actors::metrics_record& record) override {
-          if (!record.test_accuracy) records.push_back({record.step, record.wall_s});
-        }
-        std::vector<step_record> records;
-      } simulated;
       const std::string name = mode + "-s" + std::to_string(stages);
-      // Each run is calibrated, predicted and measured in turn, and the row quotes the medians:
-      // a shared machine's speed drifts over minutes, and a calibration taken next to its
-      // measurement sees the same machine. One run in five or so is 15-30% slow either way.
-      configuration_runs result;
-      for (int run = 0; run < options.runs; ++run) {
-        const std::string suffix = "-" + std::to_string(run + 1);
+      // This machine as the simulator sees it, by calibration `index` (1 to runs + 1), whose
+      // profile is kept beside the runs.
+      struct calibration {
+        sim::machine_profile profile;
+        sim::cluster_model in_process, across_processes;
+      };
+      const auto calibrate = [&](int index) -> std::optional<calibration> {
         auto profile = sim::calibrate(*config, options.seconds, &error);
         auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
         auto across_processes =
             in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
         if (!across_processes) {
           std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-          return 1;
+          return std::nullopt;
         }
-        std::ofstream(out + "/" + name + "-profile" + suffix + ".json")
+        std::ofstream(out + "/" + name + "-profile-" + std::to_string(index) + ".json")
             << sim::to_json_text(*profile);
-        settings.profile = profile;
+        return calibration{std::move(*profile), std::move(*in_process),
+                           std::move(*across_processes)};
+      };
+      // The simulated samples/s after the warm-up and over the whole run, with `workers`
+      // worker processes (0: in one process).
+      struct prediction {
+        double steady = 0, whole = 0;
+      };
+      const auto predict = [&](const calibration& machine,
+                               int workers) -> std::optional<prediction> {
+        sim::simulation_options settings;
+        settings.trace_spans = 0;
+        settings.profile = machine.profile;
+        settings.message_cpu_s =
+            workers == 0 ? machine.profile.inproc_message_cpu_s : machine.profile.ipc_message_cpu_s;
+        struct : actors::training_observer {
+          void on_step(int64_t, int64_t, int64_t, double, double) override {}
+          void on_metrics(const actors::metrics_record& record) override {
+            if (!record.test_accuracy) records.push_back({record.step, record.wall_s});
+          }
+          std::vector<step_record> records;
+        } simulated;
+        auto result = sim::simulate(*config, *data,
+                                    workers == 0 ? machine.in_process : machine.across_processes,
+                                    settings, simulated, &error);
+        if (!result) {
+          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+          return std::nullopt;
+        }
+        const double whole = result->summary.samples_per_s;
+        return prediction{
+            steady_samples_per_s(simulated.records, warm_up_steps, config->training.batch_size)
+                .value_or(whole),
+            whole};
+      };
+      // Calibrations and real runs alternate, and each run is predicted from the calibrations
+      // just before and just after it (the mean of their predictions): a shared machine's speed
+      // drifts over minutes, and the two calibrations see the machine the run saw. The row
+      // quotes medians over the runs, as one run in five or so is 15-30% slow either way.
+      configuration_runs result;
+      auto before = calibrate(1);
+      if (!before) return 1;
+      for (int run = 0; run < options.runs; ++run) {
+        const std::string suffix = "-" + std::to_string(run + 1);
         for (int workers : {0, stages}) {
           const int column = workers ? 1 : 0;
-          settings.message_cpu_s =
-              workers == 0 ? profile->inproc_message_cpu_s : profile->ipc_message_cpu_s;
-          simulated.records.clear();
-          auto predicted =
-              sim::simulate(*config, *data, workers == 0 ? *in_process : *across_processes,
-                            settings, simulated, &error);
-          if (!predicted) {
-            std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-            return 1;
-          }
-          const int64_t batch = config->training.batch_size;
-          result.whole_predicted[column].push_back(predicted->summary.samples_per_s);
-          result.predicted[column].push_back(
-              steady_samples_per_s(simulated.records, warm_up_steps, batch)
-                  .value_or(predicted->summary.samples_per_s));
           const std::string run_name = name + (workers ? "-workers" : "") + suffix;
           const std::string directory = out + "/" + run_name;
           auto rate =
@@ -226,13 +248,26 @@ int run_validate(const validate_options& options) {
           }
           result.whole_measured[column].push_back(rate->samples_per_s);
           result.measured[column].push_back(
-              steady_samples_per_s(rate->records, warm_up_steps, batch)
+              steady_samples_per_s(rate->records, warm_up_steps, config->training.batch_size)
                   .value_or(rate->samples_per_s));
           result.cpu_us_per_sample[column].push_back(
               rate->samples > 0 ? 1e6 * rate->cpu_s / rate->samples : 0);
           result.kernel_fraction[column].push_back(rate->cpu_s > 0 ? rate->system_s / rate->cpu_s
                                                                    : 0);
         }
+        auto after = calibrate(run + 2);
+        if (!after) return 1;
+        for (int workers : {0, stages}) {
+          const int column = workers ? 1 : 0;
+          const auto first = predict(*before, workers);
+          const auto second = first ? predict(*after, workers) : std::nullopt;
+          if (!second) return 1;
+          result.predicted_before[column].push_back(first->steady);
+          result.predicted_after[column].push_back(second->steady);
+          result.predicted[column].push_back((first->steady + second->steady) / 2);
+          result.whole_predicted[column].push_back((first->whole + second->whole) / 2);
+        }
+        before = std::move(after);
       }
       for (int workers : {0, stages}) {
         const int column = workers ? 1 : 0;
@@ -264,6 +299,8 @@ int run_validate(const validate_options& options) {
                         {"measured_runs", result.measured[column]},
                         {"predicted_samples_per_s", predicted},
                         {"predicted_runs", result.predicted[column]},
+                        {"predicted_before_runs", result.predicted_before[column]},
+                        {"predicted_after_runs", result.predicted_after[column]},
                         {"whole_run_measured_runs", result.whole_measured[column]},
                         {"whole_run_predicted_runs", result.whole_predicted[column]},
                         {"warm_up_steps", warm_up_steps},
@@ -278,8 +315,8 @@ int run_validate(const validate_options& options) {
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::printf(
       "(samples/s after each run's first %lld steps, its warm-up; medians of %d runs; each run "
-      "is predicted from a calibration taken just before it, and error is the median of the "
-      "runs' predicted/measured - 1)\n",
+      "is predicted from the calibrations taken just before and just after it, and error is the "
+      "median of the runs' predicted/measured - 1)\n",
       static_cast<long long>(warm_up_steps), options.runs);
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "

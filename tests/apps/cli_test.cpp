@@ -180,6 +180,15 @@ lr = 0.05
     EXPECT_EQ(row["measured_runs"].size(), 1u) << name;
     ASSERT_EQ(row["predicted_runs"].size(), 1u) << name;
     EXPECT_EQ(row["predicted_runs"][0].get<double>(), predicted) << name;
+    // A run's prediction is the mean of the calibrations just before and just after it.
+    ASSERT_EQ(row["predicted_before_runs"].size(), 1u) << name;
+    ASSERT_EQ(row["predicted_after_runs"].size(), 1u) << name;
+    EXPECT_NEAR(predicted,
+                (row["predicted_before_runs"][0].get<double>() +
+                 row["predicted_after_runs"][0].get<double>()) /
+                    2,
+                1e-9 * predicted)
+        << name;
     const int workers = row["workers"].get<int>();
     EXPECT_TRUE(workers == 0 || workers == row["stages"].get<int>()) << name;
     // Each measurement is a real run of its own, with its summary.
@@ -205,19 +214,25 @@ lr = 0.05
     ASSERT_EQ(records.size(), 8u) << name;
     const double steady = 7 * 32 / (records.back().second - records.front().second);
     EXPECT_NEAR(measured, steady, 1e-6 * measured) << name;
-    // Each run's prediction comes from a calibration of its own, kept beside it.
-    const std::string profile = row["mode"].get<std::string>() + "-s" +
-                                std::to_string(row["stages"].get<int>()) + "-profile-1.json";
-    const auto calibration = nlohmann::json::parse(read_file(out / profile));
-    EXPECT_FALSE(calibration["blocks"].empty()) << name;
-    // Time-slicing is measured when the stages outnumber the cores, and only then.
-    const double efficiency = calibration["time_slice_efficiency"].get<double>();
-    if (static_cast<unsigned>(row["stages"].get<int>()) > std::thread::hardware_concurrency()) {
-      EXPECT_GT(efficiency, 0) << name;
-      EXPECT_LE(efficiency, 1) << name;
-    } else {
-      EXPECT_EQ(efficiency, 1) << name;
+    // Both calibrations are kept beside the runs: one run, two calibrations.
+    for (int index : {1, 2}) {
+      const std::string profile = row["mode"].get<std::string>() + "-s" +
+                                  std::to_string(row["stages"].get<int>()) + "-profile-" +
+                                  std::to_string(index) + ".json";
+      const auto calibration = nlohmann::json::parse(read_file(out / profile));
+      EXPECT_FALSE(calibration["blocks"].empty()) << name << profile;
+      // Time-slicing is measured when the stages outnumber the cores, and only then.
+      const double efficiency = calibration["time_slice_efficiency"].get<double>();
+      if (static_cast<unsigned>(row["stages"].get<int>()) > std::thread::hardware_concurrency()) {
+        EXPECT_GT(efficiency, 0) << name << profile;
+        EXPECT_LE(efficiency, 1) << name << profile;
+      } else {
+        EXPECT_EQ(efficiency, 1) << name << profile;
+      }
     }
+    EXPECT_FALSE(fs::exists(out / (row["mode"].get<std::string>() + "-s" +
+                                   std::to_string(row["stages"].get<int>()) + "-profile-3.json")))
+        << name;
   }
   // The table: a header and one line per configuration, the runs' own output in their logs.
   std::istringstream table(result.output);
