@@ -110,7 +110,7 @@ struct validate_options {
   std::vector<std::string> overrides;
   std::string out_directory;  ///< empty: runs/validate
   int steps = 300;            ///< optimizer steps of every real run
-  int runs = 3;               ///< real runs per configuration; the row quotes their median
+  int runs = 5;               ///< real runs per configuration; the row quotes their median
   double seconds = 0.2;       ///< calibration time per block
 };
 
