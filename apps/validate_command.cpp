@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -174,38 +175,19 @@ int run_validate(const validate_options& options) {
         return 1;
       }
       const std::string name = mode + "-s" + std::to_string(stages);
-      // This machine as the simulator sees it, by calibration `index` (1 to runs + 1), whose
-      // profile is kept beside the runs.
-      struct calibration {
-        sim::machine_profile profile;
-        sim::cluster_model in_process, across_processes;
-      };
-      const auto calibrate = [&](int index) -> std::optional<calibration> {
-        auto profile = sim::calibrate(*config, options.seconds, &error);
-        auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
-        auto across_processes =
-            in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
-        if (!across_processes) {
-          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-          return std::nullopt;
-        }
-        std::ofstream(out + "/" + name + "-profile-" + std::to_string(index) + ".json")
-            << sim::to_json_text(*profile);
-        return calibration{std::move(*profile), std::move(*in_process),
-                           std::move(*across_processes)};
-      };
-      // The simulated samples/s after the warm-up and over the whole run, with `workers`
-      // worker processes (0: in one process).
+      // The simulated samples/s after the warm-up and over the whole run on `machine`, with
+      // `workers` worker processes (0: in one process).
       struct prediction {
         double steady = 0, whole = 0;
       };
-      const auto predict = [&](const calibration& machine,
+      const auto predict = [&](const sim::machine_profile& profile,
+                               const sim::cluster_model& machine,
                                int workers) -> std::optional<prediction> {
         sim::simulation_options settings;
         settings.trace_spans = 0;
-        settings.profile = machine.profile;
+        settings.profile = profile;
         settings.message_cpu_s =
-            workers == 0 ? machine.profile.inproc_message_cpu_s : machine.profile.ipc_message_cpu_s;
+            workers == 0 ? profile.inproc_message_cpu_s : profile.ipc_message_cpu_s;
         struct : actors::training_observer {
           void on_step(int64_t, int64_t, int64_t, double, double) override {}
           void on_metrics(const actors::metrics_record& record) override {
@@ -213,18 +195,31 @@ int run_validate(const validate_options& options) {
           }
           std::vector<step_record> records;
         } simulated;
-        auto result = sim::simulate(*config, *data,
-                                    workers == 0 ? machine.in_process : machine.across_processes,
-                                    settings, simulated, &error);
-        if (!result) {
-          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-          return std::nullopt;
-        }
+        auto result = sim::simulate(*config, *data, machine, settings, simulated, &error);
+        if (!result) return std::nullopt;
         const double whole = result->summary.samples_per_s;
         return prediction{
             steady_samples_per_s(simulated.records, warm_up_steps, config->training.batch_size)
                 .value_or(whole),
             whole};
+      };
+      // Calibration `index` (1 to runs + 1), its profile kept beside the runs, and its
+      // predictions: [0] in one process, [1] with a worker process per stage.
+      using predictions = std::array<prediction, 2>;
+      const auto calibrate = [&](int index) -> std::optional<predictions> {
+        auto profile = sim::calibrate(*config, options.seconds, &error);
+        auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
+        auto across_processes =
+            in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
+        auto alone = across_processes ? predict(*profile, *in_process, 0) : std::nullopt;
+        auto with_workers = alone ? predict(*profile, *across_processes, stages) : std::nullopt;
+        if (!with_workers) {
+          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+          return std::nullopt;
+        }
+        std::ofstream(out + "/" + name + "-profile-" + std::to_string(index) + ".json")
+            << sim::to_json_text(*profile);
+        return predictions{*alone, *with_workers};
       };
       // Calibrations and real runs alternate, and each run is predicted from the calibrations
       // just before and just after it (the mean of their predictions): a shared machine's speed
@@ -257,15 +252,13 @@ int run_validate(const validate_options& options) {
         }
         auto after = calibrate(run + 2);
         if (!after) return 1;
-        for (int workers : {0, stages}) {
-          const int column = workers ? 1 : 0;
-          const auto first = predict(*before, workers);
-          const auto second = first ? predict(*after, workers) : std::nullopt;
-          if (!second) return 1;
-          result.predicted_before[column].push_back(first->steady);
-          result.predicted_after[column].push_back(second->steady);
-          result.predicted[column].push_back((first->steady + second->steady) / 2);
-          result.whole_predicted[column].push_back((first->whole + second->whole) / 2);
+        for (int column : {0, 1}) {
+          const prediction& first = (*before)[column];
+          const prediction& second = (*after)[column];
+          result.predicted_before[column].push_back(first.steady);
+          result.predicted_after[column].push_back(second.steady);
+          result.predicted[column].push_back((first.steady + second.steady) / 2);
+          result.whole_predicted[column].push_back((first.whole + second.whole) / 2);
         }
         before = std::move(after);
       }
