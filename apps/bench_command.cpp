@@ -61,6 +61,23 @@ layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
 }
 
+/// Seconds per call of `work` (enqueued on `s`) for about `budget` seconds, in batches of
+/// `batch` calls between synchronizations: a GPU's launches queue up back to back, as they do
+/// in training and in cuBLAS's own timing, instead of each paying for a round trip.
+double time_per_queued_call(layers::backend& device, layers::stream s, double budget, int batch,
+                            const std::function<void()>& work) {
+  work();
+  device.synchronize(s);
+  int calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < batch; ++i) work();
+    calls += batch;
+    device.synchronize(s);
+  } while (seconds_since(start) < budget);
+  return seconds_since(start) / calls;
+}
+
 /// GFLOP/s of C[m×n] = op(A) op(B) with inner dimension k, on stream `s` (and its precision).
 double gemm_gflops(layers::backend& device, layers::stream s, layers::transpose ta,
                    layers::transpose tb, int m, int n, int k, double budget) {
@@ -69,7 +86,8 @@ double gemm_gflops(layers::backend& device, layers::stream s, layers::transpose 
   layers::tensor c(device, {m, n});
   const int lda = ta == layers::transpose::no ? k : m;
   const int ldb = tb == layers::transpose::no ? n : k;
-  const double seconds = time_per_call(device, s, budget, [&] {
+  const int queued = device.kind() == layers::device_kind::cpu ? 1 : 20;
+  const double seconds = time_per_queued_call(device, s, budget, queued, [&] {
     device.gemm(s, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
   });
   return 2.0 * m * n * k / seconds / 1e9;
@@ -138,26 +156,74 @@ struct training_probe {
   }
 };
 
-nlohmann::json layer_gemms(layers::backend& device, layers::stream s, int64_t batch,
-                           double budget) {
+/// One GEMM of a linear layer: its shape and operands' transposes.
+struct layer_gemm {
+  const char* name;
+  layers::transpose ta, tb;
+  int m, n, k;
+};
+
+/// The GEMM's GFLOP/s through the backend and, on a GPU, cuBLAS's best for the same shape and
+/// precision (the fastest algorithm cuBLASLt proposes), into `entry`.
+void measure_layer_gemm(layers::backend& device, layers::stream s, layers::math_precision precision,
+                        const layer_gemm& g, double budget, nlohmann::json& entry) {
+  using layers::transpose;
+  auto a = random_tensor(
+      device, g.ta == transpose::no ? layers::shape{g.m, g.k} : layers::shape{g.k, g.m}, 1);
+  auto b = random_tensor(
+      device, g.tb == transpose::no ? layers::shape{g.k, g.n} : layers::shape{g.n, g.k}, 2);
+  layers::tensor c(device, {g.m, g.n});
+  const int lda = g.ta == transpose::no ? g.k : g.m;
+  const int ldb = g.tb == transpose::no ? g.n : g.k;
+  const bool on_cpu = device.kind() == layers::device_kind::cpu;
+  const double seconds = time_per_queued_call(device, s, budget, on_cpu ? 1 : 20, [&] {
+    device.gemm(s, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                g.n);
+  });
+  const double flops = 2.0 * g.m * g.n * g.k;
+  entry[std::string(g.name) + "_gflops"] = flops / seconds / 1e9;
+  const auto best = layers::best_library_gemm(device, s, precision, g.ta, g.tb, g.m, g.n, g.k,
+                                              a.data(), lda, b.data(), ldb, c.data(), g.n, 20);
+  if (!best || best->seconds <= 0) return;
+  entry[std::string(g.name) + "_cublas_best_gflops"] = flops / best->seconds / 1e9;
+  entry[std::string(g.name) + "_fraction_of_cublas_best"] = best->seconds / seconds;
+  entry[std::string(g.name) + "_cublas_algorithms"] = best->algorithms;
+}
+
+/// Every GEMM of the linear layers of the MLP of `widths` at `batch`: forward, weight
+/// gradient and input gradient, as the layers call them.
+nlohmann::json layer_gemms(layers::backend& device, layers::stream s,
+                           layers::math_precision precision, const std::vector<int>& widths,
+                           int64_t batch, double budget) {
   using layers::transpose;
   nlohmann::json layers_json = nlohmann::json::array();
   const int b = static_cast<int>(batch);
-  for (size_t i = 0; i + 1 < mlp_widths.size(); ++i) {
-    const int in = mlp_widths[i], out = mlp_widths[i + 1];
+  const bool on_cpu = device.kind() == layers::device_kind::cpu;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const int in = widths[i], out = widths[i + 1];
     nlohmann::json entry = {{"layer", "linear " + std::to_string(in) + "x" + std::to_string(out)},
                             {"batch", batch}};
-    entry["forward_gflops"] =
-        gemm_gflops(device, s, transpose::no, transpose::yes, b, out, in, budget);
-    entry["weight_gradient_gflops"] =
-        gemm_gflops(device, s, transpose::yes, transpose::no, out, in, b, budget);
-    entry["input_gradient_gflops"] =
-        gemm_gflops(device, s, transpose::no, transpose::no, b, in, out, budget);
-    std::printf("  %-22s batch %4lld  forward %7.1f  weight-grad %7.1f  input-grad %7.1f GFLOP/s\n",
+    const layer_gemm gemms[] = {{"forward", transpose::no, transpose::yes, b, out, in},
+                                {"weight_gradient", transpose::yes, transpose::no, out, in, b},
+                                {"input_gradient", transpose::no, transpose::no, b, in, out}};
+    for (const layer_gemm& g : gemms) measure_layer_gemm(device, s, precision, g, budget, entry);
+    const double unit = on_cpu ? 1.0 : 1e-3;  // GFLOP/s on a CPU, TFLOP/s on a GPU
+    std::printf("  %-22s batch %4lld  forward %7.1f  weight-grad %7.1f  input-grad %7.1f %s\n",
                 entry["layer"].get<std::string>().c_str(), static_cast<long long>(batch),
-                entry["forward_gflops"].get<double>(),
-                entry["weight_gradient_gflops"].get<double>(),
-                entry["input_gradient_gflops"].get<double>());
+                unit * entry["forward_gflops"].get<double>(),
+                unit * entry["weight_gradient_gflops"].get<double>(),
+                unit * entry["input_gradient_gflops"].get<double>(),
+                on_cpu ? "GFLOP/s" : "TFLOP/s");
+    if (entry.contains("forward_cublas_best_gflops"))
+      std::printf(
+          "  %-22s  cuBLAS's best:  %7.1f              %7.1f              %7.1f TFLOP/s"
+          "  (troupe: %.0f%% %.0f%% %.0f%% of it)\n",
+          "", 1e-3 * entry["forward_cublas_best_gflops"].get<double>(),
+          1e-3 * entry["weight_gradient_cublas_best_gflops"].get<double>(),
+          1e-3 * entry["input_gradient_cublas_best_gflops"].get<double>(),
+          100 * entry["forward_fraction_of_cublas_best"].get<double>(),
+          100 * entry["weight_gradient_fraction_of_cublas_best"].get<double>(),
+          100 * entry["input_gradient_fraction_of_cublas_best"].get<double>());
     layers_json.push_back(entry);
   }
   return layers_json;
@@ -234,9 +300,17 @@ int run_bench(const bench_options& options) {
   }
   std::printf("peak (the higher of the two): %.1f GFLOP/s\n", peak);
   result["sgemm_2048_gflops"] = peak;
-  std::printf("linear-layer GEMMs of the MLP 784-1024-1024-1024-10:\n");
-  result["layers"] = layer_gemms(*device, work, 64, budget / 2);
-  for (auto& entry : layer_gemms(*device, work, 256, budget / 2)) result["layers"].push_back(entry);
+  if (on_cpu) {
+    std::printf("linear-layer GEMMs of the MLP 784-1024-1024-1024-10:\n");
+    result["layers"] = layer_gemms(*device, work, *precision, mlp_widths, 64, budget / 2);
+    for (auto& entry : layer_gemms(*device, work, *precision, mlp_widths, 256, budget / 2))
+      result["layers"].push_back(entry);
+  } else {
+    std::printf(
+        "linear-layer GEMMs of the MLP 784-8192x4-10 against cuBLAS's best for each shape:\n");
+    result["layers"] =
+        layer_gemms(*device, work, *precision, comparison_widths, comparison_batch, budget / 2);
+  }
   nlohmann::json training = nlohmann::json::array();
   std::printf("end-to-end MLP training (SGD with momentum, whole steps):\n");
   for (auto* rates : {&small_rates, &large_rates}) {

@@ -1,14 +1,18 @@
 // `troupe bench pipeline`: what pipelining costs and buys on this machine, measured side by
 // side in one run: a compute-bound MLP trained in one stage and in a 2-stage async pipeline
-// (one core per stage on the CPU; on a GPU, two stages sharing it on streams of their own),
-// sync GPipe against its ideal bubble bound, the ZeroMQ hand-off of one activation against a
-// training step, and peak resident memory; GEMMs at --precision.
+// (one core per stage on the CPU), sync GPipe against its ideal bubble bound, the ZeroMQ
+// hand-off of one activation against a training step, and peak resident memory; GEMMs at
+// --precision. On a GPU the MLP is the wide one of apps/bench/pytorch_mlp.py, and the stages
+// share the one device on streams of their own: 2 and 4 stages in one process, and 2 stages in
+// two worker processes (--workers 2), each against the same model in one stage.
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -20,6 +24,7 @@
 #include "actors/training_loop.h"
 #include "actors/wire_format.h"
 #include "apps/bench_models.h"
+#include "apps/child_train.h"
 #include "apps/commands.h"
 #include "apps/progress.h"
 #include "layers/backend_registry.h"
@@ -28,21 +33,34 @@
 namespace troupe::apps {
 namespace {
 
-const std::vector<int> widths = {784, 2048, 2048, 2048, 2048, 2048, 10};
+const std::vector<int> cpu_widths = {784, 2048, 2048, 2048, 2048, 2048, 10};
+const int64_t cpu_batch = 64;
+/// The model and batch of apps/bench/pytorch_mlp.py: a GPU's stages need work this size.
+const std::vector<int> gpu_widths = {784, 8192, 8192, 8192, 8192, 10};
+const int64_t gpu_batch = 1024;
 
 /// The device and precision every run of the benchmark uses.
 struct bench_target {
   std::string device;
   std::string precision;
+  bool on_cpu() const { return device == "cpu"; }
+  const std::vector<int>& widths() const { return on_cpu() ? cpu_widths : gpu_widths; }
+  int64_t batch() const { return on_cpu() ? cpu_batch : gpu_batch; }
 };
 
+std::string widths_text(const std::vector<int>& widths) {
+  std::string text;
+  for (int width : widths) text += (text.empty() ? "" : "-") + std::to_string(width);
+  return text;
+}
+
 actors::job_config wide_mlp(int64_t steps, const bench_target& target) {
-  actors::job_config config = mlp_job(widths, 64);
+  actors::job_config config = mlp_job(target.widths(), target.batch());
   config.parallelism.devices = {target.device};
   config.training.precision = target.precision;
   config.data.dataset = "synthetic";
-  config.data.synthetic_train = steps * 64;
-  config.data.synthetic_test = 64;
+  config.data.synthetic_train = steps * target.batch();
+  config.data.synthetic_test = target.batch();
   config.data.normalize = false;
   config.training.max_steps = steps;
   config.metrics.log_interval = 0;
@@ -94,7 +112,9 @@ double handoff_seconds(const bench_target& target, int repeats) {
   auto out = transport::outbox::connect(context, address, {}, nullptr);
   actors::key_message message;
   message.kind = actors::key_kind::backward;
-  message.payload = layers::tensor::filled(*device, device->default_stream(), {64, 2048}, 1.0f);
+  const int64_t width = target.widths()[1];
+  message.payload =
+      layers::tensor::filled(*device, device->default_stream(), {target.batch(), width}, 1.0f);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < repeats; ++i) {
     message.key = i;
@@ -136,13 +156,61 @@ void print_cpu_figures(double one_core, double two_cores, double async_two, doub
       micro, gpipe_two, gpipe_two / (2 * one_core), ideal);
 }
 
-/// The GPU figures: both stages share the one device, each on a stream of its own.
-void print_gpu_figures(double one_stage, double async_two, double gpipe_two, int micro) {
-  std::printf("  1 stage:                         %8.0f samples/s\n", one_stage);
-  std::printf("  2-stage async, one GPU shared:   %8.0f samples/s = %.2fx the 1-stage run\n",
-              async_two, async_two / one_stage);
-  std::printf("  2-stage sync GPipe, M=%d:         %8.0f samples/s = %.2fx the 1-stage run\n",
-              micro, gpipe_two, gpipe_two / one_stage);
+/// The job file of variant(target, steps, stages, .., "async", 1), for worker processes, which
+/// read their job as TOML.
+std::string job_toml(const bench_target& target, int64_t steps, int stages) {
+  std::string layers_text;
+  const auto& widths = target.widths();
+  for (size_t i = 1; i < widths.size(); ++i) {
+    layers_text += "  { type = \"linear\", out = " + std::to_string(widths[i]) + " },\n";
+    if (i + 1 < widths.size()) layers_text += "  { type = \"relu\" },\n";
+  }
+  const std::string batch = std::to_string(target.batch());
+  return "[model]\ninput_shape = [" + std::to_string(widths.front()) + "]\nlayers = [\n" +
+         layers_text + "]\n\n[data]\ndataset = \"synthetic\"\nsynthetic_train = " +
+         std::to_string(steps * target.batch()) + "\nsynthetic_test = " + batch +
+         "\nnormalize = false\n\n[parallelism]\nstages = " + std::to_string(stages) +
+         "\nmode = \"async\"\ndevices = \"" + target.device +
+         "\"\nmax_active_keys = " + std::to_string(2 * stages) +
+         "\nmin_update_interval = 1\n\n[training]\nbatch_size = " + batch +
+         "\noptimizer = \"sgd\"\nmomentum = 0.9\nlr = 0.01\nmax_steps = " + std::to_string(steps) +
+         "\nprecision = \"" + target.precision + "\"\n";
+}
+
+/// Samples per second of the async pipeline of `stages` stages in as many worker processes
+/// on this machine (`troupe train --workers`), run as a process of its own; 0 when it failed.
+double workers_samples_per_second(const bench_target& target, int64_t steps, int stages) {
+  char pattern[] = "/tmp/troupe-bench-workers-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) return 0;
+  const std::filesystem::path directory = pattern;
+  const std::string job = (directory / "job.toml").string();
+  std::ofstream(job) << job_toml(target, steps, stages);
+  const auto summary = train_in_child_process(job, {}, stages, (directory / "run").string());
+  std::error_code ignored;
+  if (!summary) {
+    std::fprintf(stderr, "troupe: the --workers %d run failed; its log is %s/run/train.log\n",
+                 stages, directory.c_str());
+    return 0;
+  }
+  std::filesystem::remove_all(directory, ignored);
+  return summary->value("samples_per_s", 0.0);
+}
+
+/// The GPU figures: every stage shares the one device, each on a stream of its own.
+struct gpu_figures {
+  double one_stage = 0, async_two = 0, async_four = 0, gpipe_two = 0, workers_two = 0;
+};
+
+void print_gpu_figures(const gpu_figures& f, int micro) {
+  std::printf("  1 stage:                          %8.0f samples/s\n", f.one_stage);
+  std::printf("  2-stage async, one GPU shared:    %8.0f samples/s = %.2fx the 1-stage run\n",
+              f.async_two, f.async_two / f.one_stage);
+  std::printf("  4-stage async, one GPU shared:    %8.0f samples/s = %.2fx the 1-stage run\n",
+              f.async_four, f.async_four / f.one_stage);
+  std::printf("  2-stage sync GPipe, M=%d:          %8.0f samples/s = %.2fx the 1-stage run\n",
+              micro, f.gpipe_two, f.gpipe_two / f.one_stage);
+  std::printf("  2-stage async, --workers 2:       %8.0f samples/s = %.2fx the 1-stage run\n",
+              f.workers_two, f.workers_two / f.one_stage);
 }
 
 }  // namespace
@@ -155,11 +223,10 @@ int run_bench_pipeline(const bench_options& options) {
     return 2;
   }
   const int64_t steps = std::max<int64_t>(20, static_cast<int64_t>(options.seconds * 12));
-  std::printf(
-      "troupe bench pipeline on %s, %s GEMMs: MLP 784-2048-2048-2048-2048-2048-10, batch 64, "
-      "%lld steps per run\n",
-      target.device.c_str(), target.precision.c_str(), static_cast<long long>(steps));
-  const bool on_cpu = target.device == "cpu";
+  const bool on_cpu = target.on_cpu();
+  std::printf("troupe bench pipeline on %s, %s GEMMs: MLP %s, batch %lld, %lld steps per run\n",
+              target.device.c_str(), target.precision.c_str(), widths_text(target.widths()).c_str(),
+              static_cast<long long>(target.batch()), static_cast<long long>(steps));
   const double one_core = samples_per_second(variant(target, steps, 1, 1, "sync", 1));
   // Threads matter to the CPU only: on a GPU the second run would repeat the first.
   const double two_cores =
@@ -168,21 +235,29 @@ int run_bench_pipeline(const bench_options& options) {
   const int micro = 4;
   const double gpipe_two = samples_per_second(variant(target, steps, 2, 2, "sync", micro));
   const double ideal = static_cast<double>(micro) / (micro + 2 - 1);
+  gpu_figures gpu;
+  if (!on_cpu) {
+    gpu = {one_core, async_two, samples_per_second(variant(target, steps, 4, 4, "async", 1)),
+           gpipe_two, workers_samples_per_second(target, steps, 2)};
+  }
   const double handoff = handoff_seconds(target, 200);
-  const double step_seconds = 64.0 / one_core;
+  const double step_seconds = static_cast<double>(target.batch()) / one_core;
   if (on_cpu) {
     print_cpu_figures(one_core, two_cores, async_two, gpipe_two, micro, ideal);
   } else {
-    print_gpu_figures(one_core, async_two, gpipe_two, micro);
+    print_gpu_figures(gpu, micro);
   }
   std::printf(
-      "  ZeroMQ hand-off of one 64x2048 activation: %.1f us = %.2f%% of a 1-stage step "
+      "  ZeroMQ hand-off of one %lldx%d activation: %.1f us = %.2f%% of a 1-stage step "
       "(%.2f ms)\n",
-      handoff * 1e6, 100.0 * handoff / step_seconds, step_seconds * 1e3);
+      static_cast<long long>(target.batch()), target.widths()[1], handoff * 1e6,
+      100.0 * handoff / step_seconds, step_seconds * 1e3);
   std::printf("  peak resident memory: %.0f MiB\n", peak_resident_megabytes());
   if (!options.json_file.empty()) {
     nlohmann::json result = {{"device", target.device},
                              {"precision", target.precision},
+                             {"model", widths_text(target.widths())},
+                             {"batch", target.batch()},
                              {"one_stage_one_core_samples_per_s", one_core},
                              {"one_stage_two_cores_samples_per_s", two_cores},
                              {"two_stage_async_samples_per_s", async_two},
@@ -193,6 +268,14 @@ int run_bench_pipeline(const bench_options& options) {
                              {"handoff_seconds", handoff},
                              {"handoff_fraction_of_step", handoff / step_seconds},
                              {"peak_resident_mib", peak_resident_megabytes()}};
+    if (!on_cpu) {
+      result["one_stage_samples_per_s"] = gpu.one_stage;
+      result["four_stage_async_samples_per_s"] = gpu.async_four;
+      result["four_stages_over_one_stage"] = gpu.async_four / gpu.one_stage;
+      result["two_stage_async_over_one_stage"] = gpu.async_two / gpu.one_stage;
+      result["workers_two_samples_per_s"] = gpu.workers_two;
+      result["workers_two_over_one_stage"] = gpu.workers_two / gpu.one_stage;
+    }
     std::ofstream(options.json_file) << result.dump(2) << "\n";
   }
   return 0;

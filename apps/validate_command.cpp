@@ -2,11 +2,6 @@
 // processes; sync and async; 1, 2 and 4 stages), simulates each run with this machine's
 // calibrated profile, and prints measured against predicted samples/s.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -22,6 +17,7 @@
 
 #include "actors/job_data.h"
 #include "actors/job_file.h"
+#include "apps/child_train.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
 #include "apps/statistics.h"
@@ -76,46 +72,15 @@ struct measured_run {
 std::optional<measured_run> measure_run(const validate_options& options,
                                         const std::vector<std::string>& overrides, int workers,
                                         int64_t batch_size, const std::string& out) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> arguments = {self, "train", options.job_file, "--out", out, "--quiet"};
-  for (const std::string& setting : overrides) {
-    arguments.push_back("--set");
-    arguments.push_back(setting);
-  }
-  if (workers > 0) {
-    arguments.push_back("--workers");
-    arguments.push_back(std::to_string(workers));
-  }
-  std::vector<char*> argv;
-  for (std::string& argument : arguments) argv.push_back(argument.data());
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  std::error_code ignored;
-  std::filesystem::create_directories(out, ignored);
-  const std::string log = out + "/train.log";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t child = 0;
-  const int spawned = posix_spawn(&child, self.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) return std::nullopt;
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  std::ifstream file(out + "/summary.json");
-  const json summary = json::parse(file, nullptr, false);
-  if (summary.is_discarded()) return std::nullopt;
+  const auto summary = train_in_child_process(options.job_file, overrides, workers, out);
+  if (!summary) return std::nullopt;
   measured_run run;
-  run.samples_per_s = summary.value("samples_per_s", 0.0);
-  for (const json& process : summary.value("processes", json::array())) {
+  run.samples_per_s = summary->value("samples_per_s", 0.0);
+  for (const json& process : summary->value("processes", json::array())) {
     run.system_s += process.value("system_s", 0.0);
     run.cpu_s += process.value("user_s", 0.0) + process.value("system_s", 0.0);
   }
-  run.samples = static_cast<double>(summary.value("steps", int64_t{0}) * batch_size);
+  run.samples = static_cast<double>(summary->value("steps", int64_t{0}) * batch_size);
   std::ifstream metrics(out + "/metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     const json record = json::parse(line, nullptr, false);

@@ -65,4 +65,22 @@ std::unique_ptr<backend> create_backend(const std::string& device, int cpu_threa
   return nullptr;
 }
 
+std::optional<library_gemm_timing> best_library_gemm(backend& device, stream s,
+                                                     math_precision precision,
+                                                     transpose transpose_a, transpose transpose_b,
+                                                     int m, int n, int k, const float* a, int lda,
+                                                     const float* b, int ldb, float* c, int ldc,
+                                                     int repeats) {
+  if (device.kind() != device_kind::cuda) return std::nullopt;
+#ifdef TROUPE_WITH_CUDA
+  const int index = std::atoi(device.name().substr(device.name().find(':') + 1).c_str());
+  return cuda_best_library_gemm(index, s.handle ? s : device.default_stream(), precision,
+                                transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, repeats);
+#else
+  (void)s, (void)precision, (void)transpose_a, (void)transpose_b, (void)m, (void)n, (void)k;
+  (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)repeats;
+  return std::nullopt;
+#endif
+}
+
 }  // namespace troupe::layers

@@ -23,4 +23,21 @@ int cuda_device_count();
 std::unique_ptr<backend> create_backend(const std::string& device, int cpu_threads,
                                         std::string* error);
 
+/// The device library's best for one GEMM shape (cuBLAS on CUDA).
+struct library_gemm_timing {
+  double seconds = 0;  ///< the fastest algorithm's seconds per call (0: none ran)
+  int algorithms = 0;  ///< how many algorithms were timed
+};
+
+/// On a CUDA backend: the fastest of the algorithms cuBLASLt proposes for C = op(A) op(B) as
+/// backend::gemm poses it at `precision` (alpha 1, beta 0), each timed over `repeats` calls on
+/// `s`; A, B and C are `device`'s memory and C is overwritten. nullopt on any other backend.
+/// Blocks until done. For benchmarks, which hold the backend's own GEMM against it.
+std::optional<library_gemm_timing> best_library_gemm(backend& device, stream s,
+                                                     math_precision precision,
+                                                     transpose transpose_a, transpose transpose_b,
+                                                     int m, int n, int k, const float* a, int lda,
+                                                     const float* b, int ldb, float* c, int ldc,
+                                                     int repeats);
+
 }  // namespace troupe::layers

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "layers/backend.h"
+#include "layers/backend_registry.h"
 
 namespace troupe::layers {
 
@@ -15,5 +16,15 @@ int cuda_runtime_device_count();
 /// The backend on CUDA device `device` (cuBLAS for GEMM, custom kernels for the rest), or null
 /// when that device cannot be opened.
 std::unique_ptr<backend> make_cuda_backend(int device);
+
+/// Times every algorithm cuBLASLt's heuristics propose for C = op(A) op(B) exactly as
+/// backend::gemm poses it (row-major, fp32 operands and output, `precision`'s compute type,
+/// alpha 1, beta 0), each over `repeats` calls on `s` between CUDA events after one warm-up,
+/// and returns the fastest. A, B and C are device memory on `device`; C is overwritten. Blocks
+/// until the timing is done. For benchmarks: it allocates a workspace and a cuBLASLt handle.
+library_gemm_timing cuda_best_library_gemm(int device, stream s, math_precision precision,
+                                           transpose transpose_a, transpose transpose_b, int m,
+                                           int n, int k, const float* a, int lda, const float* b,
+                                           int ldb, float* c, int ldc, int repeats);
 
 }  // namespace troupe::layers
