@@ -39,16 +39,18 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 /// Runs `work` (which enqueues on `s`) repeatedly for about `budget` seconds, after one warm-up
-/// call; returns the mean seconds per call, each synchronized.
+/// call, synchronizing after every `queued` calls; returns the mean seconds per call. With
+/// queued > 1 a GPU's launches queue up back to back, as they do in training and in cuBLAS's own
+/// timing, instead of each paying for a round trip.
 double time_per_call(layers::backend& device, layers::stream s, double budget,
-                     const std::function<void()>& work) {
+                     const std::function<void()>& work, int queued = 1) {
   work();
   device.synchronize(s);
   int calls = 0;
   const auto start = std::chrono::steady_clock::now();
   do {
-    work();
-    ++calls;
+    for (int i = 0; i < queued; ++i) work();
+    calls += queued;
     device.synchronize(s);
   } while (seconds_since(start) < budget);
   return seconds_since(start) / calls;
@@ -61,23 +63,6 @@ layers::tensor random_tensor(layers::backend& device, layers::shape dims, uint64
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
 }
 
-/// Seconds per call of `work` (enqueued on `s`) for about `budget` seconds, in batches of
-/// `batch` calls between synchronizations: a GPU's launches queue up back to back, as they do
-/// in training and in cuBLAS's own timing, instead of each paying for a round trip.
-double time_per_queued_call(layers::backend& device, layers::stream s, double budget, int batch,
-                            const std::function<void()>& work) {
-  work();
-  device.synchronize(s);
-  int calls = 0;
-  const auto start = std::chrono::steady_clock::now();
-  do {
-    for (int i = 0; i < batch; ++i) work();
-    calls += batch;
-    device.synchronize(s);
-  } while (seconds_since(start) < budget);
-  return seconds_since(start) / calls;
-}
-
 /// GFLOP/s of C[m×n] = op(A) op(B) with inner dimension k, on stream `s` (and its precision).
 double gemm_gflops(layers::backend& device, layers::stream s, layers::transpose ta,
                    layers::transpose tb, int m, int n, int k, double budget) {
@@ -87,9 +72,12 @@ double gemm_gflops(layers::backend& device, layers::stream s, layers::transpose 
   const int lda = ta == layers::transpose::no ? k : m;
   const int ldb = tb == layers::transpose::no ? n : k;
   const int queued = device.kind() == layers::device_kind::cpu ? 1 : 20;
-  const double seconds = time_per_queued_call(device, s, budget, queued, [&] {
-    device.gemm(s, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
-  });
+  const double seconds = time_per_call(
+      device, s, budget,
+      [&] {
+        device.gemm(s, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
+      },
+      queued);
   return 2.0 * m * n * k / seconds / 1e9;
 }
 
@@ -176,10 +164,13 @@ void measure_layer_gemm(layers::backend& device, layers::stream s, layers::math_
   const int lda = g.ta == transpose::no ? g.k : g.m;
   const int ldb = g.tb == transpose::no ? g.n : g.k;
   const bool on_cpu = device.kind() == layers::device_kind::cpu;
-  const double seconds = time_per_queued_call(device, s, budget, on_cpu ? 1 : 20, [&] {
-    device.gemm(s, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
-                g.n);
-  });
+  const double seconds = time_per_call(
+      device, s, budget,
+      [&] {
+        device.gemm(s, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                    c.data(), g.n);
+      },
+      on_cpu ? 1 : 20);
   const double flops = 2.0 * g.m * g.n * g.k;
   entry[std::string(g.name) + "_gflops"] = flops / seconds / 1e9;
   const auto best = layers::best_library_gemm(device, s, precision, g.ta, g.tb, g.m, g.n, g.k,
