@@ -3,7 +3,8 @@
 #   run.sh NAME [ARGS...]      runs bin/NAME
 #   run.sh COMMAND [ARGS...]   runs any other command (compute-sanitizer, python3) with the same
 #                              library path, so that the bundled programs it starts find theirs
-# Libraries packed as lib/NAME.xz are unpacked beside them on first use. CUDA's own libraries
+# Libraries packed as lib/NAME.xz are unpacked on first use into $TMPDIR (default /tmp), in a
+# folder named by the bundle's checksum. CUDA's own libraries
 # come from the machine: from the loader's cache, or from where CUDA toolkits and PyTorch's
 # wheels keep them.
 set -euo pipefail
@@ -20,16 +21,19 @@ unpack() {  # unpack PACKED TARGET: xz when there is one, else Python's lzma
     python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
   fi
 }
+# Packed libraries are unpacked outside the bundle, so that it stays as small as it was packed.
+unpacked="${TMPDIR:-/tmp}/troupe-bundle-$(cat "$bundle/manifest.json" "$bundle"/lib/*.xz 2>/dev/null | cksum | cut -d' ' -f1)"
+mkdir -p "$unpacked"
 for packed in "$bundle"/lib/*.xz; do
   [ -e "$packed" ] || continue
-  target="${packed%.xz}"
+  target="$unpacked/$(basename "${packed%.xz}")"
   [ -e "$target" ] && continue
   unpack "$packed" "$target.$$"
   chmod 755 "$target.$$"
   mv -f "$target.$$" "$target"
 done
 
-library_path="$bundle/lib"
+library_path="$bundle/lib:$unpacked"
 if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libcublas\.so\.13 '; then
   for directory in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib \
     /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib /usr/local/lib/python3*/dist-packages/nvidia/*/lib; do
