@@ -8,6 +8,18 @@ namespace troupe::actors {
 
 using json = nlohmann::json;
 
+namespace {
+
+/// Who sent `body`, as far as it says.
+std::string sender_of(const json& body) {
+  const auto address = body.is_object() ? body.find("address") : body.end();
+  if (body.is_object() && address != body.end() && address->is_string())
+    return address->get<std::string>().substr(0, 200);
+  return "a peer that gave no address";
+}
+
+}  // namespace
+
 void control_queue::push(transport::message message, double received_s) {
   message.header.metrics["received_s"] = received_s;
   {
@@ -39,10 +51,13 @@ transport::message control_message(const json& body) {
   return message;
 }
 
-json control_body(const transport::message& message) {
+json control_body(const transport::message& message, uint64_t* dropped) {
   json body = json::parse(message.header.text, nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("type") ||
-      !body["type"].is_string()) {
+  const std::string problem = body.is_discarded() ? "not JSON" : control_body_problem(body);
+  if (!problem.empty()) {
+    std::fprintf(stderr, "troupe: dropped a control message from %s: %s\n", sender_of(body).c_str(),
+                 problem.c_str());
+    if (dropped) ++*dropped;
     return json();
   }
   auto received = message.header.metrics.find("received_s");

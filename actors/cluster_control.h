@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "actors/control_schema.h"
 #include "actors/training_loop.h"
 #include "transport/codec.h"
 #include "transport/curve.h"
@@ -41,9 +42,11 @@ class control_queue {
 bool is_control(const transport::message& message);
 transport::message control_message(const nlohmann::json& body);
 
-/// The JSON body of a control message, or null when it is not an object with a "type". With
-/// "received_s" set to the message's arrival stamp when it came through a control_queue.
-nlohmann::json control_body(const transport::message& message);
+/// The JSON body of a control message, or null when it is not JSON or control_body_problem()
+/// finds fault with it (then it says so on stderr, with the sender's address when it gave
+/// one, and adds 1 to `*dropped` when given). With "received_s" set to the message's arrival
+/// stamp when it came through a control_queue.
+nlohmann::json control_body(const transport::message& message, uint64_t* dropped = nullptr);
 
 std::string host_name();
 

@@ -119,6 +119,7 @@ class cluster_coordinator {
     report.stopped = parts_->run->stopped();
     for (auto& [stage, stage_result] : reports_) report.stages.push_back(std::move(stage_result));
     report.dropped_frames = dropped_ + receiver_->dropped();
+    report.dropped_control_messages = dropped_control_;
     report.processes.push_back(this_process_usage("coordinator", {}));
     for (auto& [address, usage] : worker_usage_) report.processes.push_back(usage);
     return report;
@@ -165,33 +166,67 @@ class cluster_coordinator {
   void take_control(double wait_s) {
     auto message = control_.pop(wait_s);
     while (message) {
-      json body = control_body(*message);
-      if (!body.is_null()) handle_control(body, *message);
+      json body = control_body(*message, &dropped_control_);
+      try {
+        if (!body.is_null()) handle_control(body, *message);
+      } catch (const json::exception& failure) {
+        // control_body() checked every field's kind; this is the net under that check.
+        std::fprintf(stderr, "troupe: dropped a control message from %s: %s\n",
+                     body.value("address", std::string("?")).c_str(), failure.what());
+        ++dropped_control_;
+      }
       message = control_.pop(0);
     }
   }
 
+  /// The worker whose address is `address`, or null for a peer that is not one of them.
+  worker_peer* known_worker(const std::string& address) {
+    for (auto& worker : workers_)
+      if (worker.address == address) return &worker;
+    return nullptr;
+  }
+
   void handle_control(const json& body, const transport::message& message) {
     const std::string type = body["type"];
-    const std::string address = body.value("address", std::string());
-    for (auto& worker : workers_) {
-      if (worker.address != address) continue;
-      worker.last_heard = clock_.now_seconds();
-      if (json stamped = stamps(body); !stamped.is_null()) worker.echo = stamped;
+    worker_peer* worker = known_worker(body.value("address", std::string()));
+    if (worker) {
+      worker->last_heard = clock_.now_seconds();
+      if (json stamped = stamps(body); !stamped.is_null()) worker->echo = stamped;
     }
     if (type == "hello") {
       admit_hello(body);
+    } else if (!worker) {
+      // Only hellos come from peers that are not workers of this run.
+      if (type != "heartbeat") {
+        ++dropped_control_;
+        std::fprintf(stderr, "troupe: dropped a %s from %s: not a worker of this run\n",
+                     type.c_str(),
+                     body.value("address", std::string("a peer without an address")).c_str());
+      }
     } else if (type == "ready" && body.value("job_id", uint64_t{0}) == job_id_) {
       ++ready_;
     } else if (type == "report") {
-      reports_[body.value("stage", -1)] = report_from(body, message);
-      auto count = message.header.metrics.find("dropped");
-      if (count != message.header.metrics.end()) dropped_ += static_cast<uint64_t>(count->second);
+      keep_report(*worker, body, message);
     } else if (type == "trace") {
       keep_worker_trace(body, message);
     } else if (type == "usage") {
       keep_worker_usage(body);
     }
+  }
+
+  /// Keeps a stage's final report, when it comes from the worker that hosts that stage.
+  void keep_report(const worker_peer& worker, const json& body, const transport::message& message) {
+    const int64_t stage = body.value("stage", int64_t{-1});
+    if (std::find(worker.stages.begin(), worker.stages.end(), stage) == worker.stages.end()) {
+      std::fprintf(stderr,
+                   "troupe: dropped a report for stage %lld from %s, which does not host it\n",
+                   static_cast<long long>(stage), worker.describe().c_str());
+      return;
+    }
+    reports_[static_cast<int>(stage)] = report_from(body, message);
+    auto count = message.header.metrics.find("dropped");
+    if (count != message.header.metrics.end() && count->second >= 0)
+      dropped_ += static_cast<uint64_t>(count->second);
   }
 
   static json stamps(const json& body) {
@@ -516,7 +551,8 @@ class cluster_coordinator {
                         {"stages", dead.stages},
                         {"restart", restarts_}});
     error->clear();
-    for (auto& worker : workers_) send_on(*worker.control, control_message({{"type", "reset"}}));
+    for (auto& worker : workers_)
+      send_on(*worker.control, control_message({{"type", "reset"}, {"job_id", job_id_}}));
     if (options_.replace_worker && !options_.replace_worker(error)) return false;
     if (!gather(options_.workers, config_.checkpoint.rejoin_timeout_s, error)) return false;
     std::optional<loaded_checkpoint> checkpoint = options_.pipeline.resume;
@@ -543,7 +579,8 @@ class cluster_coordinator {
   void finish_workers() {
     stop_generation();
     for (worker_peer& worker : workers_) {
-      send_on(*worker.control, control_message(with_stamps({{"type", "finish"}}, worker)));
+      send_on(*worker.control,
+              control_message(with_stamps({{"type", "finish"}, {"job_id", job_id_}}, worker)));
     }
   }
 
@@ -579,6 +616,7 @@ class cluster_coordinator {
   caf::actor current_;  ///< the coordinator actor of the current generation
   std::shared_ptr<coordinator_parts> parts_;
   uint64_t job_id_ = 0;
+  uint64_t dropped_control_ = 0;  ///< malformed control messages, or from strangers
   size_t ready_ = 0;
   double last_heartbeat_ = 0;
   int restarts_ = 0;

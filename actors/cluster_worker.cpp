@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "actors/actor_hosting.h"
 #include "actors/cluster_control.h"
@@ -106,6 +107,7 @@ struct coordinator_link {
   std::string own_address;
   clock_source& own_clock;
   clock_estimate clock;
+  uint64_t dropped_control = 0;  ///< malformed control messages, and finishes of other jobs
 
   /// Sends the control message `body` with this worker's address, pid and clock (for the
   /// coordinator's echo) added, and `payload`, when given, as a bytes frame.
@@ -119,9 +121,11 @@ struct coordinator_link {
   }
 };
 
-transport::message report_message(const stage_report& report, int stage) {
+transport::message report_message(const stage_report& report, int stage,
+                                  const std::string& own_address) {
   transport::message message =
       control_message({{"type", "report"},
+                       {"address", own_address},
                        {"stage", stage},
                        {"version", report.version},
                        {"peak_contexts", report.peak_contexts},
@@ -186,16 +190,16 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
 
 /// Sends each local stage's final report to the coordinator.
 void send_reports(caf::scoped_actor& self, const std::vector<std::pair<int, caf::actor>>& actors,
-                  transport::outbox& coordinator, uint64_t dropped) {
+                  coordinator_link& coordinator, uint64_t dropped) {
   for (const auto& [stage, actor] : actors) {
     self->request(actor, caf::infinite, collect_atom::value)
         .receive(
             [&](const stage_report& report) {
-              transport::message message = report_message(report, stage);
+              transport::message message = report_message(report, stage, coordinator.own_address);
               // The worker's dropped messages ride on its first report only.
               message.header.metrics["dropped"] = static_cast<double>(dropped);
               dropped = 0;
-              send_on(coordinator, message);
+              send_on(coordinator.outbox, message);
             },
             [&](const caf::error&) {});
   }
@@ -211,11 +215,26 @@ void send_trace(const trace_recorder& trace, const std::vector<int>& stages,
       std::make_shared<const std::string>(trace.records().dump()));
 }
 
-/// Waits for a control message of one of `types` from the coordinator, sending heartbeats the
-/// while; null, with `error` set, when the coordinator stays silent for `silence_s`.
+/// Whether `body`, a finish or reset, ends the generation of `job_id` (0: whichever): the
+/// coordinator's carry the job id of the assignment, which a stranger does not know.
+bool for_this_job(const json& body, uint64_t job_id, uint64_t* dropped) {
+  const std::string type = body["type"];
+  if (job_id == 0 || (type != "finish" && type != "reset")) return true;
+  if (body.value("job_id", uint64_t{0}) == job_id) return true;
+  ++*dropped;
+  std::fprintf(stderr, "troupe: worker %d ignored a %s from %s: not for its job\n", ::getpid(),
+               type.c_str(),
+               body.value("address", std::string("a peer without an address")).c_str());
+  return false;
+}
+
+/// Waits for a control message of one of `types` from the coordinator (a finish or reset only
+/// for `job_id`, unless it is 0), sending heartbeats the while; null, with `error` set, when
+/// the coordinator stays silent for `silence_s`.
 json await_coordinator(control_queue& control, coordinator_link& coordinator,
                        const std::set<std::string>& types, double silence_s,
-                       const worker_options& options, clock_source& clock, std::string* error) {
+                       const worker_options& options, clock_source& clock, std::string* error,
+                       uint64_t job_id = 0) {
   const double heartbeat_s = options.liveness.heartbeat_s;
   double last_heard = clock.now_seconds(), last_sent = 0;
   for (;;) {
@@ -223,9 +242,11 @@ json await_coordinator(control_queue& control, coordinator_link& coordinator,
     const double now = clock.now_seconds();
     if (message) {
       last_heard = now;
-      json body = control_body(*message);
+      json body = control_body(*message, &coordinator.dropped_control);
       if (!body.is_null()) coordinator.clock.add(body);
-      if (!body.is_null() && types.count(body["type"].get<std::string>())) return body;
+      if (!body.is_null() && types.count(body["type"].get<std::string>()) &&
+          for_this_job(body, job_id, &coordinator.dropped_control))
+        return body;
     }
     if (now - last_sent >= heartbeat_s) {
       coordinator.send({{"type", "heartbeat"}});
@@ -272,13 +293,13 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     routes.set(actors, job_id);
     coordinator.send({{"type", "ready"}, {"stages", stages->indices}, {"job_id", job_id}});
     next = await_coordinator(control, coordinator, {"finish", "reset"}, options.liveness.timeout_s,
-                             options, clock, error);
+                             options, clock, error, job_id);
     if (!next.is_null() && next["type"] == "finish") {
       if (trace) send_trace(*trace, stages->indices, coordinator);
       json usage = to_json(this_process_usage("worker", stages->indices));
       usage["type"] = "usage";
       coordinator.send(std::move(usage));
-      send_reports(self, actors, coordinator.outbox, dropped());
+      send_reports(self, actors, coordinator, dropped());
     }
     routes.set({}, 0);
     for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
@@ -323,7 +344,7 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
   }
   control_queue control;
   stage_routes routes;
-  coordinator_link link{*coordinator, own_address, clock, {}};
+  coordinator_link link{*coordinator, own_address, clock, {}, 0};
   std::vector<transport::inbox> inboxes;
   inboxes.push_back(std::move(*in));
   transport::receiver_thread receiver(
@@ -356,7 +377,9 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
   }
   int status = 0;
   bool bad_assignment = false;
-  const auto dropped = [&] { return receiver.dropped() + routes.rejected(); };
+  const auto dropped = [&] {
+    return receiver.dropped() + routes.rejected() + std::exchange(link.dropped_control, 0);
+  };
   // One generation per assignment; a reset (a peer was lost) leads to a new assignment.
   while (status == 0 && next["type"] != "finish") {
     if (next["type"] == "refuse") {

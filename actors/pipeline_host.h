@@ -73,6 +73,9 @@ struct pipeline_report {
   std::vector<process_usage> processes;
   /// Frames the receivers dropped as undecodable (0 in a healthy run).
   uint64_t dropped_frames = 0;
+  /// Control messages the coordinator dropped: malformed, or from a peer that is not one of
+  /// its workers (cluster runs; its workers' count is in dropped_frames).
+  uint64_t dropped_control_messages = 0;
   /// The run stopped early after a checkpoint (a stop request).
   bool stopped = false;
 };

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -155,6 +156,125 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
   ASSERT_TRUE(remote) << error;
   EXPECT_EQ(remote->dropped_frames, 2u);
   EXPECT_EQ(weights_of(*remote), weights_of(*local));
+}
+
+/// Control messages no coordinator or worker should act on: malformed JSON, wrong kinds of
+/// fields, deep nesting, unknown types, and a report for a stage from a peer that hosts none.
+std::vector<std::string> hostile_control_texts(const std::string& worker_address) {
+  const std::string nested = std::string(20000, '[') + std::string(20000, ']');
+  return {
+      "not JSON {",
+      "[1, 2, 3]",
+      R"({"type": 7})",
+      R"({"no_type": true})",
+      R"({"type": "frobnicate", "address": "tcp://10.9.9.9:1"})",
+      R"({"type": "hello", "host": 42, "address": "tcp://10.9.9.9:1"})",
+      R"({"type": "hello", "address": [1, 2], "pid": "x"})",
+      R"({"type": "hello", "protocol": 1e400})",
+      R"({"type": "hello", "host": )" + nested + "}",
+      R"({"type": "ready", "job_id": "abc", "address": ")" + worker_address + R"("})",
+      R"({"type": "report", "stage": "zero", "staleness": {"a": 1}, "address": ")" +
+          worker_address + R"("})",
+      R"({"type": "report", "stage": 2, "version": 5, "address": "ipc:///nobody"})",
+      R"({"type": "usage", "user_s": "lots", "address": ")" + worker_address + R"("})",
+      R"({"type": "trace", "stages": "all", "clock_offset_s": {}, "address": ")" + worker_address +
+          R"("})",
+      R"({"type": "heartbeat", "clock_s": "now", "echo": 5})",
+      R"({"type": "finish"})",
+      R"({"type": "finish", "job_id": -1})",
+      R"({"type": "reset", "job_id": "x"})",
+      R"({"type": "assign", "stages": "all"})",
+      R"({"type": "refuse", "reason": 5})",
+      R"({"type": "heartbeat", "echo": {"sent_s": "a", "received_s": []}, "sent_s": null})",
+  };
+}
+
+/// Sends each text as a control message to `address`, returning once they have left.
+void send_control_texts(transport::transport_context& context, const std::string& address,
+                        const std::vector<std::string>& texts) {
+  transport::endpoint_options lingering;
+  lingering.linger_ms = 10000;  // closing waits for the messages to leave
+  auto out = transport::outbox::connect(context, address, lingering, nullptr);
+  ASSERT_TRUE(out);
+  for (const std::string& text : texts) {
+    transport::message message;
+    message.header.kind = transport::message_kind::control;
+    message.header.text = text;
+    const transport::send_result sent = out->send_waiting(message, std::chrono::seconds(10));
+    ASSERT_TRUE(sent.ok()) << sent.detail;
+  }
+}
+
+/// Calls `action` once, on the coordinator's thread, when the run reaches `step`.
+class at_step final : public training_observer {
+ public:
+  at_step(int64_t step, std::function<void()> action) : step_(step), action_(std::move(action)) {}
+  void on_step(int64_t step, int64_t, int64_t, double, double) override {
+    if (step < step_ || done_) return;
+    done_ = true;
+    action_();
+  }
+  void on_metrics(const metrics_record&) override {}
+  bool done() const { return done_; }
+
+ private:
+  int64_t step_;
+  std::function<void()> action_;
+  bool done_ = false;
+};
+
+TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndisturbed) {
+  const std::vector<std::string> overrides = {"training.epochs=10"};
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", overrides, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  ASSERT_TRUE(data) << error;
+  wall_clock clock;
+  quiet_observer quiet;
+  pipeline_options collect;
+  collect.collect_weights = true;
+  auto local = run_pipeline(*config, *data, quiet, clock, collect, &error);
+  ASSERT_TRUE(local) << error;
+
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  options.overrides = overrides;
+  const std::string worker_address = "ipc://" + directory + "/worker";
+  int worker_status = -1;
+  std::string worker_error;
+  std::thread worker([&] {
+    worker_options settings;
+    settings.coordinator_address = options.listen_address;
+    settings.listen_address = worker_address;
+    wall_clock worker_clock;
+    worker_status = run_worker(settings, worker_clock, &worker_error);
+  });
+  // 10 of the run's 400 steps in, a stranger sends the hostile messages to both.
+  const auto texts = hostile_control_texts(worker_address);
+  transport::transport_context stranger;
+  at_step observer(10, [&] {
+    send_control_texts(stranger, options.listen_address, texts);
+    send_control_texts(stranger, worker_address, texts);
+  });
+  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(observer.done());
+  ASSERT_TRUE(remote) << error;
+  EXPECT_EQ(worker_status, 0) << worker_error;
+  EXPECT_EQ(remote->summary.steps, 400);
+  EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
+  EXPECT_EQ(weights_of(*remote), weights_of(*local));
+  // Each one was heard and dropped: by the coordinator all, by the worker all but the
+  // well-formed report, which is no message for a worker.
+  EXPECT_EQ(remote->dropped_control_messages, texts.size());
+  EXPECT_EQ(remote->dropped_frames, texts.size() - 1);
 }
 
 TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
