@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,32 +60,6 @@ std::string hex_of(uint64_t value) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
   return text;
-}
-
-/// Writes `bytes` to `path` (replacing it) and fsyncs it before returning.
-bool write_synced(const std::string& path, const std::string& bytes, std::string* error) {
-  file_descriptor file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (file.get() < 0) return fail_errno(error, path, "cannot create", errno);
-  const char* data = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t written = ::write(file.get(), data, std::min(left, io_chunk));
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0) return fail_errno(error, path, "cannot write", errno);
-    data += written;
-    left -= static_cast<size_t>(written);
-  }
-  if (::fsync(file.get()) != 0) return fail_errno(error, path, "cannot sync", errno);
-  if (file.close() != 0) return fail_errno(error, path, "cannot close", errno);
-  return true;
-}
-
-/// Makes the directory's entries (files created, renamed or removed in it) durable.
-bool sync_directory(const std::string& path, std::string* error) {
-  file_descriptor directory(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (directory.get() < 0) return fail_errno(error, path, "cannot open directory", errno);
-  if (::fsync(directory.get()) != 0) return fail_errno(error, path, "cannot sync directory", errno);
-  return true;
 }
 
 /// Reads the whole of `path` into `contents`, checking its size against `expected_bytes` before
@@ -305,45 +278,17 @@ std::vector<step_directory> step_directories(const fs::path& root) {
   return found;
 }
 
-/// The fault point named by TROUPE_CHECKPOINT_FAULT, read anew on every commit.
-std::string configured_fault() {
-  const char* value = std::getenv("TROUPE_CHECKPOINT_FAULT");
-  return value == nullptr ? std::string() : std::string(value);
-}
-
-/// Dies here, as a power cut or an OOM kill would, when the tests asked for this point.
-void fault_point(const std::string& configured, const std::string& here) {
-  if (!configured.empty() && configured == here) std::raise(SIGKILL);
-}
-
-/// Writes DIRECTORY/NAME through NAME.tmp: a reader sees the old file or the whole new one.
-bool write_atomically(const fs::path& directory, const std::string& name, const std::string& text,
-                      const std::string& fault, const std::string& fault_before_rename,
-                      std::string* error) {
-  const std::string temporary = (directory / (name + ".tmp")).string();
-  const std::string final_path = (directory / name).string();
-  if (!write_synced(temporary, text, error)) return false;
-  fault_point(fault, fault_before_rename);
-  if (::rename(temporary.c_str(), final_path.c_str()) != 0) {
-    return fail_errno(error, final_path, "cannot rename the temporary file into place", errno);
-  }
-  return sync_directory(directory.string(), error);
-}
-
 /// Creates ROOT and an empty DIRECTORY, removing what an earlier attempt left there.
-bool prepare_directory(const fs::path& root, const fs::path& directory, std::string* error) {
-  std::error_code failure;
-  fs::create_directories(root, failure);
-  if (failure) return fail(error, root.string() + ": cannot create: " + failure.message());
-  fs::remove_all(directory, failure);
-  if (failure) return fail(error, directory.string() + ": cannot remove: " + failure.message());
-  fs::create_directory(directory, failure);
-  if (failure) return fail(error, directory.string() + ": cannot create: " + failure.message());
-  return true;
+bool prepare_directory(file_system& files, const fs::path& root, const fs::path& directory,
+                       std::string* error) {
+  return files.create_directories(root.string(), error) &&
+         files.remove_all(directory.string(), error) &&
+         files.create_directories(directory.string(), error);
 }
 
-bool write_shards(const fs::path& directory, const std::vector<std::string>& shards,
-                  const std::string& fault, checkpoint_manifest* manifest, std::string* error) {
+bool write_shards(file_system& files, const fs::path& directory,
+                  const std::vector<std::string>& shards, checkpoint_manifest* manifest,
+                  std::string* error) {
   manifest->shards.clear();
   for (size_t i = 0; i < shards.size(); ++i) {
     shard_entry entry;
@@ -351,9 +296,8 @@ bool write_shards(const fs::path& directory, const std::vector<std::string>& sha
     entry.file = "stage-" + std::to_string(i) + ".shard";
     entry.bytes = shards[i].size();
     entry.xxh3 = xxh3_hex(shards[i].data(), shards[i].size());
-    if (!write_synced((directory / entry.file).string(), shards[i], error)) return false;
+    if (!files.write_synced((directory / entry.file).string(), shards[i], error)) return false;
     manifest->shards.push_back(std::move(entry));
-    fault_point(fault, "after-shard-" + std::to_string(i));
   }
   return true;
 }
@@ -361,7 +305,7 @@ bool write_shards(const fs::path& directory, const std::vector<std::string>& sha
 /// Removes committed checkpoints beyond `keep_last` (counting the one just committed first)
 /// and uncommitted leftovers older than it. A failure here costs disk space, not data, so it
 /// is reported and the commit still stands.
-void prune(const fs::path& root, int64_t newest, int keep_last) {
+void prune(file_system& files, const fs::path& root, int64_t newest, int keep_last) {
   int kept = 1;
   for (const step_directory& entry : step_directories(root)) {
     if (entry.step == newest) continue;
@@ -369,29 +313,27 @@ void prune(const fs::path& root, int64_t newest, int keep_last) {
     if (entry.committed) remove = keep_last > 0 && kept >= keep_last;
     if (entry.committed && !remove) ++kept;
     if (!remove) continue;
-    std::error_code failure;
-    fs::remove_all(entry.path, failure);
-    if (failure) {
-      std::fprintf(stderr, "troupe: cannot remove old checkpoint %s: %s\n",
-                   entry.path.string().c_str(), failure.message().c_str());
-    }
+    std::string failure;
+    if (!files.remove_all(entry.path.string(), &failure))
+      std::fprintf(stderr, "troupe: cannot remove old checkpoint: %s\n", failure.c_str());
   }
 }
 
-bool commit_checkpoint(const fs::path& root, int keep_last, checkpoint_manifest manifest,
-                       const std::vector<std::string>& shards, std::string* error) {
+bool commit_checkpoint(file_system& files, const fs::path& root, int keep_last,
+                       checkpoint_manifest manifest, const std::vector<std::string>& shards,
+                       std::string* error) {
   if (manifest.step < 0) return fail(error, root.string() + ": cannot commit a negative step");
   if (shards.empty() || shards.size() != static_cast<size_t>(manifest.stages)) {
     return fail(error, root.string() + ": " + std::to_string(shards.size()) +
                            " shards for a manifest of " + std::to_string(manifest.stages) +
                            " stages");
   }
-  const std::string fault = configured_fault();
   const std::string name = "step-" + std::to_string(manifest.step);
   const fs::path directory = root / name;
-  if (!prepare_directory(root, directory, error) ||
-      !write_shards(directory, shards, fault, &manifest, error) ||
-      !sync_directory(directory.string(), error) || !sync_directory(root.string(), error)) {
+  if (!prepare_directory(files, root, directory, error) ||
+      !write_shards(files, directory, shards, &manifest, error) ||
+      !files.sync_directory(directory.string(), error) ||
+      !files.sync_directory(root.string(), error)) {
     return false;
   }
   // The creation time is for people reading the manifest; nothing in a run decides on it.
@@ -399,12 +341,12 @@ bool commit_checkpoint(const fs::path& root, int keep_last, checkpoint_manifest 
     manifest.created_unix_s =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
-  if (!write_atomically(directory, manifest_name, to_json(manifest).dump(2) + "\n", fault,
-                        "before-manifest-rename", error) ||
-      !write_atomically(root, latest_name, name + "\n", fault, "", error)) {
+  if (!files.write_atomically((directory / manifest_name).string(),
+                              to_json(manifest).dump(2) + "\n", error) ||
+      !files.write_atomically((root / latest_name).string(), name + "\n", error)) {
     return false;
   }
-  prune(root, manifest.step, keep_last);
+  prune(files, root, manifest.step, keep_last);
   return true;
 }
 
@@ -582,15 +524,16 @@ std::optional<loaded_checkpoint> load_checkpoint(const std::string& directory,
 
 std::string xxh3_hex(const void* data, size_t bytes) { return hex_of(XXH3_64bits(data, bytes)); }
 
-checkpoint_store::checkpoint_store(std::string root, int keep_last)
-    : root_(std::move(root)), keep_last_(keep_last) {}
+checkpoint_store::checkpoint_store(std::string root, int keep_last, file_system& files)
+    : root_(std::move(root)), keep_last_(keep_last), files_(&files) {}
 
 bool checkpoint_store::commit(checkpoint_manifest manifest, const std::vector<std::string>& shards,
                               std::string* error) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
   try {
-    return commit_checkpoint(fs::path(root_), keep_last_, std::move(manifest), shards, error);
+    return commit_checkpoint(*files_, fs::path(root_), keep_last_, std::move(manifest), shards,
+                             error);
   } catch (const std::exception& problem) {
     return fail(error, root_ + ": " + problem.what());
   }

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/file_system.h"
+
 namespace troupe::actors {
 
 struct shard_entry {
@@ -60,16 +62,15 @@ std::string xxh3_hex(const void* data, size_t bytes);
 class checkpoint_store {
  public:
   /// `root` is DIR (created on the first commit); keep at most `keep_last` committed
-  /// checkpoints (0: keep all).
-  checkpoint_store(std::string root, int keep_last);
+  /// checkpoints (0: keep all). Commits write through `files`, which must outlive the store.
+  checkpoint_store(std::string root, int keep_last, file_system& files = posix_files());
 
   const std::string& root() const { return root_; }
 
   /// Writes DIR/step-N (N = manifest.step) with `shards[i]` as stage i's shard, fills the
   /// manifest's shard entries, commits it, points DIR/latest at it, then prunes: committed
   /// checkpoints beyond keep_last and uncommitted step directories older than N are removed.
-  /// Fault points for tests: TROUPE_CHECKPOINT_FAULT=after-shard-I or before-manifest-rename
-  /// kills the process there with SIGKILL.
+  /// A crash at any point leaves DIR/step-N without a manifest (never loaded) or committed.
   bool commit(checkpoint_manifest manifest, const std::vector<std::string>& shards,
               std::string* error);
 
@@ -84,6 +85,7 @@ class checkpoint_store {
  private:
   std::string root_;
   int keep_last_;
+  file_system* files_;
 };
 
 /// What `--resume PATH` names: a step directory, a checkpoints directory (with step-N

@@ -48,32 +48,6 @@ void swap_float_bytes(float* values, size_t count) {
 
 // ---- Writing ----
 
-bool write_all(int fd, const void* data, size_t bytes) {
-  const char* next = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, next, bytes);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    next += written;
-    bytes -= static_cast<size_t>(written);
-  }
-  return true;
-}
-
-/// The file stores little-endian floats; a big-endian host swaps a bounded chunk at a time.
-bool write_floats(int fd, const std::vector<float>& values) {
-  if (host_is_little_endian()) return write_all(fd, values.data(), values.size() * sizeof(float));
-  constexpr size_t chunk = 1 << 16;
-  std::vector<float> swapped;
-  for (size_t first = 0; first < values.size(); first += chunk) {
-    const size_t count = std::min(chunk, values.size() - first);
-    swapped.assign(values.begin() + first, values.begin() + first + count);
-    swap_float_bytes(swapped.data(), count);
-    if (!write_all(fd, swapped.data(), count * sizeof(float))) return false;
-  }
-  return true;
-}
-
 bool check_writable(const std::vector<named_tensor>& tensors, std::string* error) {
   std::set<std::string> names;
   for (const named_tensor& tensor : tensors) {
@@ -114,14 +88,6 @@ std::string little_endian_u64(uint64_t value) {
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
   return bytes;
-}
-
-bool fsync_directory(const fs::path& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  return synced;
 }
 
 // ---- Reading ----
@@ -441,7 +407,8 @@ bool fill_parameter(tensor_lookup& lookup, int32_t stage, named_tensor* paramete
 }  // namespace
 
 bool write_safetensors(const std::string& path, const std::vector<named_tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, std::string* error) {
+                       const std::map<std::string, std::string>& metadata, std::string* error,
+                       file_system& files) {
   std::string problem;
   if (!check_writable(tensors, &problem)) {
     *error = path + ": " + problem;
@@ -454,32 +421,22 @@ bool write_safetensors(const std::string& path, const std::vector<named_tensor>&
     *error = path + ": a tensor name or metadata string is not valid UTF-8";
     return false;
   }
-  const fs::path target(path);
-  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string temporary = (directory / ("." + target.filename().string() + ".tmp-XXXXXX"));
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) {
-    *error = path + ": cannot create a temporary file: " + std::strerror(errno);
-    return false;
+  // The tensors' bytes go to the file as they are (little-endian hosts) or swapped into a
+  // copy, one piece each: no second copy of a large model in memory.
+  const std::string length = little_endian_u64(header.size());
+  std::vector<std::string_view> pieces = {length, header};
+  std::vector<std::vector<float>> swapped;
+  if (!host_is_little_endian()) swapped.reserve(tensors.size());
+  for (const named_tensor& tensor : tensors) {
+    const std::vector<float>* values = &tensor.values;
+    if (!host_is_little_endian()) {
+      values = &swapped.emplace_back(tensor.values);
+      swap_float_bytes(swapped.back().data(), swapped.back().size());
+    }
+    pieces.emplace_back(reinterpret_cast<const char*>(values->data()),
+                        values->size() * sizeof(float));
   }
-  bool written = ::fchmod(fd, 0644) == 0 &&
-                 write_all(fd, little_endian_u64(header.size()).data(), 8) &&
-                 write_all(fd, header.data(), header.size());
-  for (size_t i = 0; written && i < tensors.size(); ++i)
-    written = write_floats(fd, tensors[i].values);
-  written = written && ::fsync(fd) == 0;
-  const int saved_errno = errno;
-  written = ::close(fd) == 0 && written;
-  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    *error = path + ": cannot write: " + std::strerror(written ? errno : saved_errno);
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  if (!fsync_directory(directory)) {
-    *error = directory.string() + ": cannot fsync: " + std::strerror(errno);
-    return false;
-  }
-  return true;
+  return files.write_atomically(path, pieces, error);
 }
 
 std::optional<std::vector<named_tensor>> read_safetensors(const std::string& path,

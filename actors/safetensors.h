@@ -15,17 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "actors/file_system.h"
 #include "actors/job_config.h"
 #include "actors/stage_state.h"
 
 namespace troupe::actors {
 
 /// Writes `tensors`, contiguously in the order given, and `metadata` (the header's
-/// "__metadata__", omitted when empty) to `path` atomically: a temporary file beside it, fsync,
-/// rename, fsync of the directory. False, with `error` naming the file or tensor, when a name is
-/// repeated or empty, a tensor's values do not match its shape, or the file cannot be written.
+/// "__metadata__", omitted when empty) to `path` atomically through `files` (see
+/// file_system::write_atomically). False, with `error` naming the file or tensor, when a name
+/// is repeated or empty, a tensor's values do not match its shape, or the file cannot be
+/// written.
 bool write_safetensors(const std::string& path, const std::vector<named_tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, std::string* error);
+                       const std::map<std::string, std::string>& metadata, std::string* error,
+                       file_system& files = posix_files());
 
 /// Reads the tensors of a safetensors file, in the order of their data. Every rule of the format
 /// is checked before any tensor is allocated (header length within the file and at most 100 MB,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "actors/file_system.h"
+
 namespace troupe::actors {
 namespace {
 
@@ -196,13 +198,7 @@ nlohmann::json trace_recorder::to_json() const {
 }
 
 bool trace_recorder::write(const std::string& path, std::string* error) const {
-  std::ofstream file(path, std::ios::trunc);
-  file << to_json().dump() << "\n";
-  if (!file) {
-    *error = "cannot write " + path;
-    return false;
-  }
-  return true;
+  return posix_files().write_atomically(path, to_json().dump() + "\n", error);
 }
 
 }  // namespace troupe::actors

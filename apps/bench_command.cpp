@@ -20,6 +20,7 @@
 #include "actors/sequential_trainer.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
+#include "apps/run_output.h"
 #include "apps/statistics.h"
 #include "layers/backend_registry.h"
 #include "layers/gemm_precision.h"
@@ -324,10 +325,9 @@ int run_bench(const bench_options& options) {
     result["pytorch_comparison"] = comparison_training(*device, options.precision, budget);
   device->destroy_stream(work);
   if (!options.json_file.empty()) {
-    std::ofstream file(options.json_file);
-    file << result.dump(2) << "\n";
-    if (!file) {
-      std::fprintf(stderr, "troupe: cannot write %s\n", options.json_file.c_str());
+    std::string error;
+    if (!write_json_file(options.json_file, result, &error)) {
+      std::fprintf(stderr, "troupe: %s\n", error.c_str());
       return 1;
     }
   }

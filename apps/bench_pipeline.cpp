@@ -27,6 +27,7 @@
 #include "apps/child_train.h"
 #include "apps/commands.h"
 #include "apps/progress.h"
+#include "apps/run_output.h"
 #include "layers/backend_registry.h"
 #include "transport/endpoint.h"
 
@@ -276,7 +277,11 @@ int run_bench_pipeline(const bench_options& options) {
       result["workers_two_samples_per_s"] = gpu.workers_two;
       result["workers_two_over_one_stage"] = gpu.workers_two / gpu.one_stage;
     }
-    std::ofstream(options.json_file) << result.dump(2) << "\n";
+    std::string error;
+    if (!write_json_file(options.json_file, result, &error)) {
+      std::fprintf(stderr, "troupe: %s\n", error.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "actors/job_file.h"
+#include "actors/key_files.h"
 #include "apps/commands.h"
 #include "apps/launch_environment.h"
 #include "transport/curve.h"
@@ -80,7 +81,7 @@ int run_keygen(const keygen_options& options) {
   const std::string name = options.name.empty() ? this_host() : options.name;
   std::string error;
   auto pair = transport::generate_key_pair(&error);
-  if (!pair || !transport::write_key_pair(options.directory, name, *pair, &error)) {
+  if (!pair || !actors::write_key_pair(options.directory, name, *pair, &error)) {
     std::fprintf(stderr, "troupe keygen: %s\n", error.c_str());
     return 2;
   }

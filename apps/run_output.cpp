@@ -1,11 +1,8 @@
 #include "apps/run_output.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
+
+#include "actors/file_system.h"
 
 namespace troupe::apps {
 
@@ -20,22 +17,7 @@ bool make_directory(const std::string& directory, std::string* error) {
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error) {
-  const std::string temporary = path + ".tmp";
-  const std::string text = value.dump(2) + "\n";
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot write " + temporary + ": " + std::strerror(errno);
-    return false;
-  }
-  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  written = ::fsync(fd) == 0 && written;
-  ::close(fd);
-  if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    *error = "cannot write " + path + ": " + std::strerror(errno);
-    std::remove(temporary.c_str());
-    return false;
-  }
-  return true;
+  return actors::posix_files().write_atomically(path, value.dump(2) + "\n", error);
 }
 
 nlohmann::json to_json(const actors::metrics_record& record) {

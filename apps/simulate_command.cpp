@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/file_system.h"
 #include "actors/job_data.h"
 #include "actors/job_file.h"
 #include "apps/commands.h"
@@ -367,9 +368,9 @@ int run_calibrate(const calibrate_options& options) {
               1e6 * profile->inproc_message_cpu_s, 1e6 * profile->ipc_message_cpu_s);
   std::printf("inproc:// message between threads: latency %.1f us\n",
               1e6 * profile->inproc_latency_s);
-  std::ofstream file(options.out_file);
-  file << sim::to_json_text(*profile);
-  if (!file.flush()) return bad_input("cannot write " + options.out_file);
+  if (!actors::posix_files().write_atomically(options.out_file, sim::to_json_text(*profile),
+                                              &error))
+    return bad_input(error);
   return 0;
 }
 

@@ -109,43 +109,6 @@ std::optional<std::string> read_key_file(const fs::path& path, bool secret, std:
   return content;
 }
 
-bool fsync_directory(const fs::path& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  return synced;
-}
-
-// Writes `text` to `path` with `mode`: temp file, fsync, rename over `path`, fsync directory.
-bool write_atomically(const fs::path& path, const std::string& text, mode_t mode,
-                      std::string* error) {
-  std::string temp = (path.parent_path() / ("." + path.filename().string() + ".tmp-XXXXXX"));
-  const int fd = ::mkstemp(temp.data());  // created with mode 0600
-  if (fd < 0) {
-    set_error(error, path.string() + ": cannot create a temporary file: " + std::strerror(errno));
-    return false;
-  }
-  // A key file is far below any partial-write threshold, so one write() either writes it all or
-  // has failed.
-  bool written = ::fchmod(fd, mode) == 0 &&
-                 ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                 ::fsync(fd) == 0;
-  const int saved_errno = errno;
-  written = (::close(fd) == 0) && written;
-  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int number = written ? errno : saved_errno;
-    ::unlink(temp.c_str());
-    set_error(error, path.string() + ": cannot write: " + std::strerror(number));
-    return false;
-  }
-  if (!fsync_directory(path.parent_path())) {
-    set_error(error, path.parent_path().string() + ": cannot fsync: " + std::strerror(errno));
-    return false;
-  }
-  return true;
-}
-
 bool valid_key_name(const std::string& name) {
   if (name.empty() || name[0] == '.') return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -252,33 +215,11 @@ std::optional<curve_key_pair> generate_key_pair(std::string* error) {
   return curve_key_pair{public_key, secret_key};
 }
 
-bool write_key_pair(const std::string& directory, const std::string& name,
-                    const curve_key_pair& pair, std::string* error) {
-  if (!valid_key_name(name)) {
-    set_error(error, "key name '" + name + "' must be letters, digits, '_', '-' or '.'");
-    return false;
-  }
-  const fs::path folder(directory);
-  const fs::path secret_path = folder / (name + ".key");
+std::string key_pair_problem(const std::string& name, const curve_key_pair& pair) {
+  if (!valid_key_name(name))
+    return "key name '" + name + "' must be letters, digits, '_', '-' or '.'";
   const std::string problem = pair_problem(pair, true);
-  if (!problem.empty()) {
-    set_error(error, secret_path.string() + ": refusing to write: " + problem);
-    return false;
-  }
-  std::error_code code;
-  if (fs::create_directories(folder, code)) {
-    fs::permissions(folder, fs::perms::owner_all, code);
-  }
-  if (code) {
-    set_error(error, directory + ": cannot create the key directory: " + code.message());
-    return false;
-  }
-  if (fs::exists(fs::symlink_status(secret_path, code))) {
-    set_error(error, secret_path.string() + ": already exists; remove it to replace the key");
-    return false;
-  }
-  return write_atomically(secret_path, pair.secret_key + "\n", 0600, error) &&
-         write_atomically(folder / (name + ".pub"), pair.public_key + "\n", 0644, error);
+  return problem.empty() ? "" : name + ".key: refusing to write: " + problem;
 }
 
 std::optional<curve_key_pair> read_key_pair(const std::string& directory, const std::string& name,

@@ -57,13 +57,10 @@ bool curve_available();
 /// libzmq lacks CURVE.
 std::optional<curve_key_pair> generate_key_pair(std::string* error);
 
-/// Writes `directory`/NAME.key (the secret key, mode 0600) and NAME.pub (the public key, mode
-/// 0644), each atomically (temp file + fsync + rename + fsync of the directory), creating the
-/// directory (mode 0700) if needed. `name` is letters, digits, '_', '-' and '.' and does not
-/// start with '.'. Refuses to replace an existing NAME.key (a lost secret cannot be recovered).
-/// Returns false with `*error` (when not null) naming the file on failure.
-bool write_key_pair(const std::string& directory, const std::string& name,
-                    const curve_key_pair& pair, std::string* error);
+/// Why NAME.key and NAME.pub cannot hold `pair` ("" when they can): `name` is not letters,
+/// digits, '_', '-' and '.' or starts with '.', or a key is malformed, or the public key does
+/// not belong to the secret key. (actors/key_files.h writes them.)
+std::string key_pair_problem(const std::string& name, const curve_key_pair& pair);
 
 /// Reads NAME.key and NAME.pub from `directory`. Refuses a secret file that group or others may
 /// access, a key that is not 40 Z85 characters, and a public key that does not belong to the

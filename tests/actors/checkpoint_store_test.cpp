@@ -1,11 +1,8 @@
 #include "actors/checkpoint_store.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,8 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/file_system_fakes.h"
+
 namespace troupe::actors {
 namespace {
+
+using testing::faulty_file_system;
 
 namespace fs = std::filesystem;
 
@@ -332,26 +333,33 @@ TEST_F(CheckpointStoreTest, LoadLatestGivesNothingWhenNothingVerifies) {
   EXPECT_FALSE(checkpoint_store((root_ / "absent").string(), 0).load_latest(job_hash, &problems));
 }
 
-/// Commits step 20 in a child process that TROUPE_CHECKPOINT_FAULT kills at `fault`; returns
-/// whether the child died by SIGKILL.
-bool child_killed_during_commit(const std::string& root, const std::string& fault) {
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setenv("TROUPE_CHECKPOINT_FAULT", fault.c_str(), 1);
-    checkpoint_store store(root, 0);
-    std::string error;
-    const bool committed = store.commit(manifest_for(20), shards_for(20), &error);
-    ::_exit(committed ? 0 : 3);
+/// Where a commit of step 20 (two shards, then the manifest, then latest) can be cut short.
+enum class crash_point { after_shard_0, after_shard_1, before_manifest_rename };
+
+/// Commits step 20 through a file system that crashes, as a kill or a power cut would, at
+/// `point`; returns whether it did (the commit failing there).
+bool crashed_during_commit(const std::string& root, crash_point point) {
+  faulty_file_system files(posix_files());
+  switch (point) {
+    case crash_point::after_shard_0:
+      files.crash_at_write(2);
+      break;
+    case crash_point::after_shard_1:
+      files.crash_at_write(3);
+      break;
+    case crash_point::before_manifest_rename:
+      files.crash_at_write(3, true);
+      break;
   }
-  int status = 0;
-  if (child < 0 || ::waitpid(child, &status, 0) != child) return false;
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  checkpoint_store store(root, 0, files);
+  std::string error;
+  return !store.commit(manifest_for(20), shards_for(20), &error) && files.crashed();
 }
 
-void expect_crash_leaves_step_10(const std::string& root, const std::string& fault) {
+void expect_crash_leaves_step_10(const std::string& root, crash_point point) {
   checkpoint_store store(root, 0);
   commit_step(store, 10);
-  ASSERT_TRUE(child_killed_during_commit(root, fault)) << fault;
+  ASSERT_TRUE(crashed_during_commit(root, point));
   EXPECT_TRUE(fs::exists(fs::path(root) / "step-20"));  // the child got that far
   EXPECT_EQ(names_of(store.committed()), std::vector<std::string>{"step-10"});
   std::vector<std::string> problems;
@@ -364,12 +372,12 @@ void expect_crash_leaves_step_10(const std::string& root, const std::string& fau
 }
 
 TEST_F(CheckpointStoreTest, CrashAfterTheFirstShardLeavesThePreviousCheckpoint) {
-  expect_crash_leaves_step_10(checkpoints(), "after-shard-0");
+  expect_crash_leaves_step_10(checkpoints(), crash_point::after_shard_0);
   EXPECT_FALSE(fs::exists(fs::path(step_directory(20)) / "stage-1.shard"));
 }
 
 TEST_F(CheckpointStoreTest, CrashBeforeTheManifestRenameLeavesThePreviousCheckpoint) {
-  expect_crash_leaves_step_10(checkpoints(), "before-manifest-rename");
+  expect_crash_leaves_step_10(checkpoints(), crash_point::before_manifest_rename);
   EXPECT_TRUE(fs::exists(fs::path(step_directory(20)) / "manifest.json.tmp"));
   EXPECT_FALSE(fs::exists(fs::path(step_directory(20)) / "manifest.json"));
 }
@@ -377,13 +385,33 @@ TEST_F(CheckpointStoreTest, CrashBeforeTheManifestRenameLeavesThePreviousCheckpo
 TEST_F(CheckpointStoreTest, CommitAfterACrashReplacesTheLeftover) {
   checkpoint_store store(checkpoints(), 0);
   commit_step(store, 10);
-  ASSERT_TRUE(child_killed_during_commit(checkpoints(), "after-shard-1"));
+  ASSERT_TRUE(crashed_during_commit(checkpoints(), crash_point::after_shard_1));
   commit_step(store, 20);
   EXPECT_FALSE(fs::exists(fs::path(step_directory(20)) / "manifest.json.tmp"));
   std::string error;
   auto loaded = load_checkpoint(step_directory(20), job_hash, &error);
   ASSERT_TRUE(loaded) << error;
   EXPECT_EQ(loaded->shards, shards_for(20));
+}
+
+TEST_F(CheckpointStoreTest, AFailedWriteFailsTheCommitNamingItAndKeepsThePreviousCheckpoint) {
+  checkpoint_store store(checkpoints(), 0);
+  commit_step(store, 10);
+  for (int write : {1, 2, 3, 4}) {  // each shard, the manifest, the latest pointer
+    faulty_file_system files(posix_files());
+    files.fail_at_write(write);
+    checkpoint_store failing(checkpoints(), 0, files);
+    std::string error;
+    EXPECT_FALSE(failing.commit(manifest_for(20), shards_for(20), &error)) << write;
+    EXPECT_NE(error.find("no space left on device"), std::string::npos) << error;
+    std::vector<std::string> problems;
+    auto latest = store.load_latest(job_hash, &problems);
+    ASSERT_TRUE(latest) << write;
+    // Only a failure of the last write, the pointer, leaves step 20 committed: the manifest
+    // is what commits it, and load_latest goes by the step directories, newest first.
+    EXPECT_EQ(latest->manifest.step, write == 4 ? 20 : 10) << write;
+    EXPECT_EQ(read_file(fs::path(checkpoints()) / "latest"), "step-10\n") << write;
+  }
 }
 
 TEST_F(CheckpointStoreTest, ResolveResumeAcceptsAStepDirectoryACheckpointsDirectoryAndARun) {

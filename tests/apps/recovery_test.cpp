@@ -162,29 +162,30 @@ log_interval = 10
   EXPECT_EQ(json::parse(read_file(run / "summary.json"))["steps"], (step / 256 + 1) * 256);
 }
 
-TEST_F(RecoveryTest, CrashDuringSaveLeavesNothingThatLoads) {
+TEST_F(RecoveryTest, WhatACrashDuringSaveLeavesIsNeverLoaded) {
   const std::string job = sync_job().string();
   const fs::path run = directory_ / "run";
   ASSERT_EQ(
       troupe("train " + job + " --set training.epochs=1 --quiet --out " + run.string()).status, 0);
-  for (const char* fault : {"after-shard-1", "before-manifest-rename"}) {
-    // The resumed run dies by SIGKILL in the middle of writing step 24.
-    const std::string command = std::string("TROUPE_CHECKPOINT_FAULT=") + fault + " " +
-                                TROUPE_BINARY + " train " + job + " --resume --quiet --out " +
-                                run.string() + " 2>/dev/null";
-    fs::remove_all(run / "checkpoints" / "step-24");
-    fs::remove_all(run / "checkpoints" / "step-32");
-    std::ofstream(run / "checkpoints" / "latest") << "step-16\n";
-    const int raw = std::system(command.c_str());
-    EXPECT_FALSE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << fault;
-    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-24")) << fault;
-    EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-24" / "manifest.json")) << fault;
-    run_result inspect = troupe("inspect " + (run / "checkpoints" / "step-24").string());
-    EXPECT_NE(inspect.status, 0) << fault;
+  const fs::path checkpoints = run / "checkpoints", step_24 = checkpoints / "step-24";
+  // What a crash while writing step 24 leaves (CheckpointStoreTest crashes a commit at each
+  // write through a fault-injecting file system): its shards without a manifest, or with the
+  // manifest still in its temporary file; latest still names step 16.
+  for (const bool temporary_manifest : {false, true}) {
+    fs::remove_all(checkpoints / "step-32");
+    if (temporary_manifest) {
+      fs::rename(step_24 / "manifest.json", step_24 / "manifest.json.tmp");
+    } else {
+      fs::remove(step_24 / "manifest.json");
+    }
+    std::ofstream(checkpoints / "latest") << "step-16\n";
+    run_result inspect = troupe("inspect " + step_24.string());
+    EXPECT_NE(inspect.status, 0) << inspect.output;
     run_result resumed = troupe("train " + job + " --resume --quiet --out " + run.string());
     ASSERT_EQ(resumed.status, 0) << resumed.errors;
     EXPECT_NE(resumed.errors.find("step-16"), std::string::npos) << resumed.errors;
-    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-24" / "manifest.json")) << fault;
+    EXPECT_TRUE(fs::exists(step_24 / "manifest.json"));
+    EXPECT_FALSE(fs::exists(step_24 / "manifest.json.tmp"));
   }
 }
 

@@ -130,39 +130,6 @@ struct curve_server {
 
 TEST(CurveTest, LibzmqHasCurve) { EXPECT_TRUE(curve_available()); }
 
-TEST(CurveTest, KeygenWritesPrivateSecretAndReadsItBack) {
-  scratch_directory directory;
-  const std::string keys = directory.file("keys");
-  const curve_key_pair pair = fresh_pair();
-  EXPECT_EQ(pair.public_key.size(), 40u);
-  EXPECT_EQ(pair.secret_key.size(), 40u);
-  std::string error;
-  ASSERT_TRUE(write_key_pair(keys, "worker-1", pair, &error)) << error;
-  struct stat info {};
-  ASSERT_EQ(::stat((fs::path(keys) / "worker-1.key").c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0600u);
-  ASSERT_EQ(::stat((fs::path(keys) / "worker-1.pub").c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0644u);
-
-  std::optional<curve_key_pair> read = read_key_pair(keys, "worker-1", &error);
-  ASSERT_TRUE(read) << error;
-  EXPECT_EQ(read->public_key, pair.public_key);
-  EXPECT_EQ(read->secret_key, pair.secret_key);
-
-  const curve_key_pair other = fresh_pair();
-  ASSERT_TRUE(write_key_pair(keys, "coordinator", other, &error)) << error;
-  std::optional<std::vector<std::string>> allowed = read_public_keys(keys, &error);
-  ASSERT_TRUE(allowed) << error;
-  EXPECT_EQ(*allowed, (std::vector<std::string>{other.public_key, pair.public_key}));
-
-  EXPECT_FALSE(write_key_pair(keys, "worker-1", other, &error));
-  EXPECT_TRUE(contains(error, "worker-1.key")) << error;
-  EXPECT_TRUE(contains(error, "already exists")) << error;
-  EXPECT_FALSE(write_key_pair(keys, "../escape", other, &error));
-  EXPECT_FALSE(
-      write_key_pair(keys, "bad", curve_key_pair{pair.public_key, other.secret_key}, &error));
-}
-
 TEST(CurveTest, BadKeyFilesAreRejectedByName) {
   scratch_directory directory;
   const curve_key_pair pair = fresh_pair();
