@@ -11,15 +11,13 @@
 #include <set>
 
 #include "actors/toml_fields.h"
+#include "layers/layer_registry.h"
 
 namespace troupe::actors {
 namespace {
 
 using namespace detail;  // the generic readers and field builders of toml_fields.h
 using layers::layer_spec;
-
-const std::vector<std::string> kLayerTypes = {"linear", "relu",      "tanh",    "gelu",
-                                              "conv2d", "maxpool2d", "flatten", "dropout"};
 
 // model.layers -----------------------------------------------------------------------------------
 
@@ -55,7 +53,15 @@ std::vector<field> layer_fields(layer_spec& spec) {
     return {integer_field("kernel", &spec.kernel, 1), integer_field("stride", &spec.stride, 1)};
   }
   if (spec.type == "dropout") return {probability_field(spec)};
-  return {};
+  std::vector<field> fields;
+  if (const layers::custom_layer_type* custom = layers::find_custom_layer_type(spec.type)) {
+    if (custom->uses_out) fields = {out, bias};
+    for (const std::string& name : custom->options) {
+      spec.options.emplace(name, 0.0);
+      fields.push_back(number_field(name, &spec.options[name], kAnyNumber));
+    }
+  }
+  return fields;
 }
 
 problem read_layer(const toml::node& node, const std::string& where, layer_spec* spec) {
@@ -63,7 +69,8 @@ problem read_layer(const toml::node& node, const std::string& where, layer_spec*
   if (table == nullptr) return wrong_type(where, "a table such as { type = \"relu\" }", node);
   const toml::node* type = table->get("type");
   if (type == nullptr) return where + ": missing required key 'type'";
-  if (problem error = read_string(*type, where + ".type", kLayerTypes, &spec->type)) return error;
+  if (problem error = read_string(*type, where + ".type", layers::layer_type_names(), &spec->type))
+    return error;
   if (spec->type == "conv2d") spec->stride = 1;
   if (spec->type == "maxpool2d") spec->kernel = 2;
   if (spec->type == "dropout") spec->probability = 0.5f;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "layers/layer_registry.h"
 #include "layers/model.h"
 
 namespace troupe::actors {
@@ -19,10 +20,12 @@ std::vector<double> block_costs(const job_config& config,
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto& spec = config.model.layers[i];
     double cost = static_cast<double>(layers::element_count(shapes[i]));
+    const double parameters = static_cast<double>(layers::parameter_count(spec, input));
     if (spec.type == "linear" || spec.type == "conv2d") {
-      const double per_output =
-          static_cast<double>(layers::parameter_count(spec, input)) / std::max(1, spec.out);
+      const double per_output = parameters / std::max(1, spec.out);
       cost += per_output * static_cast<double>(layers::element_count(shapes[i]));
+    } else {
+      cost += parameters;  // a registered type: one multiply-add per weight and sample
     }
     costs.push_back(cost);
     input = shapes[i];
@@ -32,7 +35,8 @@ std::vector<double> block_costs(const job_config& config,
 
 bool starts_stage_well(const job_config& config, size_t block) {
   const std::string& type = config.model.layers[block].type;
-  return type == "linear" || type == "conv2d" || type == "flatten";
+  if (type == "linear" || type == "conv2d" || type == "flatten") return true;
+  return layers::find_custom_layer_type(type) != nullptr;
 }
 
 /// Cut points that minimize the largest stage cost (exact dynamic programming over blocks),

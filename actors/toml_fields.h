@@ -66,6 +66,7 @@ inline constexpr number_range kPositive{0, kInfinity, true, false, "> 0"};
 inline constexpr number_range kNonNegative{0, kInfinity, false, false, ">= 0"};
 inline constexpr number_range kBelowOne{0, 1, false, true, "in [0, 1)"};
 inline constexpr number_range kUnit{0, 1, false, false, "in [0, 1]"};
+inline constexpr number_range kAnyNumber{-kInfinity, kInfinity, false, false, "finite"};
 
 /// "LABEL must be EXPECTED, got a string" (or "an integer", "a float", ...).
 problem wrong_type(const std::string& label, const std::string& expected, const toml::node& node);

@@ -18,7 +18,9 @@ inline actors::job_config mlp_job(const std::vector<int>& widths, int64_t batch)
     linear.type = "linear";
     linear.out = widths[i];
     config.model.layers.push_back(linear);
-    if (i + 1 < widths.size()) config.model.layers.push_back({"relu"});
+    layers::layer_spec relu;
+    relu.type = "relu";
+    if (i + 1 < widths.size()) config.model.layers.push_back(relu);
   }
   config.training.batch_size = batch;
   config.training.optimizer = "sgd";

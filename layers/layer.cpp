@@ -4,6 +4,7 @@
 
 #include "layers/check.h"
 #include "layers/layer_kinds.h"
+#include "layers/layer_registry.h"
 
 namespace troupe::layers {
 
@@ -70,6 +71,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     return image_output(spec, input, input.empty() ? 0 : input[0], kernel, stride, 0, output,
                         error);
   }
+  if (const custom_layer_type* custom = find_custom_layer_type(t))
+    return custom->output_shape(spec, input, output, error);
   return fail(error, "unknown layer type '" + t + "'");
 }
 
@@ -79,6 +82,8 @@ int64_t parameter_count(const layer_spec& spec, const shape& input) {
   if (spec.type == "conv2d") {
     return (input.empty() ? 0 : input[0]) * spec.kernel * spec.kernel * spec.out + bias;
   }
+  const custom_layer_type* custom = find_custom_layer_type(spec.type);
+  if (custom && custom->parameter_count) return custom->parameter_count(spec, input);
   return 0;
 }
 
@@ -95,6 +100,8 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
   if (t == "dropout") return make_dropout_layer(spec, input, layer_index);
   if (t == "relu") return make_activation_layer(activation::relu, input);
   if (t == "tanh") return make_activation_layer(activation::tanh, input);
+  if (const custom_layer_type* custom = find_custom_layer_type(t))
+    return custom->make(device, s, spec, input, output, seed);
   TROUPE_CHECK(t == "gelu");
   return make_activation_layer(activation::gelu, input);
 }

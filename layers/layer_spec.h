@@ -2,6 +2,7 @@
 
 // A model is described in the job file as a list of layer blocks; this is one block.
 
+#include <map>
 #include <string>
 
 namespace troupe::layers {
@@ -15,6 +16,8 @@ struct layer_spec {
   int padding = 0;        ///< conv2d zero padding
   float probability = 0;  ///< dropout: probability of zeroing an element
   bool bias = true;       ///< linear, conv2d: whether to add a bias
+  /// A registered layer type's own keys (layers/layer_registry.h), by name.
+  std::map<std::string, double> options;
 };
 
 }  // namespace troupe::layers

@@ -53,6 +53,20 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
     const double optimizer_tensors =
         training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
     work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
+  } else if (const int64_t parameters = layers::parameter_count(spec, input); parameters > 0) {
+    // A registered type with weights: charged as a GEMM over them (one multiply-add each per
+    // sample), its weights streamed once per kernel.
+    work.parameters = parameters;
+    const double parameter_bytes = float_bytes * parameters;
+    const double gemm_flops = 2.0 * parameters;
+    work.forward = {gemm_flops, float_bytes * (in + out), parameter_bytes, 2};
+    work.backward_weights = {gemm_flops, float_bytes * (out + in), 2 * parameter_bytes, 2};
+    work.backward_input = {gemm_flops, float_bytes * (out + in), parameter_bytes, 2};
+    work.step = {0, 0, step_bytes_per_parameter(training) * parameters, 2};
+    work.stash = {0, 0, 2 * parameter_bytes, 2};
+    const double optimizer_tensors =
+        training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
+    work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
   } else if (spec.type == "flatten") {
     // A view: no kernel.
   } else if (spec.type == "maxpool2d") {
