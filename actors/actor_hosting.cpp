@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "actors/job_file.h"
-#include "actors/local_pipeline.h"
 #include "actors/stage_state.h"
 #include "actors/wire_format.h"
 #include "layers/backend_registry.h"
@@ -381,21 +380,6 @@ void close_outboxes(stage_parts& parts) {
 void configure_scheduler(caf::actor_system_config& settings, int threads) {
   settings.set("scheduler.max-threads", std::max(1, threads));
   settings.set("scheduler.policy", caf::atom("sharing"));
-}
-
-int job_threads(const job_config& config) {
-  return config.parallelism.threads > 0
-             ? config.parallelism.threads
-             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-int threads_per_stage(const job_config& config) {
-  return std::max(1, job_threads(config) / config.parallelism.stages);
-}
-
-const std::string& device_of_stage(const job_config& config, int stage) {
-  const auto& devices = config.parallelism.devices;
-  return devices.size() == 1 ? devices.front() : devices[stage];
 }
 
 std::optional<transport::outbox> connect_outbox(transport::transport_context& context,

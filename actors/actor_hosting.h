@@ -13,6 +13,7 @@
 #include "actors/checkpoint_store.h"
 #include "actors/pipeline_host.h"
 #include "actors/stage_logic.h"
+#include "actors/stage_settings.h"
 #include "actors/training_run.h"
 #include "transport/endpoint.h"
 
@@ -123,15 +124,6 @@ void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coord
 /// thread's queue and waits until that handler ends or an idle thread wakes to steal it (every
 /// 10 ms): an async pipeline then ran its stages one after another.
 void configure_scheduler(caf::actor_system_config& settings, int threads);
-
-/// The CPU threads the whole job may use: parallelism.threads, else every core.
-int job_threads(const job_config& config);
-
-/// The CPU threads each stage's backend may use: job_threads() split evenly over the stages.
-int threads_per_stage(const job_config& config);
-
-/// The device of stage `stage` per parallelism.devices (one for all, or one per stage).
-const std::string& device_of_stage(const job_config& config, int stage);
 
 /// Where each stage and the coordinator receive, and (with CURVE) the public key each
 /// receiving end proves to hold.

@@ -2,32 +2,11 @@
 
 #include <algorithm>
 
-#include "actors/learning_rate.h"
 #include "actors/partition.h"
+#include "actors/stage_settings.h"
 #include "layers/check.h"
 
 namespace troupe::actors {
-
-stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
-                                 int64_t total_steps) {
-  const parallelism_config& p = config.parallelism;
-  stage_settings settings;
-  settings.index = index;
-  settings.count = p.stages;
-  // Sync mode steps once per batch: after the backward passes of all its micro-batches.
-  settings.min_update_interval =
-      p.mode == "sync" ? p.micro_batches
-                       : (p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
-  settings.weight_stashing = p.weight_stashing;
-  const int64_t micro_batch_size = config.training.batch_size / p.micro_batches;
-  settings.gradient_scale =
-      1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
-  const training_config training = config.training;
-  settings.learning_rate = [training, steps_per_epoch, total_steps](int64_t version) {
-    return learning_rate_at(training, version, steps_per_epoch, total_steps);
-  };
-  return settings;
-}
 
 local_pipeline::local_pipeline(const job_config& config, layers::backend& device,
                                int64_t train_samples, int64_t total_steps, uint64_t order_seed)

@@ -16,14 +16,11 @@
 #include "actors/coordinator_logic.h"
 #include "actors/job_config.h"
 #include "actors/stage_logic.h"
+#include "actors/stage_settings.h"
 #include "layers/dataset.h"
 #include "layers/random.h"
 
 namespace troupe::actors {
-
-/// The settings of stage `index` of a job whose stages hold `ranges`.
-stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
-                                 int64_t total_steps);
 
 struct pipeline_totals {
   double loss_sum = 0;

@@ -15,6 +15,7 @@
 #include "actors/job_file.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
+#include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
 

@@ -21,9 +21,10 @@
 #include "apps/commands.h"
 #include "apps/run_output.h"
 #include "apps/statistics.h"
+#include "sim/calibration/calibrate.h"
+#include "sim/calibration/this_machine.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
-#include "sim/this_machine.h"
 
 namespace troupe::apps {
 namespace {

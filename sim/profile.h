@@ -1,6 +1,7 @@
 #pragma once
 
-// Measured costs of one job's blocks on this machine's backend (`troupe calibrate`), which
+// Measured costs of one job's blocks on this machine's backend (`troupe calibrate`, see
+// sim/calibration/calibrate.h), which
 // the simulator charges instead of the roofline model's estimates (`troupe simulate
 // --profile`). Times are seconds for a key of `batch` samples and scale linearly with the
 // batch; the optimizer step does not depend on it.
@@ -49,12 +50,6 @@ struct machine_profile {
   /// outnumber the cores (see process_pipeline.h and fit_time_slice_efficiency()).
   double time_slice_efficiency = 1;
 };
-
-/// Times every block of `config`'s model on the job's first device with the threads a stage
-/// gets, at the job's key size, for about `seconds` per block; nothing, with `error` set,
-/// when the model cannot be built.
-std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
-                                         std::string* error);
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each
 /// side) and bandwidth: between processes (ipc://), or with `in_process` between the stages of

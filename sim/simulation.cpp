@@ -10,10 +10,9 @@
 #include <random>
 #include <unordered_map>
 
-#include "actors/actor_hosting.h"
-#include "actors/local_pipeline.h"
 #include "actors/partition.h"
 #include "actors/stage_logic.h"
+#include "actors/stage_settings.h"
 #include "actors/training_run.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"

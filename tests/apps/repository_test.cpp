@@ -85,6 +85,39 @@ TEST(RepositoryTest, LayersIncludeNeitherCafNorZeroMq) {
   EXPECT_TRUE(files_matching("transport", caf).empty());
 }
 
+/// Files under `folder` that include a header matching `pattern`, except those under
+/// `allowed_folder` (relative to the source root; empty: none).
+std::vector<std::string> includers(const std::string& folder, const std::string& pattern,
+                                   const std::string& allowed_folder = "") {
+  std::vector<std::string> hits;
+  for (const std::string& hit :
+       files_matching(folder, std::regex("#include\\s*[<\"](" + pattern + ")"))) {
+    if (allowed_folder.empty() || hit.rfind(allowed_folder, 0) != 0) hits.push_back(hit);
+  }
+  return hits;
+}
+
+TEST(RepositoryTest, TheSimulatorsCoreRunsInVirtualTimeWithoutCafOrSockets) {
+  // The simulator hosts the engine's logic; only sim/calibration/ measures the real machine.
+  const std::string hosts =
+      "caf/|zmq|transport/|actors/(actor_hosting|pipeline_host|cluster_host|cluster_control|"
+      "wire_format|key_files|local_pipeline)\\.h";
+  EXPECT_EQ(includers("sim", hosts, "sim/calibration/"), std::vector<std::string>{});
+  EXPECT_EQ(includers("sim", "caf/"), std::vector<std::string>{});
+}
+
+TEST(RepositoryTest, CafIsIncludedByTheHostAloneAndTheTestDriverByTestsAlone) {
+  EXPECT_EQ(includers("actors", "caf/"), std::vector<std::string>{"actors/actor_hosting.h"});
+  for (const char* folder : {"apps", "layers", "sim", "transport"}) {
+    EXPECT_EQ(includers(folder, "caf/"), std::vector<std::string>{}) << folder;
+  }
+  for (const char* folder : {"actors", "apps", "sim"}) {
+    for (const std::string& hit : includers(folder, "actors/local_pipeline\\.h")) {
+      EXPECT_EQ(hit, "actors/local_pipeline.cpp") << "production code includes the test driver";
+    }
+  }
+}
+
 TEST(RepositoryTest, CudaHeadersOnlyInLayersCuda) {
   const std::regex cuda(R"(#include\s*[<"](cuda_runtime|cublas|cuda\.h|cuda_bf16|cuda_fp16))");
   for (const char* folder : {"actors", "apps", "sim", "transport"}) {

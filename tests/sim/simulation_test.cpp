@@ -13,6 +13,7 @@
 #include "actors/job_file.h"
 #include "actors/pipeline_host.h"
 #include "actors/training_run.h"
+#include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
 #include "tests/sim/simulation_fixtures.h"

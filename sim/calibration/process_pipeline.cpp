@@ -1,4 +1,4 @@
-#include "sim/process_pipeline.h"
+#include "sim/calibration/process_pipeline.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 #include <memory>
 #include <mutex>
 
-#include "sim/measuring.h"
+#include "sim/calibration/measuring.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
 

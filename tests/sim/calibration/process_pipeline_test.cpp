@@ -1,11 +1,12 @@
 // The stand-in pipeline of stage processes that calibrate runs to measure time-slicing.
 
-#include "sim/process_pipeline.h"
+#include "sim/calibration/process_pipeline.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 #include "tests/sim/simulation_fixtures.h"
 

@@ -1,7 +1,7 @@
 // This machine as a simulated cluster, and the fit of the share of its cores that stage
 // processes get when they outnumber them.
 
-#include "sim/this_machine.h"
+#include "sim/calibration/this_machine.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sim/measuring.h"
+#include "sim/calibration/measuring.h"
 
 #include <algorithm>
 #include <memory>

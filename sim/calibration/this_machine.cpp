@@ -1,4 +1,4 @@
-#include "sim/this_machine.h"
+#include "sim/calibration/this_machine.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,0 +1,472 @@
+#include "sim/calibration/calibrate.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/partition.h"
+#include "actors/stage_device.h"
+#include "actors/stage_settings.h"
+#include "actors/training_run.h"
+#include "actors/wire_format.h"
+#include "layers/backend_registry.h"
+#include "layers/model.h"
+#include "sim/calibration/measuring.h"
+#include "sim/calibration/process_pipeline.h"
+#include "sim/calibration/this_machine.h"
+#include "transport/endpoint.h"
+
+namespace troupe::sim {
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+/// A stage's throughput is its mean time per key, slow outliers included.
+double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
+}
+
+/// Seconds `work` takes on `device`, until its stream is idle.
+template <class work_type>
+double timed(layers::backend& device, work_type&& work) {
+  const auto begin = clock_type::now();
+  work();
+  device.synchronize(device.default_stream());
+  return seconds_since(begin);
+}
+
+/// `batch` samples of shape `sample`, every element 0.5, on `device`.
+layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch) {
+  layers::shape dims{batch};
+  dims.insert(dims.end(), sample.begin(), sample.end());
+  std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
+  return layers::tensor::from_host(device, device.default_stream(), dims, values);
+}
+
+/// Times forward, backward (with and without the input gradient), a weight stash and the step
+/// of block `index` alone, repeating until `seconds` have passed (at least three rounds).
+block_profile time_block(const actors::job_config& config, size_t index, layers::backend& device,
+                         const layers::shape& input, int64_t batch, double seconds) {
+  auto stage = actors::make_layers_stage_device(config, {index, index + 1}, device);
+  actors::key_message message;
+  message.payload = batched(device, input, batch);
+  actors::key_message evaluation;
+  evaluation.kind = actors::key_kind::evaluate;
+  evaluation.payload = batched(device, input, actors::evaluation_batch);
+  std::vector<double> forward, backward, first, step, stash, evaluate;
+  const auto start = clock_type::now();
+  for (uint64_t round = 0; round < 3 || seconds_since(start) < seconds; ++round) {
+    message.key = round;
+    message.kind = actors::key_kind::forward;
+    actors::key_message gradient = message;
+    forward.push_back(timed(device, [&] { gradient.payload = stage->forward(message, true); }));
+    gradient.kind = actors::key_kind::backward;
+    const bool input_gradient = round % 2 == 0;
+    const double took = timed(device, [&] { stage->backward(gradient, input_gradient); });
+    (input_gradient ? backward : first).push_back(took);
+    const auto version = static_cast<int64_t>(round);
+    stash.push_back(timed(device, [&] { stage->stash_weights(version); }));
+    stage->release_weights_before(version);
+    step.push_back(timed(device, [&] { stage->step(0.0f); }));
+    evaluate.push_back(timed(device, [&] { stage->forward(evaluation, false); }));
+  }
+  block_profile result;
+  result.type = config.model.layers[index].type;
+  result.forward_s = median(forward);
+  result.backward_s = median(backward);
+  result.backward_first_s = median(first);
+  result.step_s = median(step);
+  result.stash_s = median(stash);
+  result.evaluate_s = median(evaluate);
+  return result;
+}
+
+/// Keys of one timed training round: the job's min_update_interval, else its micro-batches.
+/// Deliberately not the engine's stage_settings_of(), under which a sync stage always steps
+/// after all its micro-batches: stages that share a core interleave key by key in a run, so a
+/// stage's weights seldom stay cached from one of its keys to the next, and timing a sync
+/// stage's M keys back to back predicted a 4-stage sync run 6-13 % faster than this does.
+int keys_per_step(const actors::job_config& config) {
+  const int interval = config.parallelism.min_update_interval;
+  return std::max(1, interval > 0 ? interval : config.parallelism.micro_batches);
+}
+
+/// Per key (forward, backward) and per step (step, stash) times of one stage.
+struct stage_timing {
+  double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
+  actors::stage_range range;  ///< the stage's blocks in the job's partition
+};
+
+/// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
+/// keys_per_step() keys forward, the same keys back, a weight stash (asynchronous training with
+/// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
+/// then compete for the caches as in training: a block timed alone keeps its state cached,
+/// and this model's step ran 4 times faster alone than in a stage.
+class stage_timer {
+ public:
+  stage_timer(const actors::job_config& config, actors::stage_range range, bool first,
+              layers::backend& device, const layers::shape& input, const layers::shape& output,
+              int64_t batch)
+      : device_(device),
+        stage_(actors::make_layers_stage_device(config, range, device)),
+        inputs_(batched(device, input, batch)),
+        gradients_(batched(device, output, batch)),
+        first_(first),
+        keys_per_round_(keys_per_step(config)),
+        stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
+
+  void round() {
+    const uint64_t round_start = key_;
+    for (int i = 0; i < keys_per_round_; ++i) {
+      actors::key_message message;
+      message.key = round_start + i;
+      message.kind = actors::key_kind::forward;
+      message.payload = inputs_;
+      forward_.push_back(timed(device_, [&] { stage_->forward(message, true); }));
+    }
+    for (int i = 0; i < keys_per_round_; ++i, ++key_) {
+      actors::key_message message;
+      message.key = key_;
+      message.kind = actors::key_kind::backward;
+      message.payload = gradients_;
+      backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
+    }
+    const auto version = static_cast<int64_t>(key_);
+    if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
+    stage_->release_weights_before(version);
+    step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
+  }
+
+  size_t rounds() const { return step_.size(); }
+  stage_timing timing() const {
+    return {mean(forward_), mean(backward_), mean(step_), mean(stashing_), {}};
+  }
+
+ private:
+  layers::backend& device_;
+  std::unique_ptr<actors::stage_device> stage_;
+  const layers::tensor inputs_;
+  const layers::tensor gradients_;
+  const bool first_;
+  const int keys_per_round_;
+  const bool stash_;
+  uint64_t key_ = 0;
+  std::vector<double> forward_, backward_, step_, stashing_;
+};
+
+/// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
+/// to anything at all).
+void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, double total,
+              double block_profile::*field, double block_profile::*also = nullptr) {
+  double sum = 0;
+  for (size_t i = range.first; i < range.last; ++i) sum += blocks[i].*field;
+  if (sum <= 0 || total <= 0) return;
+  for (size_t i = range.first; i < range.last; ++i) {
+    blocks[i].*field *= total / sum;
+    if (also) blocks[i].*also *= total / sum;
+  }
+}
+
+/// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
+/// thread, the groups at once: `groups` stages compute at a time, as in a real run where they
+/// share the memory bandwidth and the last-level cache. Stage s belongs to group
+/// s × groups / stages (neighbours share a group when there are more stages than groups), and
+/// a group runs its stages' rounds in turn, so that every stage's state is in use between two
+/// rounds of one, as in training. Each group runs `seconds` per block of its stages, and every
+/// stage at least three rounds.
+std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& config,
+                                                     const std::vector<actors::stage_range>& ranges,
+                                                     const std::vector<layers::shape>& shapes,
+                                                     int64_t batch, double seconds, int groups,
+                                                     const std::string& backend_name, int threads,
+                                                     std::string* error) {
+  const size_t stages = ranges.size();
+  std::vector<std::unique_ptr<layers::backend>> backends;
+  for (int g = 0; g < groups; ++g) {
+    backends.push_back(layers::create_backend(backend_name, threads, error));
+    if (!backends.back()) return std::nullopt;
+  }
+  std::vector<stage_timing> timings(stages);
+  auto time_group = [&](int group) {
+    std::vector<size_t> members;
+    std::vector<stage_timer> timers;
+    double group_seconds = 0;
+    for (size_t s = 0; s < stages; ++s) {
+      if (static_cast<int>(s * groups / stages) != group) continue;
+      const actors::stage_range range = ranges[s];
+      const layers::shape& input =
+          range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
+      members.push_back(s);
+      timers.emplace_back(config, range, s == 0, *backends[group], input, shapes[range.last - 1],
+                          batch);
+      group_seconds += seconds * static_cast<double>(range.last - range.first);
+    }
+    const auto start = clock_type::now();
+    while (timers.front().rounds() < 3 || seconds_since(start) < group_seconds) {
+      for (stage_timer& timer : timers) timer.round();
+    }
+    for (size_t i = 0; i < members.size(); ++i) timings[members[i]] = timers[i].timing();
+  };
+  std::vector<std::thread> workers;
+  for (int g = 1; g < groups; ++g) workers.emplace_back(time_group, g);
+  time_group(0);
+  for (std::thread& worker : workers) worker.join();
+  return timings;
+}
+
+/// Every block's costs: measured alone, then scaled per stage of the job's partition to what
+/// the whole stage costs in training order, next to the stages that compute at the same time.
+std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& config,
+                                                      layers::backend& device,
+                                                      const std::vector<layers::shape>& shapes,
+                                                      int64_t batch, double seconds,
+                                                      std::vector<stage_timing>* stage_timings,
+                                                      std::string* error) {
+  auto ranges = actors::partition_model(config, error);
+  if (!ranges) return std::nullopt;
+  std::vector<block_profile> blocks;
+  for (size_t i = 0; i < config.model.layers.size(); ++i) {
+    const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
+    blocks.push_back(time_block(config, i, device, input, batch, seconds));
+  }
+  const int threads = actors::threads_per_stage(config);
+  // As many stages compute at once as the job's threads allow (this machine's cores by default).
+  const int groups =
+      std::clamp(actors::job_threads(config) / threads, 1, static_cast<int>(ranges->size()));
+  auto timings = time_stages(config, *ranges, shapes, batch, seconds, groups,
+                             actors::device_of_stage(config, 0), threads, error);
+  if (!timings) return std::nullopt;
+  for (size_t s = 0; s < ranges->size(); ++s) {
+    const actors::stage_range range = (*ranges)[s];
+    stage_timing& stage = (*timings)[s];
+    stage.range = range;
+    scale_to(blocks, range, stage.forward_s, &block_profile::forward_s);
+    // The first stage's first block computes no input gradient.
+    const double first_block_share =
+        s == 0 ? blocks[range.first].backward_first_s : blocks[range.first].backward_s;
+    double alone = first_block_share;
+    for (size_t i = range.first + 1; i < range.last; ++i) alone += blocks[i].backward_s;
+    if (alone > 0 && stage.backward_s > 0) {
+      for (size_t i = range.first; i < range.last; ++i) {
+        blocks[i].backward_s *= stage.backward_s / alone;
+        blocks[i].backward_first_s *= stage.backward_s / alone;
+      }
+    }
+    scale_to(blocks, range, stage.step_s, &block_profile::step_s);
+    scale_to(blocks, range, stage.stash_s, &block_profile::stash_s);
+  }
+  *stage_timings = std::move(*timings);
+  return blocks;
+}
+
+/// One-way time of a message of `bytes` between two ipc:// endpoints of this process.
+double message_seconds(transport::outbox& out, transport::inbox& in, size_t bytes, int rounds) {
+  const transport::message message = filled_message(transport::message_kind::forward, bytes);
+  std::vector<double> times;
+  for (int r = 0; r < rounds; ++r) {
+    const auto begin = clock_type::now();
+    if (!out.send_waiting(message, std::chrono::seconds(10)).ok()) return -1;
+    auto received = in.receive(std::chrono::seconds(10));
+    if (!received || !received->ok()) return -1;
+    times.push_back(seconds_since(begin));
+  }
+  return median(times);
+}
+
+/// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
+/// (inproc:// or ipc://), as a stage sends and receives one: the engine's own wire encoding of
+/// the key (its payload copied off the device) and the send on this thread, a receiver thread
+/// that wakes, decodes the key onto the device and hands it over, and this thread woken in
+/// turn. The process's CPU time over `rounds` messages, halved: each end gets its share; the
+/// median wall time of one message goes to `latency_s`. The sender's context is the
+/// receiver's for inproc://, and one of its own (its own ZeroMQ I/O thread, as in another
+/// process) for ipc://.
+double message_cpu_seconds(transport::transport_context& context,
+                           transport::transport_context& sending_context,
+                           const std::string& address, layers::backend& device,
+                           const layers::shape& shape, int64_t samples, int rounds,
+                           double* latency_s) {
+  transport::endpoint_error problem;
+  auto in = transport::inbox::bind(context, address, {}, &problem);
+  auto out = in ? transport::outbox::connect(sending_context, address, {}, &problem) : std::nullopt;
+  if (!in || !out) return -1;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  int received = 0;
+  std::vector<transport::inbox> inboxes;
+  inboxes.push_back(std::move(*in));
+  transport::receiver_thread receiver(
+      context, std::move(inboxes), [&](transport::message&& incoming) {
+        std::string ignored;
+        auto key = actors::key_from_wire(incoming, device, &ignored);
+        std::lock_guard<std::mutex> lock(mutex);
+        received += key ? 1 : 0;
+        arrived.notify_one();
+      });
+  actors::key_message key;
+  key.kind = actors::key_kind::forward;
+  key.payload = batched(device, shape, samples);
+  key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
+  const actors::wire_route route{1, 0, 1, 0, 0.0};
+  const double start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  std::vector<double> latencies;
+  for (int r = 0; r < rounds; ++r) {
+    const auto begin = clock_type::now();
+    key.key = static_cast<uint64_t>(r);
+    if (!out->send_waiting(actors::to_wire(key, route), std::chrono::seconds(10)).ok()) return -1;
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received > r; })) return -1;
+    latencies.push_back(seconds_since(begin));
+  }
+  *latency_s = median(latencies);
+  return (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - start) / rounds / 2;
+}
+
+bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,
+                    std::string* error) {
+  char pattern[] = "/tmp/troupe-calibrate-XXXXXX";
+  if (!mkdtemp(pattern)) {
+    *error = "cannot create a directory for the ipc:// endpoints";
+    return false;
+  }
+  const std::string address = std::string("ipc://") + pattern + "/link";
+  bool ok = false;
+  {
+    transport::transport_context context;
+    transport::endpoint_options options;
+    options.receive_high_water_mark = 16;
+    transport::endpoint_error problem;
+    auto in = transport::inbox::bind(context, address, options, &problem);
+    auto out = in ? transport::outbox::connect(context, address, options, &problem) : std::nullopt;
+    if (!in || !out) {
+      *error = problem.text;
+    } else {
+      const size_t small = 64, large = size_t{4} << 20;
+      const double latency = message_seconds(*out, *in, small, 200);
+      const double big = message_seconds(*out, *in, large, 20);
+      double ipc_latency = 0;
+      transport::transport_context other_process;
+      const double ipc_cpu = message_cpu_seconds(context, other_process, address + "-cpu", device,
+                                                 input, profile->batch, 200, &ipc_latency);
+      const double inproc_cpu = message_cpu_seconds(
+          context, context, "inproc://troupe-calibrate-" + std::to_string(getpid()), device, input,
+          profile->batch, 200, &profile->inproc_latency_s);
+      ok = latency > 0 && big > latency && ipc_cpu > 0 && inproc_cpu > 0;
+      if (ok) {
+        profile->link_latency_s = latency;
+        profile->link_bandwidth = static_cast<double>(large - small) / (big - latency);
+        profile->ipc_message_cpu_s = ipc_cpu;
+        profile->inproc_message_cpu_s = inproc_cpu;
+      } else {
+        *error = "the ipc:// round of the transport measurement failed";
+      }
+    }
+  }
+  std::remove((std::string(pattern) + "/link").c_str());
+  std::remove((std::string(pattern) + "/link-cpu").c_str());
+  rmdir(pattern);
+  return ok;
+}
+
+/// Sets profile->time_slice_efficiency when the job has more stages than this machine has
+/// cores: a stand-in pipeline of the job's stage times, one process per stage, keeps the job's
+/// keys in flight (flushing them every step in sync mode) and measures its keys per second;
+/// the efficiency is the share at which the simulator runs the job that fast (see
+/// fit_time_slice_efficiency). 1 otherwise.
+bool time_slicing(const actors::job_config& config, const std::vector<layers::shape>& shapes,
+                  const std::vector<stage_timing>& timings, double seconds,
+                  machine_profile* profile, std::string* error) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (timings.size() <= cores) return true;
+  const double steps_per_key = 1.0 / keys_per_step(config);
+  const auto bytes = [&](const layers::shape& sample) {
+    return static_cast<size_t>(profile->batch * layers::element_count(sample)) * sizeof(float);
+  };
+  std::vector<pipeline_stage_cost> stages;
+  for (size_t s = 0; s < timings.size(); ++s) {
+    const stage_timing& t = timings[s];
+    const bool last = s + 1 == timings.size();
+    pipeline_stage_cost stage;
+    const double backward_s = t.backward_s + (t.step_s + t.stash_s) * steps_per_key;
+    stage.forward_s = last ? t.forward_s + backward_s + profile->loss_s : t.forward_s;
+    stage.backward_s = last ? 0 : backward_s;
+    stage.output_bytes = bytes(shapes[t.range.last - 1]);
+    stages.push_back(stage);
+  }
+  // Keys in flight (load_job_file() resolves max_active_keys = 0 to the stage count).
+  const bool sync = config.parallelism.mode == "sync";
+  const int keys =
+      std::max(1, sync ? config.parallelism.micro_batches : config.parallelism.max_active_keys);
+  auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys, sync,
+                                              std::max(0.5, 4 * seconds), error);
+  if (!measured) return false;
+  auto efficiency = fit_time_slice_efficiency(config, *profile, *measured, error);
+  if (!efficiency) return false;
+  profile->time_slice_efficiency = *efficiency;
+  return true;
+}
+
+}  // namespace
+
+std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
+                                         std::string* error) {
+  auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, error);
+  if (!shapes) return std::nullopt;
+  machine_profile profile;
+  profile.backend = actors::device_of_stage(config, 0);
+  profile.threads = actors::threads_per_stage(config);
+  profile.batch = config.training.batch_size / config.parallelism.micro_batches;
+  profile.evaluation_batch = actors::evaluation_batch;
+  auto device = layers::create_backend(profile.backend, profile.threads, error);
+  if (!device) return std::nullopt;
+  std::vector<stage_timing> stages;
+  auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, &stages, error);
+  if (!blocks) return std::nullopt;
+  profile.blocks = std::move(*blocks);
+  // The loss: logits of the key's size against labels.
+  const int64_t classes = layers::element_count(shapes->back());
+  std::vector<float> logits(static_cast<size_t>(profile.batch * classes), 0.1f);
+  std::vector<int32_t> labels(static_cast<size_t>(profile.batch), 0);
+  auto last = actors::make_layers_stage_device(
+      config, {config.model.layers.size() - 1, config.model.layers.size()}, *device);
+  const layers::tensor output = layers::tensor::from_host(*device, device->default_stream(),
+                                                          {profile.batch, classes}, logits);
+  std::vector<double> times;
+  const auto start = clock_type::now();
+  while (times.size() < 3 || seconds_since(start) < seconds) {
+    const auto begin = clock_type::now();
+    last->loss(output, labels, 1.0f, true);
+    device->synchronize(device->default_stream());
+    times.push_back(seconds_since(begin));
+  }
+  profile.loss_s = median(times);
+  if (!time_transport(&profile, *device, config.model.input_shape, error)) return std::nullopt;
+  if (!time_slicing(config, *shapes, stages, seconds, &profile, error)) return std::nullopt;
+  return profile;
+}
+
+}  // namespace troupe::sim
