@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "actors/file_descriptor.h"
+
 namespace troupe::actors {
 namespace {
 
@@ -39,22 +41,6 @@ bool fail(std::string* error, std::string message) {
 bool fail_errno(std::string* error, const std::string& path, const char* what, int number) {
   return fail(error, path + ": " + what + ": " + std::strerror(number));
 }
-
-/// Owns a file descriptor; close() reports the error that a deferred write may surface there.
-class file_descriptor {
- public:
-  explicit file_descriptor(int descriptor) : descriptor_(descriptor) {}
-  ~file_descriptor() {
-    if (descriptor_ >= 0) ::close(descriptor_);
-  }
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  int get() const { return descriptor_; }
-  int close() { return ::close(std::exchange(descriptor_, -1)); }
-
- private:
-  int descriptor_;
-};
 
 std::string hex_of(uint64_t value) {
   char text[17];

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "actors/file_descriptor.h"
+
 namespace troupe::actors {
 namespace {
 
@@ -22,22 +24,6 @@ bool fail(std::string* error, const std::string& path, const char* what, int num
   *error = path + ": " + what + ": " + std::strerror(number);
   return false;
 }
-
-/// Owns a file descriptor; close() reports the error that a deferred write may surface there.
-class file_descriptor {
- public:
-  explicit file_descriptor(int descriptor) : descriptor_(descriptor) {}
-  ~file_descriptor() {
-    if (descriptor_ >= 0) ::close(descriptor_);
-  }
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  int get() const { return descriptor_; }
-  int close() { return ::close(std::exchange(descriptor_, -1)); }
-
- private:
-  int descriptor_;
-};
 
 /// The directory that holds `path` ("." for a bare name).
 std::string directory_of(const std::string& path) {

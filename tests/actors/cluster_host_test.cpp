@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "actors/cluster_control.h"
@@ -55,6 +56,53 @@ std::vector<std::vector<float>> weights_of(const pipeline_report& report) {
     for (const auto& w : stage.weights) result.push_back(w);
   }
   return result;
+}
+
+/// The job with `overrides`, its data and its run in one process: what a cluster run of it
+/// must equal.
+struct reference_run {
+  std::optional<job_config> config;
+  std::optional<job_data> data;
+  std::optional<pipeline_report> local;
+};
+
+void run_reference(const std::vector<std::string>& overrides, reference_run* out) {
+  job_error problem;
+  out->config = parse_job(job_toml, "cluster test", overrides, &problem);
+  ASSERT_TRUE(out->config) << problem.message;
+  std::string error;
+  out->data = load_job_data(*out->config, &error);
+  ASSERT_TRUE(out->data) << error;
+  wall_clock clock;
+  quiet_observer observer;
+  pipeline_options collect;
+  collect.collect_weights = true;
+  out->local = run_pipeline(*out->config, *out->data, observer, clock, collect, &error);
+  ASSERT_TRUE(out->local) << error;
+}
+
+/// A coordinator of the job with `overrides` for one worker, listening in `directory`.
+coordinator_options one_worker_coordinator(const std::string& directory,
+                                           const std::vector<std::string>& overrides = {}) {
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  options.overrides = overrides;
+  return options;
+}
+
+/// Runs a worker at `address` for the coordinator at `coordinator` on a thread of its own,
+/// leaving its exit status and error in `status` and `error`.
+std::thread start_worker(const std::string& coordinator, const std::string& address, int* status,
+                         std::string* error) {
+  return std::thread([coordinator, address, status, error] {
+    worker_options settings;
+    settings.coordinator_address = coordinator;
+    settings.listen_address = address;
+    wall_clock worker_clock;
+    *status = run_worker(settings, worker_clock, error);
+  });
 }
 
 TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
@@ -105,32 +153,17 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
 }
 
 TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", {}, &problem);
-  ASSERT_TRUE(config) << problem.message;
-  std::string error;
-  auto data = load_job_data(*config, &error);
-  wall_clock clock;
-  quiet_observer observer;
-  pipeline_options collect;
-  collect.collect_weights = true;
-  auto local = run_pipeline(*config, *data, observer, clock, collect, &error);
-  ASSERT_TRUE(local) << error;
+  reference_run reference;
+  ASSERT_NO_FATAL_FAILURE(run_reference({}, &reference));
+  const job_config& config = *reference.config;
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 1;
-  options.job_toml = job_toml;
+  const coordinator_options options = one_worker_coordinator(directory);
   const std::string worker_address = "ipc://" + directory + "/worker";
-  std::thread worker([&] {
-    worker_options settings;
-    settings.coordinator_address = options.listen_address;
-    settings.listen_address = worker_address;
-    wall_clock worker_clock;
-    std::string worker_error;
-    run_worker(settings, worker_clock, &worker_error);
-  });
+  int worker_status = -1;
+  std::string worker_error, error;
+  std::thread worker =
+      start_worker(options.listen_address, worker_address, &worker_status, &worker_error);
   // A stranger's messages: another job's forward and a stage nobody hosts, sent once the
   // worker's socket exists so that they arrive while it runs.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -150,12 +183,14 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
     const transport::send_result sent = out->send_waiting(forged, std::chrono::seconds(10));
     ASSERT_TRUE(sent.ok()) << sent.detail;
   }
-  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  wall_clock clock;
+  quiet_observer observer;
+  auto remote = run_coordinator(config, *reference.data, options, observer, clock, &error);
   worker.join();
   std::filesystem::remove_all(directory);
   ASSERT_TRUE(remote) << error;
   EXPECT_EQ(remote->dropped_frames, 2u);
-  EXPECT_EQ(weights_of(*remote), weights_of(*local));
+  EXPECT_EQ(weights_of(*remote), weights_of(*reference.local));
 }
 
 /// Control messages no coordinator or worker should act on: malformed JSON, wrong kinds of
@@ -225,36 +260,16 @@ class at_step final : public training_observer {
 
 TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndisturbed) {
   const std::vector<std::string> overrides = {"training.epochs=10"};
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", overrides, &problem);
-  ASSERT_TRUE(config) << problem.message;
-  std::string error;
-  auto data = load_job_data(*config, &error);
-  ASSERT_TRUE(data) << error;
-  wall_clock clock;
-  quiet_observer quiet;
-  pipeline_options collect;
-  collect.collect_weights = true;
-  auto local = run_pipeline(*config, *data, quiet, clock, collect, &error);
-  ASSERT_TRUE(local) << error;
-
+  reference_run reference;
+  ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 1;
-  options.job_toml = job_toml;
-  options.overrides = overrides;
+  const coordinator_options options = one_worker_coordinator(directory, overrides);
   const std::string worker_address = "ipc://" + directory + "/worker";
   int worker_status = -1;
-  std::string worker_error;
-  std::thread worker([&] {
-    worker_options settings;
-    settings.coordinator_address = options.listen_address;
-    settings.listen_address = worker_address;
-    wall_clock worker_clock;
-    worker_status = run_worker(settings, worker_clock, &worker_error);
-  });
+  std::string worker_error, error;
+  std::thread worker =
+      start_worker(options.listen_address, worker_address, &worker_status, &worker_error);
   // 10 of the run's 400 steps in, a stranger sends the hostile messages to both.
   const auto texts = hostile_control_texts(worker_address);
   transport::transport_context stranger;
@@ -262,15 +277,17 @@ TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndis
     send_control_texts(stranger, options.listen_address, texts);
     send_control_texts(stranger, worker_address, texts);
   });
-  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  wall_clock clock;
+  auto remote =
+      run_coordinator(*reference.config, *reference.data, options, observer, clock, &error);
   worker.join();
   std::filesystem::remove_all(directory);
   ASSERT_TRUE(observer.done());
   ASSERT_TRUE(remote) << error;
   EXPECT_EQ(worker_status, 0) << worker_error;
   EXPECT_EQ(remote->summary.steps, 400);
-  EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
-  EXPECT_EQ(weights_of(*remote), weights_of(*local));
+  EXPECT_EQ(remote->summary.final_test_loss, reference.local->summary.final_test_loss);
+  EXPECT_EQ(weights_of(*remote), weights_of(*reference.local));
   // Each one was heard and dropped: by the coordinator all, by the worker all but the
   // well-formed report, which is no message for a worker.
   EXPECT_EQ(remote->dropped_control_messages, texts.size());
@@ -436,9 +453,10 @@ TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
   // 40 steps of 4 micro-batches, forward and backward, on each of the 3 stages.
   for (int stage = 0; stage < 3; ++stage) EXPECT_GE(work_spans[stage + 1], 160) << stage;
   ASSERT_GE(received_us.size(), 3u * 160u);
-  // Messages between the workers arrive after they were sent, to within the clock estimate
-  // (half a round trip over ipc://).
-  for (const auto& [id, at] : received_us) EXPECT_GT(at, sent_us.at(id) - 2000) << id;
+  // Messages between the workers arrive after they were sent, to within the clock estimate:
+  // half the shortest heartbeat round trip over ipc://, well under a millisecond on an idle
+  // machine but up to about 10 ms seen when the whole test suite shares two cores.
+  for (const auto& [id, at] : received_us) EXPECT_GT(at, sent_us.at(id) - 20000) << id;
 }
 
 }  // namespace
