@@ -17,7 +17,7 @@
 //      troupe::steady_clock clock;  troupe::actors::quiet_observer observer;
 //      auto report = troupe::actors::run_pipeline(*config, *data, observer, clock, {}, &error);
 //    or across processes: actors::run_coordinator() in one, actors::run_worker() in each of the
-//    others (actors/cluster_host.h), as `troupe coordinator` and `troupe worker` do.
+//    others (actors/cluster/cluster_host.h), as `troupe coordinator` and `troupe worker` do.
 // 4. Read the summary: report->summary.final_test_accuracy, .final_test_loss, .steps,
 //    .samples_per_s, .time_to_target_s; report->stages holds each stage's statistics.
 // Errors are values: a function that can fail returns an empty optional (or false) and says
@@ -25,12 +25,12 @@
 
 #include <chrono>
 
-#include "actors/cluster_host.h"
-#include "actors/job_config.h"
-#include "actors/job_data.h"
-#include "actors/job_file.h"
-#include "actors/pipeline_host.h"
-#include "actors/training_loop.h"
+#include "actors/cluster/cluster_host.h"
+#include "actors/config/job_config.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/training_loop.h"
+#include "actors/hosts/pipeline_host.h"
 #include "layers/layer.h"
 #include "layers/layer_registry.h"
 

@@ -19,11 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/checkpoint_store.h"
-#include "actors/job_file.h"
-#include "actors/partition.h"
-#include "actors/stage_device.h"
-#include "actors/stage_state.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/stage_device.h"
+#include "actors/engine/stage_state.h"
+#include "actors/storage/checkpoint_store.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
 #include "apps/statistics.h"

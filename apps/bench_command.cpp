@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/sequential_trainer.h"
+#include "actors/engine/sequential_trainer.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "actors/job_config.h"
+#include "actors/config/job_config.h"
 
 namespace troupe::apps {
 

@@ -18,11 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job_data.h"
-#include "actors/pipeline_host.h"
-#include "actors/sequential_trainer.h"
-#include "actors/training_loop.h"
-#include "actors/wire_format.h"
+#include "actors/config/job_data.h"
+#include "actors/engine/sequential_trainer.h"
+#include "actors/engine/training_loop.h"
+#include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/wire_format.h"
 #include "apps/bench_models.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "actors/job_file.h"
-#include "actors/key_files.h"
+#include "actors/cluster/key_files.h"
+#include "actors/config/job_file.h"
 #include "apps/commands.h"
 #include "apps/launch_environment.h"
 #include "transport/curve.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/checkpoint_store.h"
-#include "actors/safetensors.h"
-#include "actors/stage_state.h"
+#include "actors/engine/stage_state.h"
+#include "actors/storage/checkpoint_store.h"
+#include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 
 namespace troupe::apps {

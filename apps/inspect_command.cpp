@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/checkpoint_store.h"
-#include "actors/stage_state.h"
+#include "actors/engine/stage_state.h"
+#include "actors/storage/checkpoint_store.h"
 #include "apps/commands.h"
 
 namespace troupe::apps {

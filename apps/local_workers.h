@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster_host.h"
+#include "actors/cluster/cluster_host.h"
 
 namespace troupe::apps {
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "actors/training_loop.h"
+#include "actors/engine/training_loop.h"
 #include "apps/run_output.h"
 
 namespace troupe::apps {

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "actors/file_system.h"
+#include "actors/storage/file_system.h"
 
 namespace troupe::apps {
 
@@ -18,6 +18,11 @@ bool make_directory(const std::string& directory, std::string* error) {
 
 bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error) {
   return actors::posix_files().write_atomically(path, value.dump(2) + "\n", error);
+}
+
+bool write_trace_file(const actors::trace_recorder& trace, const std::string& path,
+                      std::string* error) {
+  return actors::posix_files().write_atomically(path, trace.to_json().dump() + "\n", error);
 }
 
 nlohmann::json to_json(const actors::metrics_record& record) {

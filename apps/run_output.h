@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/training_loop.h"
+#include "actors/engine/trace_recorder.h"
+#include "actors/engine/training_loop.h"
 
 namespace troupe::apps {
 
@@ -17,6 +18,10 @@ bool make_directory(const std::string& directory, std::string* error);
 /// Writes `value` to `path` atomically (temporary file, fsync, rename), so a reader never
 /// sees half a file. False with `error` set on failure.
 bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error);
+
+/// Writes `trace` as Chrome trace JSON to `path` atomically. False with `error` set on failure.
+bool write_trace_file(const actors::trace_recorder& trace, const std::string& path,
+                      std::string* error);
 
 nlohmann::json to_json(const actors::metrics_record& record);
 nlohmann::json to_json(const actors::training_summary& summary);

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/file_system.h"
-#include "actors/job_data.h"
-#include "actors/job_file.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/storage/file_system.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
 #include "sim/calibration/calibrate.h"
@@ -320,7 +320,7 @@ int run_simulate(const simulate_options& options) {
     }
     if (first.is_null()) {
       first = summary;
-      if (result->trace && !result->trace->write(out + "/trace.json", &error)) {
+      if (result->trace && !write_trace_file(*result->trace, out + "/trace.json", &error)) {
         return bad_input(error);
       }
     }

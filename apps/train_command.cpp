@@ -5,15 +5,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "actors/cluster_host.h"
-#include "actors/job_data.h"
-#include "actors/job_file.h"
-#include "actors/partition.h"
-#include "actors/pipeline_host.h"
-#include "actors/safetensors.h"
-#include "actors/sequential_trainer.h"
-#include "actors/stage_state.h"
-#include "actors/training_loop.h"
+#include "actors/cluster/cluster_host.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/sequential_trainer.h"
+#include "actors/engine/stage_state.h"
+#include "actors/engine/training_loop.h"
+#include "actors/hosts/pipeline_host.h"
+#include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/local_workers.h"
 #include "apps/progress.h"
@@ -63,7 +63,7 @@ struct run_outcome {
 
 /// Writes the run's trace.json, and says so when it is missing spans for want of room.
 bool write_trace(const actors::trace_recorder& trace, const std::string& out, std::string* error) {
-  if (!trace.write(out + "/trace.json", error)) return false;
+  if (!write_trace_file(trace, out + "/trace.json", error)) return false;
   if (const uint64_t dropped = trace.dropped()) {
     std::fprintf(stderr,
                  "troupe: trace.json holds the first %zu spans and messages; %llu more were left "

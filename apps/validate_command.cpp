@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job_data.h"
-#include "actors/job_file.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"

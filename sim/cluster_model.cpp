@@ -7,7 +7,7 @@
 #include <map>
 #include <memory>
 
-#include "actors/toml_fields.h"
+#include "actors/config/toml_fields.h"
 #include "layers/check.h"
 
 namespace troupe::sim {

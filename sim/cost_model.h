@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_config.h"
-#include "actors/partition.h"
+#include "actors/config/job_config.h"
+#include "actors/engine/partition.h"
 #include "sim/cluster_model.h"
 #include "sim/profile.h"
 

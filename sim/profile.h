@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_config.h"
+#include "actors/config/job_config.h"
 #include "sim/cluster_model.h"
 
 namespace troupe::sim {

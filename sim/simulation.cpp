@@ -10,10 +10,10 @@
 #include <random>
 #include <unordered_map>
 
-#include "actors/partition.h"
-#include "actors/stage_logic.h"
-#include "actors/stage_settings.h"
-#include "actors/training_run.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/stage_logic.h"
+#include "actors/engine/stage_settings.h"
+#include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/network_model.h"

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_config.h"
-#include "actors/job_data.h"
-#include "actors/trace_recorder.h"
-#include "actors/training_loop.h"
+#include "actors/config/job_config.h"
+#include "actors/config/job_data.h"
+#include "actors/engine/trace_recorder.h"
+#include "actors/engine/training_loop.h"
 #include "sim/cluster_model.h"
 #include "sim/profile.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <set>
 
-#include "actors/stage_device.h"
+#include "actors/engine/stage_device.h"
 #include "sim/cost_model.h"
 
 namespace troupe::sim {

@@ -59,7 +59,7 @@ std::optional<curve_key_pair> generate_key_pair(std::string* error);
 
 /// Why NAME.key and NAME.pub cannot hold `pair` ("" when they can): `name` is not letters,
 /// digits, '_', '-' and '.' or starts with '.', or a key is malformed, or the public key does
-/// not belong to the secret key. (actors/key_files.h writes them.)
+/// not belong to the secret key. (actors/cluster/key_files.h writes them.)
 std::string key_pair_problem(const std::string& name, const curve_key_pair& pair);
 
 /// Reads NAME.key and NAME.pub from `directory`. Refuses a secret file that group or others may

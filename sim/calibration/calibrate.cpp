@@ -16,11 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/partition.h"
-#include "actors/stage_device.h"
-#include "actors/stage_settings.h"
-#include "actors/training_run.h"
-#include "actors/wire_format.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/stage_device.h"
+#include "actors/engine/stage_settings.h"
+#include "actors/engine/training_run.h"
+#include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/calibration/measuring.h"

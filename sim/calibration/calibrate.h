@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/job_config.h"
+#include "actors/config/job_config.h"
 #include "sim/profile.h"
 
 namespace troupe::sim {

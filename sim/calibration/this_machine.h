@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/job_config.h"
+#include "actors/config/job_config.h"
 #include "sim/cluster_model.h"
 #include "sim/profile.h"
 

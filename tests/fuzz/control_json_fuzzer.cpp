@@ -1,6 +1,6 @@
-// libFuzzer target for the control protocol's JSON (actors/control_schema.h): no text may crash
-// the parse or the shape check, and whatever the check passes must be readable, field by field,
-// the way the coordinator and the workers read it (json::value() with the field's C++ type),
+// libFuzzer target for the control protocol's JSON (actors/cluster/control_schema.h): no text may
+// crash the parse or the shape check, and whatever the check passes must be readable, field by
+// field, the way the coordinator and the workers read it (json::value() with the field's C++ type),
 // without an exception. The input is the text of one control message.
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/control_schema.h"
+#include "actors/cluster/control_schema.h"
 
 namespace troupe::actors {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "actors/job_data.h"
-#include "actors/job_file.h"
-#include "actors/training_loop.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/training_loop.h"
 #include "sim/simulation.h"
 
 namespace troupe::sim {

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <string>
 
-#include "actors/job_data.h"
-#include "actors/job_file.h"
-#include "actors/pipeline_host.h"
-#include "actors/training_run.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/training_run.h"
+#include "actors/hosts/pipeline_host.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"

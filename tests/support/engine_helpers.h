@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "actors/training_loop.h"
+#include "actors/engine/training_loop.h"
 
 namespace troupe::testing {
 

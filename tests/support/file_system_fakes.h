@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/file_system.h"
+#include "actors/storage/file_system.h"
 
 namespace troupe::testing {
 

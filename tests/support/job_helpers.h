@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_config.h"
-#include "actors/learning_rate.h"
-#include "actors/sequential_trainer.h"
+#include "actors/config/job_config.h"
+#include "actors/engine/learning_rate.h"
+#include "actors/engine/sequential_trainer.h"
 #include "layers/backend_registry.h"
 
 namespace troupe::testing {

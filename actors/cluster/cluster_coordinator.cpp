@@ -1,0 +1,649 @@
+// The coordinator half of the cluster host: gathers workers, assigns them stages, drives the
+// run through the coordinator actor, watches heartbeats, and when a worker is lost resets the
+// pipeline, brings in a replacement and continues from the latest checkpoint.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "actors/cluster/cluster_control.h"
+#include "actors/cluster/cluster_host.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/partition.h"
+#include "actors/hosts/actor_hosting.h"
+#include "actors/hosts/wire_format.h"
+
+namespace troupe::actors {
+namespace {
+
+using json = nlohmann::json;
+
+/// A worker as the coordinator knows it.
+struct worker_peer {
+  std::string address;
+  std::string host;
+  int64_t pid = 0;
+  std::string public_key;  ///< with CURVE: what its inbox proves to hold
+  std::optional<transport::outbox> control;
+  std::vector<int> stages;
+  double last_heard = 0;
+  /// Its last stamped message (hello or heartbeat): its clock as it sent it and this one's as it
+  /// arrived. Assignments and heartbeats echo them, with this clock as they leave, so that the
+  /// worker can tell its clock's offset from this one (for the trace).
+  json echo;
+
+  std::string describe() const {
+    std::string text = "worker pid " + std::to_string(pid) + " on " + host + " (stage";
+    text += stages.size() == 1 ? " " : "s ";
+    for (size_t i = 0; i < stages.size(); ++i) {
+      text += (i ? "," : "") + std::to_string(stages[i]);
+    }
+    return text + ")";
+  }
+};
+
+stage_report report_from(const json& body, const transport::message& message) {
+  stage_report report;
+  report.version = body.value("version", int64_t{0});
+  report.peak_contexts = body.value("peak_contexts", size_t{0});
+  report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
+  report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
+  for (const transport::frame& frame : message.payloads) {
+    const auto* begin = static_cast<const float*>(frame.data);
+    report.weights.emplace_back(begin, begin + frame.bytes / sizeof(float));
+  }
+  return report;
+}
+
+/// Job ids for clusters: the coordinator's pid and a counter (a new one per generation).
+uint64_t fresh_cluster_job_id() {
+  static std::atomic<uint64_t> counter{0};
+  return (static_cast<uint64_t>(::getpid()) << 20) + (uint64_t{1} << 19) + counter.fetch_add(1);
+}
+
+/// A worker's trace as it arrived, kept until every worker's is in.
+struct worker_trace {
+  std::string address;  ///< of the worker that sent it
+  std::vector<int> stages;
+  double clock_offset_s = 0;  ///< the coordinator's clock minus the worker's
+  json records;               ///< trace_recorder::records() of the worker
+};
+
+class cluster_coordinator {
+ public:
+  cluster_coordinator(const job_config& config, const job_data& data,
+                      const coordinator_options& options, training_observer& observer,
+                      clock_source& clock, int stages)
+      : config_(config),
+        data_(data),
+        options_(options),
+        observer_(observer),
+        clock_(clock),
+        stages_(stages),
+        system_(single_thread(settings_)),
+        self_(system_) {}
+
+  ~cluster_coordinator() {
+    stop_generation();
+    if (receiver_) receiver_->stop();
+  }
+
+  std::optional<pipeline_report> run(std::string* error) {
+    if (!bind(error) || !gather(options_.workers, options_.liveness.startup_s, error) ||
+        !start_generation(options_.pipeline.resume, error)) {
+      finish_workers();
+      return std::nullopt;
+    }
+    for (;;) {
+      size_t lost = 0;
+      const outcome result = watch(&lost, error);
+      if (result == outcome::done) break;
+      if (result == outcome::failed || !recover(lost, error)) {
+        finish_workers();
+        return std::nullopt;
+      }
+    }
+    finish_workers();
+    collect_reports();
+    merge_worker_traces();
+    if (static_cast<int>(reports_.size()) < stages_) {
+      *error = "only " + std::to_string(reports_.size()) + " of " + std::to_string(stages_) +
+               " stages reported at the end of the run";
+      return std::nullopt;
+    }
+    pipeline_report report;
+    report.summary = parts_->run->summary();
+    report.stopped = parts_->run->stopped();
+    for (auto& [stage, stage_result] : reports_) report.stages.push_back(std::move(stage_result));
+    report.dropped_frames = dropped_ + receiver_->dropped();
+    report.dropped_control_messages = dropped_control_;
+    report.processes.push_back(this_process_usage("coordinator", {}));
+    for (auto& [address, usage] : worker_usage_) report.processes.push_back(usage);
+    return report;
+  }
+
+ private:
+  enum class outcome { done, worker_lost, failed };
+
+  static caf::actor_system_config& single_thread(caf::actor_system_config& settings) {
+    configure_scheduler(settings, 1);
+    return settings;
+  }
+
+  bool bind(std::string* error) {
+    authenticator_ = start_authenticator(context_, options_.security, error);
+    if (options_.security.curve && !authenticator_) return false;
+    transport::endpoint_error problem;
+    auto in = transport::inbox::bind(context_, options_.listen_address,
+                                     endpoint_settings(options_.security), &problem);
+    if (!in) {
+      *error = problem.text;
+      return false;
+    }
+    address_ = in->address();
+    std::vector<transport::inbox> inboxes;
+    inboxes.push_back(std::move(*in));
+    receiver_ = std::make_unique<transport::receiver_thread>(
+        context_, std::move(inboxes),
+        [this](transport::message&& message) {
+          if (is_control(message)) {
+            control_.push(std::move(message), clock_.now_seconds());
+            return;
+          }
+          std::lock_guard<std::mutex> lock(route_mutex_);
+          if (current_) caf::anon_send(current_, std::move(message));
+        },
+        log_dropped_frame);
+    return true;
+  }
+
+  // Control messages ------------------------------------------------------------------------
+
+  /// Handles every control message that arrives within `wait_s` (and those already queued).
+  void take_control(double wait_s) {
+    auto message = control_.pop(wait_s);
+    while (message) {
+      json body = control_body(*message, &dropped_control_);
+      try {
+        if (!body.is_null()) handle_control(body, *message);
+      } catch (const json::exception& failure) {
+        // control_body() checked every field's kind; this is the net under that check.
+        std::fprintf(stderr, "troupe: dropped a control message from %s: %s\n",
+                     body.value("address", std::string("?")).c_str(), failure.what());
+        ++dropped_control_;
+      }
+      message = control_.pop(0);
+    }
+  }
+
+  /// The worker whose address is `address`, or null for a peer that is not one of them.
+  worker_peer* known_worker(const std::string& address) {
+    for (auto& worker : workers_)
+      if (worker.address == address) return &worker;
+    return nullptr;
+  }
+
+  void handle_control(const json& body, const transport::message& message) {
+    const std::string type = body["type"];
+    worker_peer* worker = known_worker(body.value("address", std::string()));
+    if (worker) {
+      worker->last_heard = clock_.now_seconds();
+      if (json stamped = stamps(body); !stamped.is_null()) worker->echo = stamped;
+    }
+    if (type == "hello") {
+      admit_hello(body);
+    } else if (!worker) {
+      // Only hellos come from peers that are not workers of this run.
+      if (type != "heartbeat") {
+        ++dropped_control_;
+        std::fprintf(stderr, "troupe: dropped a %s from %s: not a worker of this run\n",
+                     type.c_str(),
+                     body.value("address", std::string("a peer without an address")).c_str());
+      }
+    } else if (type == "ready" && body.value("job_id", uint64_t{0}) == job_id_) {
+      ++ready_;
+    } else if (type == "report") {
+      keep_report(*worker, body, message);
+    } else if (type == "trace") {
+      keep_worker_trace(body, message);
+    } else if (type == "usage") {
+      keep_worker_usage(body);
+    }
+  }
+
+  /// Keeps a stage's final report, when it comes from the worker that hosts that stage.
+  void keep_report(const worker_peer& worker, const json& body, const transport::message& message) {
+    const int64_t stage = body.value("stage", int64_t{-1});
+    if (std::find(worker.stages.begin(), worker.stages.end(), stage) == worker.stages.end()) {
+      std::fprintf(stderr,
+                   "troupe: dropped a report for stage %lld from %s, which does not host it\n",
+                   static_cast<long long>(stage), worker.describe().c_str());
+      return;
+    }
+    reports_[static_cast<int>(stage)] = report_from(body, message);
+    auto count = message.header.metrics.find("dropped");
+    if (count != message.header.metrics.end() && count->second >= 0)
+      dropped_ += static_cast<uint64_t>(count->second);
+  }
+
+  static json stamps(const json& body) {
+    if (!body.contains("clock_s") || !body["clock_s"].is_number()) return json();
+    return {{"sent_s", body["clock_s"]}, {"received_s", body.value("received_s", 0.0)}};
+  }
+
+  /// Keeps a worker's account of its CPU time (its last one: a worker sends it at the end).
+  void keep_worker_usage(const json& body) {
+    process_usage usage = process_usage_from_json(body);
+    usage.role = "worker";
+    worker_usage_[body.value("address", std::string())] = std::move(usage);
+  }
+
+  /// Keeps a worker's trace records (its stages' spans on its own clock) until all are in.
+  void keep_worker_trace(const json& body, const transport::message& message) {
+    if (!options_.pipeline.trace) return;
+    worker_trace trace;
+    trace.address = body.value("address", std::string("?"));
+    const json offset = body.value("clock_offset_s", json());
+    trace.clock_offset_s = offset.is_number() ? offset.get<double>() : 0.0;
+    std::string error;
+    auto bytes = state_from_wire(message, &error);
+    // A full trace (trace_recorder::default_capacity records) is some 100 MB of JSON: anything
+    // far larger is not one, and parsing it would take several times its size in memory.
+    constexpr size_t max_trace_bytes = size_t{512} << 20;
+    if (bytes && bytes->size() > max_trace_bytes) {
+      error = std::to_string(bytes->size()) + " bytes; a trace has at most " +
+              std::to_string(max_trace_bytes);
+    } else if (bytes) {
+      trace.records = json::parse(*bytes, nullptr, false);
+      if (trace.records.is_discarded()) error = "not JSON";
+    }
+    const json stages = body.value("stages", json());
+    if (error.empty() && stages.is_array()) {
+      for (const json& stage : stages) {
+        if (stage.is_number_integer() && stage.get<int>() >= 0 && stage.get<int>() < stages_) {
+          trace.stages.push_back(stage.get<int>());
+        }
+      }
+    }
+    if (!error.empty()) {
+      std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
+                   trace.address.c_str(), error.c_str());
+      return;
+    }
+    worker_traces_.push_back(std::move(trace));
+  }
+
+  /// Adds the workers' traces to the run's, each time moved onto this clock by the offset of
+  /// the worker that read it (a message arrow starts on its sender's clock).
+  void merge_worker_traces() {
+    std::vector<double> offsets(static_cast<size_t>(stages_) + 1, 0.0);  // by track + 1
+    for (const worker_trace& trace : worker_traces_) {
+      for (int stage : trace.stages) offsets[stage + 1] = trace.clock_offset_s;
+    }
+    for (const worker_trace& trace : worker_traces_) {
+      std::string error;
+      if (!options_.pipeline.trace->add_records(trace.records, offsets, &error)) {
+        std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
+                     trace.address.c_str(), error.c_str());
+      }
+    }
+  }
+
+  /// Checks a hello (protocol version, job identity, CURVE key) and adds its worker, or
+  /// tells it why not.
+  void admit_hello(const json& body) {
+    worker_peer peer;
+    peer.address = body.value("address", "");
+    peer.host = body.value("host", "?");
+    peer.pid = body.value("pid", int64_t{0});
+    peer.public_key = body.value("public_key", "");
+    peer.echo = stamps(body);
+    const auto& allowed = options_.security.allowed_public_keys;
+    if (options_.security.curve &&
+        std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
+      std::fprintf(stderr, "troupe: ignored a hello from %s: its key is not on the allow-list\n",
+                   peer.host.c_str());
+      return;
+    }
+    std::string error;
+    peer.control =
+        connect_outbox(context_, peer.address, &error, options_.security, peer.public_key);
+    if (!peer.control) {
+      std::fprintf(stderr, "troupe: ignored a hello from %s: %s\n", peer.host.c_str(),
+                   error.c_str());
+      return;
+    }
+    const int protocol = body.value("protocol", 0);
+    const std::string job_hash = body.value("job_hash", std::string());
+    std::string refusal;
+    if (protocol != transport::current_protocol_version) {
+      refusal = "it speaks protocol version " + std::to_string(protocol) +
+                ", this coordinator speaks " + std::to_string(transport::current_protocol_version);
+    } else if (!job_hash.empty() && job_hash != checkpoint_config_hash(config_)) {
+      refusal = "it was started for another job (config hash " + job_hash + ", this job's is " +
+                checkpoint_config_hash(config_) + ")";
+    } else if (static_cast<int>(workers_.size()) >= expected_workers_) {
+      refusal = "the job already has its " + std::to_string(expected_workers_) + " workers";
+    }
+    if (!refusal.empty()) {
+      std::fprintf(stderr, "troupe: refused worker pid %lld on %s: %s\n",
+                   static_cast<long long>(peer.pid), peer.host.c_str(), refusal.c_str());
+      send_on(*peer.control, control_message({{"type", "refuse"}, {"reason", refusal}}));
+      refused_.push_back(std::move(peer));
+      return;
+    }
+    peer.last_heard = clock_.now_seconds();
+    workers_.push_back(std::move(peer));
+  }
+
+  /// `body` with the echo of `worker`'s last stamps and this clock as it leaves.
+  json with_stamps(json body, const worker_peer& worker) {
+    if (worker.echo.is_null()) return body;
+    body["echo"] = worker.echo;
+    body["sent_s"] = clock_.now_seconds();
+    return body;
+  }
+
+  void heartbeat_workers(double now) {
+    if (now - last_heartbeat_ < options_.liveness.heartbeat_s) return;
+    for (auto& worker : workers_) {
+      send_on(*worker.control, control_message(with_stamps({{"type", "heartbeat"}}, worker)));
+    }
+    last_heartbeat_ = now;
+  }
+
+  /// The first worker silent for longer than the timeout.
+  std::optional<size_t> silent_worker(double now) const {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (now - workers_[i].last_heard > options_.liveness.timeout_s) return i;
+    }
+    return std::nullopt;
+  }
+
+  /// A joined worker whose process has ended (local workers only: at once) or that has been
+  /// silent past the timeout, with `reason` saying which ("was killed by signal 9 (Killed)",
+  /// "stopped responding 10 s ago").
+  std::optional<size_t> ended_worker(double now, std::string* reason) {
+    if (options_.exited_workers) {
+      for (exited_worker& process : options_.exited_workers()) {
+        ended_processes_.push_back(std::move(process));
+      }
+    }
+    // Two workers may end at once: the second stays queued until the first is dealt with.
+    // Processes that are no worker of this run (any more) are forgotten.
+    std::optional<size_t> found;
+    for (auto process = ended_processes_.begin(); process != ended_processes_.end();) {
+      auto worker = std::find_if(workers_.begin(), workers_.end(),
+                                 [&](const worker_peer& peer) { return peer.pid == process->pid; });
+      if (worker == workers_.end()) {
+        process = ended_processes_.erase(process);
+      } else if (!found) {
+        found = static_cast<size_t>(worker - workers_.begin());
+        *reason = process->how;
+        process = ended_processes_.erase(process);
+      } else {
+        ++process;
+      }
+    }
+    if (found) return found;
+    if (auto silent = silent_worker(now)) {
+      *reason = "stopped responding " +
+                std::to_string(static_cast<int>(now - workers_[*silent].last_heard)) + " s ago";
+      return silent;
+    }
+    return std::nullopt;
+  }
+
+  // Generations -----------------------------------------------------------------------------
+
+  /// Waits for hellos until `count` workers have joined, within `seconds`.
+  bool gather(int count, double seconds, std::string* error) {
+    expected_workers_ = count;
+    const double deadline = clock_.now_seconds() + seconds;
+    while (static_cast<int>(workers_.size()) < count) {
+      const double now = clock_.now_seconds();
+      if (now >= deadline) {
+        *error = "only " + std::to_string(workers_.size()) + " of " + std::to_string(count) +
+                 " workers joined at " + address_ + " within " +
+                 std::to_string(static_cast<int>(seconds)) + " s";
+        return false;
+      }
+      take_control(std::min(options_.liveness.heartbeat_s / 2, deadline - now));
+      heartbeat_workers(clock_.now_seconds());
+      std::string reason;
+      if (auto lost = ended_worker(clock_.now_seconds(), &reason)) {
+        std::fprintf(stderr, "troupe: %s at %s %s while the job was starting\n",
+                     workers_[*lost].describe().c_str(), workers_[*lost].address.c_str(),
+                     reason.c_str());
+        workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(*lost));
+        if (options_.replace_worker && !options_.replace_worker(error)) return false;
+      }
+    }
+    return true;
+  }
+
+  /// Assigns the stages to the workers, waits until they are ready, and starts a coordinator
+  /// actor (continuing from `resume` when given).
+  bool start_generation(const std::optional<loaded_checkpoint>& resume, std::string* error) {
+    job_id_ = fresh_cluster_job_id();
+    std::vector<std::string> addresses(stages_), keys(stages_);
+    for (auto& worker : workers_) worker.stages.clear();
+    for (int s = 0; s < stages_; ++s) {
+      worker_peer& owner = workers_[static_cast<size_t>(s) * workers_.size() / stages_];
+      owner.stages.push_back(s);
+      addresses[s] = owner.address;
+      keys[s] = owner.public_key;
+    }
+    pipeline_options pipeline = options_.pipeline;
+    pipeline.resume = resume;
+    auto parts = make_coordinator_parts(config_, data_, pipeline, observer_, clock_, error);
+    if (!parts) return false;
+    parts->job_id = job_id_;
+    parts->listener = caf::actor{self_};
+    for (worker_peer& worker : workers_) {
+      json assignment = {{"type", "assign"},
+                         {"job_toml", options_.job_toml},
+                         {"overrides", options_.overrides},
+                         {"stages", worker.stages},
+                         {"addresses", addresses},
+                         {"keys", keys},
+                         {"coordinator", address_},
+                         {"coordinator_key", options_.security.own.public_key},
+                         {"job_id", job_id_},
+                         {"steps_per_epoch", parts->run->steps_per_epoch()},
+                         {"total_steps", parts->run->total_steps()}};
+      send_on(*worker.control, control_message(with_stamps(assignment, worker)));
+    }
+    ready_ = 0;
+    const double deadline = clock_.now_seconds() + options_.liveness.startup_s;
+    while (ready_ < workers_.size()) {
+      const double now = clock_.now_seconds();
+      if (now >= deadline) {
+        *error = std::to_string(workers_.size() - ready_) + " worker(s) did not get ready within " +
+                 std::to_string(static_cast<int>(options_.liveness.startup_s)) + " s";
+        return false;
+      }
+      take_control(std::min(options_.liveness.heartbeat_s / 2, deadline - now));
+      heartbeat_workers(clock_.now_seconds());
+    }
+    for (auto& worker : workers_) worker.last_heard = clock_.now_seconds();
+    for (int s = 0; s < stages_; ++s) {
+      parts->stages.push_back(
+          connect_outbox(context_, addresses[s], error, options_.security, keys[s]));
+      if (!parts->stages.back()) return false;
+    }
+    parts_ = parts;
+    caf::actor handle = system_.spawn(coordinator_actor, parts);
+    {
+      std::lock_guard<std::mutex> lock(route_mutex_);
+      current_ = handle;
+    }
+    caf::anon_send(handle, start_atom::value);
+    return true;
+  }
+
+  void stop_generation() {
+    caf::actor old;
+    {
+      std::lock_guard<std::mutex> lock(route_mutex_);
+      std::swap(old, current_);
+    }
+    if (old) {
+      self_->send_exit(old, caf::exit_reason::user_shutdown);
+      self_->wait_for(old);
+    }
+    // Keys queued for a lost stage hold tensors of this coordinator's host backend until
+    // ZeroMQ drops them: close the sockets now, free the backend after the context has ended.
+    if (parts_) {
+      parts_->stages.clear();
+      retired_.push_back(parts_);
+    }
+  }
+
+  /// Heartbeats both ways until the run is done, fails, or a worker goes silent.
+  outcome watch(size_t* lost, std::string* error) {
+    for (;;) {
+      bool done = false;
+      self_->receive([&](done_atom) { done = true; },
+                     caf::after(std::chrono::milliseconds(
+                         static_cast<int64_t>(options_.liveness.heartbeat_s * 500))) >>
+                         [] {});
+      if (done && !parts_->failure.empty()) {
+        *error = parts_->failure;
+        return outcome::failed;
+      }
+      if (done && parts_->run->finished()) return outcome::done;
+      forward_checkpoint_request(self_, current_, options_.pipeline.checkpoint_requests);
+      take_control(0);
+      const double now = clock_.now_seconds();
+      heartbeat_workers(now);
+      std::string reason;
+      if (auto ended = ended_worker(now, &reason)) {
+        *lost = *ended;
+        const worker_peer& worker = workers_[*ended];
+        *error = worker.describe() + " at " + worker.address + " " + reason;
+        return outcome::worker_lost;
+      }
+    }
+  }
+
+  /// Resets the pipeline after losing worker `lost`, brings in a replacement and continues
+  /// from the latest checkpoint. False, with `error` set, when that is not possible.
+  bool recover(size_t lost, std::string* error) {
+    const int limit = config_.checkpoint.max_restarts;
+    if (restarts_ >= limit) {
+      *error += limit == 0 ? "" : " (after " + std::to_string(restarts_) + " restarts, the limit)";
+      return false;
+    }
+    ++restarts_;
+    const double started = clock_.now_seconds();
+    stop_generation();
+    const worker_peer dead = std::move(workers_[lost]);
+    workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(lost));
+    std::fprintf(stderr, "troupe: %s; restarting from the latest checkpoint (restart %d of %d)\n",
+                 error->c_str(), restarts_, limit);
+    observer_.on_event({{"event", "worker_lost"},
+                        {"worker", dead.describe()},
+                        {"address", dead.address},
+                        {"stages", dead.stages},
+                        {"restart", restarts_}});
+    error->clear();
+    for (auto& worker : workers_)
+      send_on(*worker.control, control_message({{"type", "reset"}, {"job_id", job_id_}}));
+    if (options_.replace_worker && !options_.replace_worker(error)) return false;
+    if (!gather(options_.workers, config_.checkpoint.rejoin_timeout_s, error)) return false;
+    std::optional<loaded_checkpoint> checkpoint = options_.pipeline.resume;
+    if (!options_.pipeline.checkpoint_directory.empty()) {
+      std::vector<std::string> problems;
+      checkpoint_store store(options_.pipeline.checkpoint_directory, 0);
+      auto latest = store.load_latest(checkpoint_config_hash(config_), &problems);
+      for (const std::string& problem : problems) {
+        std::fprintf(stderr, "troupe: skipped a checkpoint: %s\n", problem.c_str());
+      }
+      if (latest) checkpoint = std::move(latest);
+    }
+    if (!start_generation(checkpoint, error)) return false;
+    const int64_t step = checkpoint ? checkpoint->manifest.step : 0;
+    std::fprintf(stderr, "troupe: recovered in %.1f s; continuing from step %lld\n",
+                 clock_.now_seconds() - started, static_cast<long long>(step));
+    observer_.on_event({{"event", "recovered"},
+                        {"restart", restarts_},
+                        {"resumed_from_step", step},
+                        {"seconds", clock_.now_seconds() - started}});
+    return true;
+  }
+
+  void finish_workers() {
+    stop_generation();
+    for (worker_peer& worker : workers_) {
+      send_on(*worker.control,
+              control_message(with_stamps({{"type", "finish"}, {"job_id", job_id_}}, worker)));
+    }
+  }
+
+  /// Waits for the stages' final reports (sent after "finish").
+  void collect_reports() {
+    const double deadline = clock_.now_seconds() + options_.liveness.timeout_s;
+    while (static_cast<int>(reports_.size()) < stages_) {
+      const double left = deadline - clock_.now_seconds();
+      if (left <= 0) return;
+      take_control(std::min(left, 0.05));
+    }
+  }
+
+  const job_config& config_;
+  const job_data& data_;
+  const coordinator_options& options_;
+  training_observer& observer_;
+  clock_source& clock_;
+  const int stages_;
+  std::vector<std::shared_ptr<coordinator_parts>> retired_;  ///< outlives context_
+  transport::transport_context context_;
+  std::unique_ptr<transport::zap_authenticator> authenticator_;
+  std::string address_;
+  control_queue control_;
+  std::vector<worker_peer> workers_;
+  std::vector<exited_worker> ended_processes_;  ///< reported by options_.exited_workers
+  std::vector<worker_peer> refused_;            ///< kept so that their refusal is delivered
+  int expected_workers_ = 0;
+  caf::actor_system_config settings_;  ///< the actor system keeps a reference to it
+  caf::actor_system system_;
+  caf::scoped_actor self_;
+  std::mutex route_mutex_;
+  caf::actor current_;  ///< the coordinator actor of the current generation
+  std::shared_ptr<coordinator_parts> parts_;
+  uint64_t job_id_ = 0;
+  uint64_t dropped_control_ = 0;  ///< malformed control messages, or from strangers
+  size_t ready_ = 0;
+  double last_heartbeat_ = 0;
+  int restarts_ = 0;
+  std::map<int, stage_report> reports_;
+  std::vector<worker_trace> worker_traces_;
+  std::map<std::string, process_usage> worker_usage_;  ///< by worker address
+  uint64_t dropped_ = 0;
+  // Last: stopped first, before what its callback touches goes away.
+  std::unique_ptr<transport::receiver_thread> receiver_;
+};
+
+}  // namespace
+
+std::optional<pipeline_report> run_coordinator(const job_config& config, const job_data& data,
+                                               const coordinator_options& options,
+                                               training_observer& observer, clock_source& clock,
+                                               std::string* error) {
+  auto ranges = partition_model(config, error);
+  if (!ranges) return std::nullopt;
+  const int stages = static_cast<int>(ranges->size());
+  if (options.workers < 1 || options.workers > stages) {
+    *error = std::to_string(options.workers) + " workers for " + std::to_string(stages) +
+             " stages: every worker must host at least one stage";
+    return std::nullopt;
+  }
+  cluster_coordinator coordinator(config, data, options, observer, clock, stages);
+  return coordinator.run(error);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,152 @@
+#include "actors/cluster/control_schema.h"
+
+#include <map>
+
+namespace troupe::actors {
+
+using json = nlohmann::json;
+
+namespace {
+
+/// Fields any control message may carry: the sender's address, pid and clock stamps.
+const std::vector<control_field> common_fields = {{"address", control_field_kind::string},
+                                                  {"pid", control_field_kind::integer},
+                                                  {"clock_s", control_field_kind::number},
+                                                  {"sent_s", control_field_kind::number},
+                                                  {"echo", control_field_kind::object}};
+
+/// Each control message type and the kinds of the fields it carries besides the common ones.
+const std::map<std::string, std::vector<control_field>>& typed_fields() {
+  static const std::map<std::string, std::vector<control_field>> fields = {
+      {"hello",
+       {{"protocol", control_field_kind::integer},
+        {"job_hash", control_field_kind::string},
+        {"host", control_field_kind::string},
+        {"public_key", control_field_kind::string}}},
+      {"heartbeat", {}},
+      {"ready",
+       {{"stages", control_field_kind::integers},
+        {"job_id", control_field_kind::unsigned_integer}}},
+      {"report",
+       {{"stage", control_field_kind::integer},
+        {"version", control_field_kind::integer},
+        {"peak_contexts", control_field_kind::unsigned_integer},
+        {"staleness", control_field_kind::integers},
+        {"weight_staleness", control_field_kind::integers}}},
+      {"trace",
+       {{"stages", control_field_kind::integers}, {"clock_offset_s", control_field_kind::number}}},
+      {"usage",
+       {{"role", control_field_kind::string},
+        {"host", control_field_kind::string},
+        {"stages", control_field_kind::integers},
+        {"user_s", control_field_kind::number},
+        {"system_s", control_field_kind::number},
+        {"voluntary_switches", control_field_kind::number},
+        {"involuntary_switches", control_field_kind::number}}},
+      {"assign",
+       {{"job_toml", control_field_kind::string},
+        {"overrides", control_field_kind::strings},
+        {"stages", control_field_kind::integers},
+        {"addresses", control_field_kind::strings},
+        {"keys", control_field_kind::strings},
+        {"coordinator", control_field_kind::string},
+        {"coordinator_key", control_field_kind::string},
+        {"job_id", control_field_kind::unsigned_integer},
+        {"steps_per_epoch", control_field_kind::integer},
+        {"total_steps", control_field_kind::integer}}},
+      {"refuse", {{"reason", control_field_kind::string}}},
+      {"reset", {{"job_id", control_field_kind::unsigned_integer}}},
+      {"finish", {{"job_id", control_field_kind::unsigned_integer}}},
+  };
+  return fields;
+}
+
+/// Whether every element of the array `value` satisfies `test`.
+template <typename Test>
+bool all_of(const json& value, Test test) {
+  if (!value.is_array()) return false;
+  for (const json& element : value)
+    if (!test(element)) return false;
+  return true;
+}
+
+bool is_integer(const json& value) { return value.is_number_integer(); }
+
+bool has_kind(const json& value, control_field_kind kind) {
+  switch (kind) {
+    case control_field_kind::string:
+      return value.is_string();
+    case control_field_kind::integer:
+      return value.is_number_integer();
+    case control_field_kind::unsigned_integer:
+      return value.is_number_unsigned();
+    case control_field_kind::number:
+      return value.is_number();
+    case control_field_kind::object:
+      return value.is_object();
+    case control_field_kind::integers:
+      return all_of(value, is_integer);
+    case control_field_kind::strings:
+      return all_of(value, [](const json& element) { return element.is_string(); });
+    case control_field_kind::array:
+      return value.is_array();
+  }
+  return false;
+}
+
+const char* kind_name(control_field_kind kind) {
+  switch (kind) {
+    case control_field_kind::string:
+      return "a string";
+    case control_field_kind::integer:
+      return "an integer";
+    case control_field_kind::unsigned_integer:
+      return "a non-negative integer";
+    case control_field_kind::number:
+      return "a number";
+    case control_field_kind::object:
+      return "an object";
+    case control_field_kind::integers:
+      return "an array of integers";
+    case control_field_kind::strings:
+      return "an array of strings";
+    case control_field_kind::array:
+      return "an array";
+  }
+  return "?";
+}
+
+/// The first field of `rules` that `body` carries with another kind, described; "" if none.
+std::string field_problem(const json& body, const std::vector<control_field>& rules) {
+  for (const control_field& rule : rules) {
+    const auto found = body.find(rule.name);
+    if (found == body.end() || has_kind(*found, rule.kind)) continue;
+    return std::string("field '") + rule.name + "' must be " + kind_name(rule.kind) + ", got " +
+           found->type_name();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<std::vector<control_field>> control_fields(const std::string& type) {
+  const auto rules = typed_fields().find(type);
+  if (rules == typed_fields().end()) return std::nullopt;
+  std::vector<control_field> fields = common_fields;
+  fields.insert(fields.end(), rules->second.begin(), rules->second.end());
+  return fields;
+}
+
+std::string control_body_problem(const json& body) {
+  if (!body.is_object()) return std::string("not a JSON object but ") + body.type_name();
+  const auto type = body.find("type");
+  if (type == body.end() || !type->is_string()) return "no \"type\" string";
+  const auto rules = typed_fields().find(type->get<std::string>());
+  if (rules == typed_fields().end())
+    return "unknown type '" + type->get<std::string>().substr(0, 64) + "'";
+  std::string problem = field_problem(body, common_fields);
+  if (problem.empty()) problem = field_problem(body, rules->second);
+  return problem.empty() ? "" : "a " + type->get<std::string>() + " message whose " + problem;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,408 @@
+#include "actors/config/job_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "actors/config/toml_fields.h"
+#include "layers/layer_registry.h"
+
+namespace troupe::actors {
+namespace {
+
+using namespace detail;  // the generic readers and field builders of toml_fields.h
+using layers::layer_spec;
+
+// model.layers -----------------------------------------------------------------------------------
+
+/// The shortest decimal that reads back as `value`, widened: 0.1f gives 0.1, not 0.10000000149.
+double widen(float value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::strtod(std::string(buffer, result.ptr).c_str(), nullptr);
+}
+
+field probability_field(layer_spec& spec) {
+  auto read = [&spec](const toml::node& node, const std::string& label) -> problem {
+    double p = 0;
+    if (problem error = read_number(node, label, kBelowOne, &p)) return error;
+    spec.probability = static_cast<float>(p);  // 0.99999999999 would round to 1
+    if (spec.probability >= 1.0f) return label + " must be in [0, 1), got " + format_number(p);
+    return std::nullopt;
+  };
+  return {"p", read, [&spec] { return nlohmann::json(widen(spec.probability)); }};
+}
+
+/// The keys a layer of `spec.type` takes, besides `type`.
+std::vector<field> layer_fields(layer_spec& spec) {
+  field out = required(integer_field("out", &spec.out, 1));
+  field bias = bool_field("bias", &spec.bias);
+  if (spec.type == "linear") return {out, bias};
+  if (spec.type == "conv2d") {
+    return {out, required(integer_field("kernel", &spec.kernel, 1)),
+            integer_field("stride", &spec.stride, 1), integer_field("padding", &spec.padding, 0),
+            bias};
+  }
+  if (spec.type == "maxpool2d") {
+    return {integer_field("kernel", &spec.kernel, 1), integer_field("stride", &spec.stride, 1)};
+  }
+  if (spec.type == "dropout") return {probability_field(spec)};
+  std::vector<field> fields;
+  if (const layers::custom_layer_type* custom = layers::find_custom_layer_type(spec.type)) {
+    if (custom->uses_out) fields = {out, bias};
+    for (const std::string& name : custom->options) {
+      spec.options.emplace(name, 0.0);
+      fields.push_back(number_field(name, &spec.options[name], kAnyNumber));
+    }
+  }
+  return fields;
+}
+
+problem read_layer(const toml::node& node, const std::string& where, layer_spec* spec) {
+  const auto* table = node.as_table();
+  if (table == nullptr) return wrong_type(where, "a table such as { type = \"relu\" }", node);
+  const toml::node* type = table->get("type");
+  if (type == nullptr) return where + ": missing required key 'type'";
+  if (problem error = read_string(*type, where + ".type", layers::layer_type_names(), &spec->type))
+    return error;
+  if (spec->type == "conv2d") spec->stride = 1;
+  if (spec->type == "maxpool2d") spec->kernel = 2;
+  if (spec->type == "dropout") spec->probability = 0.5f;
+  const std::vector<field> fields = layer_fields(*spec);
+  naming names{where + " (" + spec->type + "): ", "", {}, nullptr};
+  for (const auto& f : fields) names.suggestions.push_back(f.name);
+  if (problem error = read_fields(*table, fields, names, {"type"})) return error;
+  if (spec->type == "maxpool2d" && table->get("stride") == nullptr) spec->stride = spec->kernel;
+  return std::nullopt;
+}
+
+nlohmann::json layers_json(const std::vector<layer_spec>& specs) {
+  nlohmann::json json = nlohmann::json::array();
+  for (layer_spec spec : specs) {
+    nlohmann::json& layer = json.emplace_back(nlohmann::json{{"type", spec.type}});
+    for (const auto& f : layer_fields(spec)) layer[f.name] = f.write();
+  }
+  return json;
+}
+
+std::vector<field> model_fields(model_config& model) {
+  auto read_layers = [&model](const toml::node& node, const std::string& label) {
+    return read_array(node, label, "an array of layer tables", read_layer, &model.layers);
+  };
+  auto read_shape = [&model](const toml::node& node, const std::string& label) {
+    return read_array(node, label, "an array of positive integers", read_positive,
+                      &model.input_shape);
+  };
+  return {required({"layers", read_layers, [&model] { return layers_json(model.layers); }}),
+          {"input_shape", read_shape, write_value(&model.input_shape)},
+          string_field("loss", &model.loss, {"softmax_cross_entropy"}),
+          string_field("init_from", &model.init_from)};
+}
+
+// parallelism.devices and parallelism.partition --------------------------------------------------
+
+problem read_device(const toml::node& node, const std::string& label, std::string* out) {
+  if (problem error = read_string(node, label, {}, out)) return error;
+  const std::string& name = *out;
+  const bool numbered =
+      name.size() > 5 && name.size() <= 8 && name.rfind("cuda:", 0) == 0 &&
+      std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (name == "cpu" || name == "cuda" || numbered) return std::nullopt;
+  return label + " must be \"cpu\", \"cuda\" or \"cuda:N\", got '" + name + "'";
+}
+
+/// A string names the device of every stage; an array names one per stage.
+problem read_devices(const toml::node& node, const std::string& label,
+                     std::vector<std::string>* out) {
+  if (!node.is_string()) {
+    return read_array(node, label, "a device name or an array of them", read_device, out);
+  }
+  std::string device;
+  if (problem error = read_device(node, label, &device)) return error;
+  return *out = {device}, std::nullopt;
+}
+
+/// Parses "3,7" into cut points; false unless every part is a positive integer.
+bool parse_cut_points(const std::string& text, std::vector<int64_t>* cuts) {
+  cuts->clear();
+  for (size_t start = 0; start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = trim(text.substr(start, comma - start));
+    int64_t value = 0;
+    const auto result = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || result.ec != std::errc() || result.ptr != part.data() + part.size() ||
+        value < 1) {
+      return false;
+    }
+    cuts->push_back(value);
+    start = comma + 1;
+  }
+  return !cuts->empty();
+}
+
+/// "balanced", "uniform", an array of cut points, or cut points as a string ("3,7", so that
+/// `--set parallelism.partition=3,7` works); cut points are stored comma-joined.
+problem read_partition(const toml::node& node, const std::string& label, std::string* out) {
+  const std::string expected = "\"balanced\", \"uniform\" or an array of cut points such as [3, 7]";
+  const std::optional<std::string> text = node.value_exact<std::string>();
+  std::vector<int64_t> cuts;
+  if (node.is_array()) {
+    if (problem error = read_array(node, label, expected, read_positive, &cuts)) return error;
+  } else if (!text) {
+    return wrong_type(label, expected, node);
+  } else if (*text == "balanced" || *text == "uniform") {
+    return *out = *text, std::nullopt;
+  } else if (!parse_cut_points(*text, &cuts)) {
+    return label + " must be " + expected + ", got '" + *text + "'";
+  }
+  std::string joined;
+  for (int64_t cut : cuts) joined += (joined.empty() ? "" : ",") + std::to_string(cut);
+  return *out = joined, std::nullopt;
+}
+
+nlohmann::json partition_json(const std::string& partition) {
+  std::vector<int64_t> cuts;
+  if (parse_cut_points(partition, &cuts)) return cuts;
+  return partition;
+}
+
+// The schema: every job-file key and where its value goes ----------------------------------------
+
+std::vector<field> data_fields(data_config& data) {
+  return {string_field("dataset", &data.dataset, {"fashion-mnist", "synthetic"}),
+          string_field("path", &data.path),
+          bool_field("shuffle", &data.shuffle),
+          bool_field("normalize", &data.normalize),
+          integer_field("train_samples", &data.train_samples, 0),
+          integer_field("test_samples", &data.test_samples, 0),
+          integer_field("synthetic_train", &data.synthetic_train, 1),
+          integer_field("synthetic_test", &data.synthetic_test, 1),
+          integer_field("classes", &data.classes, 2)};
+}
+
+std::vector<field> parallelism_fields(parallelism_config& p) {
+  auto read_cuts = [&p](const toml::node& node, const std::string& label) {
+    return read_partition(node, label, &p.partition);
+  };
+  auto read_stage_devices = [&p](const toml::node& node, const std::string& label) {
+    return read_devices(node, label, &p.devices);
+  };
+  return {integer_field("stages", &p.stages, 1),
+          {"partition", read_cuts, [&p] { return partition_json(p.partition); }},
+          {"devices", read_stage_devices, write_value(&p.devices)},
+          string_field("mode", &p.mode, {"sync", "async"}),
+          string_field("schedule", &p.schedule, {"gpipe", "1f1b"}),
+          integer_field("micro_batches", &p.micro_batches, 1),
+          integer_field("max_active_keys", &p.max_active_keys, 1),
+          integer_field("min_update_interval", &p.min_update_interval, 1),
+          integer_field("max_staleness", &p.max_staleness, -1),
+          bool_field("weight_stashing", &p.weight_stashing),
+          integer_field("threads", &p.threads, 0)};
+}
+
+std::vector<field> training_fields(training_config& t) {
+  return {integer_field("batch_size", &t.batch_size, 1),
+          integer_field("epochs", &t.epochs, 0),
+          integer_field("max_steps", &t.max_steps, 0),
+          string_field("optimizer", &t.optimizer, {"sgd", "adam"}),
+          number_field("lr", &t.lr, kPositive),
+          number_field("momentum", &t.momentum, kBelowOne),
+          number_field("weight_decay", &t.weight_decay, kNonNegative),
+          number_field("beta1", &t.beta1, kBelowOne),
+          number_field("beta2", &t.beta2, kBelowOne),
+          number_field("epsilon", &t.epsilon, kPositive),
+          string_field("lr_schedule", &t.lr_schedule, {"constant", "cosine", "step"}),
+          number_field("lr_decay", &t.lr_decay, kPositive),
+          integer_field("lr_decay_epochs", &t.lr_decay_epochs, 0),
+          integer_field("warmup_steps", &t.warmup_steps, 0),
+          integer_field("seed", &t.seed, 0),
+          number_field("target_accuracy", &t.target_accuracy, kUnit),
+          string_field("precision", &t.precision, {"fp32", "tf32", "bf16"})};
+}
+
+/// Every section and key, bound to `config`, in the order messages and checks use.
+std::vector<section> job_schema(job_config& config) {
+  checkpoint_config& c = config.checkpoint;
+  metrics_config& m = config.metrics;
+  return {{"model", model_fields(config.model)},
+          {"data", data_fields(config.data)},
+          {"parallelism", parallelism_fields(config.parallelism)},
+          {"training", training_fields(config.training)},
+          {"checkpoint",
+           {string_field("dir", &c.dir), integer_field("interval_steps", &c.interval_steps, 0),
+            number_field("interval_s", &c.interval_s, kNonNegative),
+            integer_field("keep_last", &c.keep_last, 1),
+            integer_field("max_restarts", &c.max_restarts, 0),
+            number_field("rejoin_timeout_s", &c.rejoin_timeout_s, kNonNegative)}},
+          {"metrics",
+           {integer_field("log_interval", &m.log_interval, 1), bool_field("trace", &m.trace),
+            bool_field("progress", &m.progress)}}};
+}
+
+// Checks across keys, once every key is read -----------------------------------------------------
+
+problem check_partition(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  std::vector<int64_t> cuts;
+  if (!parse_cut_points(p.partition, &cuts)) return std::nullopt;  // "balanced" or "uniform"
+  if (cuts.size() + 1 != static_cast<size_t>(p.stages)) {
+    return "parallelism.partition [" + p.partition + "] makes " + std::to_string(cuts.size() + 1) +
+           " stages but parallelism.stages is " + std::to_string(p.stages);
+  }
+  const auto layer_count = static_cast<int64_t>(config.model.layers.size());
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    if (cuts[i] >= layer_count || (i > 0 && cuts[i] <= cuts[i - 1])) {
+      return "parallelism.partition [" + p.partition + "] must be increasing cut points in [1, " +
+             std::to_string(layer_count - 1) + "] (model.layers has " +
+             std::to_string(layer_count) + " layers)";
+    }
+  }
+  return std::nullopt;
+}
+
+/// Rejects combinations no single key can, then resolves the defaults that depend on others.
+problem check_consistency(job_config* config) {
+  parallelism_config& p = config->parallelism;
+  const training_config& t = config->training;
+  const std::string stages = std::to_string(p.stages);
+  if (t.batch_size % p.micro_batches != 0) {
+    return "parallelism.micro_batches (" + std::to_string(p.micro_batches) +
+           ") must divide training.batch_size (" + std::to_string(t.batch_size) + ")";
+  }
+  if (static_cast<size_t>(p.stages) > config->model.layers.size()) {
+    return "parallelism.stages (" + stages + ") exceeds the number of layers in model.layers (" +
+           std::to_string(config->model.layers.size()) + ")";
+  }
+  if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages)) {
+    return "parallelism.devices names " + std::to_string(p.devices.size()) +
+           " devices but parallelism.stages is " + stages + " (give one, or one per stage)";
+  }
+  if (t.lr_schedule == "step" && t.lr_decay_epochs < 1) {
+    return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
+  }
+  if (problem error = check_partition(*config)) return error;
+  if (p.max_active_keys == 0) p.max_active_keys = p.stages;
+  if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;
+  return std::nullopt;
+}
+
+problem read_job(const toml::table& root, const std::set<std::string>& overridden,
+                 job_config* config) {
+  const std::vector<section> schema = job_schema(*config);
+  std::vector<std::string> section_names, key_names;
+  for (const auto& s : schema) {
+    section_names.push_back(s.name);
+    for (const auto& f : s.fields) key_names.push_back(s.name + "." + f.name);
+  }
+  for (const auto& [key, node] : root) {
+    const std::string name(key.str());
+    const bool known = std::count(section_names.begin(), section_names.end(), name) > 0;
+    if (known && !node.is_table()) return wrong_type(name, "a table", node);
+    if (!known && node.is_table()) {
+      return "unknown section '" + name + "'" + suggestion(name, section_names);
+    }
+    if (!known) return "unknown key '" + name + "'" + suggestion(name, key_names);
+  }
+  static const toml::table kEmpty;
+  for (const auto& s : schema) {
+    const toml::table* table = root.get_as<toml::table>(s.name);
+    const naming names{"", s.name + ".", key_names, &overridden};
+    if (problem error = read_fields(table ? *table : kEmpty, s.fields, names)) return error;
+  }
+  return check_consistency(config);
+}
+
+std::optional<job_config> fail(job_error* error, std::string message) {
+  if (error != nullptr) error->message = std::move(message);
+  return std::nullopt;
+}
+
+std::optional<job_config> parse_job_or_throw(const std::string& toml_text,
+                                             const std::string& source_name,
+                                             const std::vector<std::string>& overrides,
+                                             job_error* error) {
+  toml::table root;
+  if (problem message = parse_toml(toml_text, source_name, &root)) return fail(error, *message);
+  std::set<std::string> overridden;
+  for (const auto& text : overrides) {
+    if (problem message = apply_override(text, &root, &overridden)) {
+      return fail(error, source_name + ": " + *message);
+    }
+  }
+  job_config config;
+  if (problem message = read_job(root, overridden, &config)) {
+    return fail(error, source_name + ": " + *message);
+  }
+  return config;
+}
+
+}  // namespace
+
+std::optional<job_config> parse_job(const std::string& toml_text, const std::string& source_name,
+                                    const std::vector<std::string>& overrides, job_error* error) {
+  try {
+    return parse_job_or_throw(toml_text, source_name, overrides, error);
+  } catch (const std::exception& exception) {
+    return fail(error, source_name + ": " + exception.what());
+  }
+}
+
+std::optional<job_config> load_job_file(const std::string& path,
+                                        const std::vector<std::string>& overrides,
+                                        job_error* error) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (file == nullptr) {
+    return fail(error, "cannot open job file '" + path + "': " + std::strerror(errno));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t count = 0;
+  while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, count);
+  if (std::ferror(file.get())) {
+    return fail(error, "cannot read job file '" + path + "': " + std::strerror(errno));
+  }
+  return parse_job(text, path, overrides, error);
+}
+
+nlohmann::json to_json(const job_config& config) {
+  job_config copy = config;  // the schema binds to a mutable config; writing only reads it
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& s : job_schema(copy)) {
+    nlohmann::json& keys = json[s.name] = nlohmann::json::object();
+    for (const auto& f : s.fields) keys[f.name] = f.write();
+  }
+  return json;
+}
+
+namespace {
+
+std::string fnv1a_hex(const nlohmann::json& json) {
+  const std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+}  // namespace
+
+std::string config_hash(const job_config& config) { return fnv1a_hex(to_json(config)); }
+
+std::string checkpoint_config_hash(const job_config& config) {
+  nlohmann::json json = to_json(config);
+  json.erase("checkpoint");
+  json.erase("metrics");
+  for (const char* key : {"epochs", "max_steps", "target_accuracy"}) json["training"].erase(key);
+  for (const char* key : {"threads", "devices"}) json["parallelism"].erase(key);
+  json["model"].erase("init_from");
+  return fnv1a_hex(json);
+}
+
+}  // namespace troupe::actors

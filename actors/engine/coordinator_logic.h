@@ -1,0 +1,78 @@
+#pragma once
+
+// The coordinator's admission policy as a state machine: which keys may enter the pipeline
+// now, given the mode, the schedule and the keys still in flight. Key k is micro-batch
+// k % M of optimizer step k / M, so every mode reads the data in the sequential order.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/config/job_config.h"
+
+namespace troupe::actors {
+
+struct admission_settings {
+  std::string mode = "sync";       ///< "sync" or "async"
+  std::string schedule = "gpipe";  ///< sync: "gpipe" or "1f1b"
+  int stages = 1;
+  int micro_batches = 1;
+  int max_active_keys = 1;
+  int min_update_interval = 1;
+  int max_staleness = -1;  ///< -1: unbounded
+  int64_t micro_batch_size = 1;
+  int64_t total_steps = 0;  ///< stop after this step (absolute)
+  int64_t first_step = 0;   ///< start at this step (resuming, or continuing a run)
+
+  /// The settings of a job's [parallelism] and [training] sections for `total_steps` steps.
+  static admission_settings of(const job_config& config, int64_t total_steps);
+};
+
+/// One key to send into the pipeline.
+struct admission {
+  uint64_t key = 0;
+  int64_t step = 0;
+  int micro_batch = 0;
+  int64_t sample_offset = 0;  ///< within the step's batch
+};
+
+class coordinator_logic {
+ public:
+  explicit coordinator_logic(admission_settings settings);
+
+  /// The keys that may be admitted now (possibly none); each is counted as active.
+  std::vector<admission> admit();
+  /// A key's backward pass has left stage 0. False (and nothing changes) for a key that is not
+  /// in flight: a duplicate or a forgery.
+  bool retired(uint64_t key);
+
+  /// Admits no key past the end of the step now being admitted (the sync schedules admit a
+  /// step at a time anyway): once the keys in flight retire, the pipeline is quiet at a step
+  /// boundary. Returns that step.
+  int64_t pause_at_step_boundary();
+  /// Admission goes on after a pause.
+  void resume() { pause_at_key_ = -1; }
+  /// Paused and nothing in flight: every stage has finished every admitted key.
+  bool quiet() const { return pause_at_key_ >= 0 && active() == 0 && admitted_ == pause_at_key_; }
+
+  bool finished() const { return retired_ == total_keys_; }
+  int64_t active() const { return admitted_ - retired_; }
+  int64_t retired_count() const { return retired_; }
+  /// Most keys in flight at once under the settings (MAK, tightened by max_staleness).
+  int64_t admission_limit() const { return limit_; }
+
+ private:
+  bool may_admit_next() const;
+  admission make_admission(uint64_t key) const;
+
+  admission_settings settings_;
+  int64_t total_keys_;
+  int64_t admitted_;
+  int64_t retired_;
+  int64_t limit_ = 1;
+  int64_t pause_at_key_ = -1;  ///< -1: not paused
+  std::set<uint64_t> active_keys_;
+};
+
+}  // namespace troupe::actors

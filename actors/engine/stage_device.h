@@ -1,0 +1,75 @@
+#pragma once
+
+// The device work of one stage, behind an interface so that the stage state machine never
+// touches a backend itself: the real host runs it on a CPU or GPU backend, the simulator
+// charges its time (and may also run it for numerics).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/config/job_config.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/pipeline_messages.h"
+#include "actors/engine/stage_state.h"
+#include "layers/backend.h"
+#include "layers/layer.h"
+
+namespace troupe::actors {
+
+struct loss_result {
+  layers::tensor gradient;
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+
+/// Device work for one stage, called by one thread at a time (the stage's actor, on whichever
+/// scheduler thread runs it). Every method returns with its device work finished: tensors it
+/// returns and its parameters may then be read on any stream of the backend, or copied to the
+/// host, without further synchronization. Tensors passed in (message payloads) must likewise
+/// be finished, which holds for tensors returned by a stage device and for those that
+/// key_from_wire() and tensor::from_host() make.
+class stage_device {
+ public:
+  virtual ~stage_device() = default;
+
+  /// Whether `message` fits this stage: its payload has the stage's input shape (forward,
+  /// evaluate) or output shape (backward, for a key whose forward ran here, same batch), and
+  /// labels, when present, one per sample. A message from a confused or hostile peer is
+  /// refused here, with `error` saying why, before it reaches a kernel.
+  virtual bool accepts(const key_message& message, std::string* error) const = 0;
+  /// Runs the stage's layers on a key's input and keeps what backward needs (training only).
+  virtual layers::tensor forward(const key_message& message, bool training) = 0;
+  /// Loss of the last stage's output against the key's labels, gradient scaled by `scale`.
+  virtual loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels,
+                           float scale, bool want_gradient) = 0;
+  /// Backward of `key` (whose forward ran here): accumulates weight gradients and returns the
+  /// gradient of the stage's input (empty on the first stage).
+  virtual layers::tensor backward(const key_message& message, bool need_input_gradient) = 0;
+  /// One optimizer step with the gradients accumulated since the last.
+  virtual void step(float learning_rate) = 0;
+  /// Weight stashing: remember the current weights as `version` (before a step changes them).
+  virtual void stash_weights(int64_t version) = 0;
+  /// Weight stashing: run the next backward with the weights of `version`, or the current ones.
+  virtual void use_weights(int64_t version) = 0;
+  /// Drops stashed weights older than `version`.
+  virtual void release_weights_before(int64_t version) = 0;
+  /// Number of forward contexts held (keys between their forward and backward here).
+  virtual size_t held_contexts() const = 0;
+  /// The stage's trainable parameters, in layer order.
+  virtual std::vector<layers::parameter*> parameters() = 0;
+  /// Weights, accumulated gradients and optimizer state, copied to host memory (the version
+  /// fields are the stage logic's to fill). Only meaningful with no key in flight.
+  virtual stage_state save_state() = 0;
+  /// Puts `state`'s tensors in place (with `weights_only`, only its parameters, keeping the
+  /// fresh optimizer). False, with `error` naming the tensor, when a name or shape differs
+  /// from this stage's; nothing changes then. Drops forward contexts and stashed weights.
+  virtual bool load_state(const stage_state& state, bool weights_only, std::string* error) = 0;
+};
+
+/// The device work of blocks `range` of `config`'s model on `device`, with the job's optimizer.
+std::unique_ptr<stage_device> make_layers_stage_device(const job_config& config, stage_range range,
+                                                       layers::backend& device);
+
+}  // namespace troupe::actors

@@ -1,0 +1,151 @@
+#include "actors/engine/stage_logic.h"
+
+#include <algorithm>
+
+#include "layers/check.h"
+
+namespace troupe::actors {
+
+stage_logic::stage_logic(stage_settings settings, stage_device& device)
+    : settings_(std::move(settings)), device_(device) {
+  TROUPE_CHECK(settings_.min_update_interval >= 1);
+  TROUPE_CHECK(settings_.index >= 0 && settings_.index < settings_.count);
+}
+
+std::vector<stage_output> stage_logic::handle(const key_message& message, std::string* refusal) {
+  std::vector<stage_output> outputs;
+  std::string error;
+  const bool known = message.kind != key_kind::backward || forward_versions_.count(message.key);
+  const bool labelled = message.kind == key_kind::backward || !is_last() || message.labels;
+  if (!known || !labelled || !device_.accepts(message, &error)) {
+    if (refusal) {
+      *refusal = !known
+                     ? "backward for key " + std::to_string(message.key) + " never forwarded here"
+                 : !labelled ? "a key reached the last stage without labels"
+                             : error;
+    }
+    ++refused_;
+    return outputs;
+  }
+  switch (message.kind) {
+    case key_kind::forward:
+      forward(message, &outputs);
+      break;
+    case key_kind::evaluate:
+      evaluate(message, &outputs);
+      break;
+    case key_kind::backward:
+      backward(message, &outputs);
+      break;
+  }
+  return outputs;
+}
+
+void stage_logic::forward(const key_message& message, std::vector<stage_output>* outputs) {
+  forward_versions_[message.key] = version_;
+  key_message next = message;
+  next.payload = device_.forward(message, true);
+  peak_contexts_ = std::max(peak_contexts_, device_.held_contexts());
+  if (!is_last()) {
+    outputs->push_back({stage_output::kind::to_next_stage, next});
+    return;
+  }
+  // The last stage turns around: loss, then this stage's own backward pass.
+  loss_result loss = device_.loss(next.payload, *message.labels, settings_.gradient_scale, true);
+  stage_output report{stage_output::kind::loss_report, message};
+  report.message.payload = layers::tensor();
+  report.loss_sum = loss.loss_sum;
+  report.correct = loss.correct;
+  report.samples = static_cast<int64_t>(message.labels->size());
+  outputs->push_back(report);
+  next.kind = key_kind::backward;
+  next.payload = loss.gradient;
+  backward(next, outputs);
+}
+
+void stage_logic::evaluate(const key_message& message, std::vector<stage_output>* outputs) {
+  key_message next = message;
+  next.payload = device_.forward(message, false);
+  if (!is_last()) {
+    outputs->push_back({stage_output::kind::to_next_stage, next});
+    return;
+  }
+  loss_result loss = device_.loss(next.payload, *message.labels, 1.0f, false);
+  stage_output report{stage_output::kind::loss_report, message};
+  report.message.payload = layers::tensor();
+  report.loss_sum = loss.loss_sum;
+  report.correct = loss.correct;
+  report.samples = static_cast<int64_t>(message.labels->size());
+  outputs->push_back(report);
+}
+
+void stage_logic::backward(key_message message, std::vector<stage_output>* outputs) {
+  auto found = forward_versions_.find(message.key);
+  TROUPE_CHECK(found != forward_versions_.end());
+  const int64_t forward_version = found->second;
+  forward_versions_.erase(found);
+  const int64_t staleness = version_ - forward_version;
+  record(&staleness_, staleness);
+  const bool stashed = settings_.weight_stashing && staleness > 0;
+  if (stashed) device_.use_weights(forward_version);
+  record(&weight_staleness_, stashed ? 0 : staleness);
+  message.payload = device_.backward(message, settings_.index > 0);
+  count_backward_and_maybe_step();
+  if (settings_.index > 0) {
+    outputs->push_back({stage_output::kind::to_previous_stage, message});
+  } else {
+    message.payload = layers::tensor();
+    outputs->push_back({stage_output::kind::retired, message});
+  }
+}
+
+void stage_logic::count_backward_and_maybe_step() {
+  if (++keys_since_step_ < settings_.min_update_interval) return;
+  keys_since_step_ = 0;
+  if (settings_.weight_stashing) {
+    // Keys whose forward used the current weights still need them for their backward.
+    const bool needed = std::any_of(forward_versions_.begin(), forward_versions_.end(),
+                                    [&](const auto& entry) { return entry.second == version_; });
+    if (needed) device_.stash_weights(version_);
+  }
+  device_.step(static_cast<float>(settings_.learning_rate(version_)));
+  ++version_;
+  if (settings_.weight_stashing) {
+    int64_t oldest = version_;
+    for (const auto& entry : forward_versions_) oldest = std::min(oldest, entry.second);
+    device_.release_weights_before(oldest);
+  }
+}
+
+void stage_logic::record(std::vector<int64_t>* histogram, int64_t value) {
+  TROUPE_CHECK(value >= 0);
+  if (histogram->size() <= static_cast<size_t>(value)) histogram->resize(value + 1, 0);
+  ++(*histogram)[value];
+}
+
+stage_state stage_logic::save_state() {
+  stage_state state = device_.save_state();
+  state.stage = settings_.index;
+  state.stages = settings_.count;
+  state.weight_version = version_;
+  state.keys_since_step = keys_since_step_;
+  return state;
+}
+
+bool stage_logic::load_state(const stage_state& state, bool weights_only, std::string* error) {
+  if (state.stage != settings_.index || state.stages != settings_.count) {
+    *error = "the state of stage " + std::to_string(state.stage) + " of " +
+             std::to_string(state.stages) + " cannot load into stage " +
+             std::to_string(settings_.index) + " of " + std::to_string(settings_.count);
+    return false;
+  }
+  if (!device_.load_state(state, weights_only, error)) return false;
+  forward_versions_.clear();
+  if (!weights_only) {
+    version_ = state.weight_version;
+    keys_since_step_ = state.keys_since_step;
+  }
+  return true;
+}
+
+}  // namespace troupe::actors

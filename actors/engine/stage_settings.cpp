@@ -1,0 +1,46 @@
+#include "actors/engine/stage_settings.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "actors/engine/learning_rate.h"
+
+namespace troupe::actors {
+
+stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
+                                 int64_t total_steps) {
+  const parallelism_config& p = config.parallelism;
+  stage_settings settings;
+  settings.index = index;
+  settings.count = p.stages;
+  // Sync mode steps once per batch: after the backward passes of all its micro-batches.
+  settings.min_update_interval =
+      p.mode == "sync" ? p.micro_batches
+                       : (p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
+  settings.weight_stashing = p.weight_stashing;
+  const int64_t micro_batch_size = config.training.batch_size / p.micro_batches;
+  settings.gradient_scale =
+      1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
+  const training_config training = config.training;
+  settings.learning_rate = [training, steps_per_epoch, total_steps](int64_t version) {
+    return learning_rate_at(training, version, steps_per_epoch, total_steps);
+  };
+  return settings;
+}
+
+int job_threads(const job_config& config) {
+  return config.parallelism.threads > 0
+             ? config.parallelism.threads
+             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int threads_per_stage(const job_config& config) {
+  return std::max(1, job_threads(config) / config.parallelism.stages);
+}
+
+const std::string& device_of_stage(const job_config& config, int stage) {
+  const auto& devices = config.parallelism.devices;
+  return devices.size() == 1 ? devices.front() : devices[stage];
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,29 @@
+#pragma once
+
+// What a stage of a job runs with, derived from the job alone: its stage_logic settings and the
+// CPU threads its backend may use. Engine logic: no CAF, no sockets; the CAF host, the test
+// driver and the simulator all take their stages' settings from here.
+
+#include <cstdint>
+#include <string>
+
+#include "actors/config/job_config.h"
+#include "actors/engine/stage_logic.h"
+
+namespace troupe::actors {
+
+/// The settings of stage `index` of `config` (its update interval, gradient scale, learning
+/// rate schedule over `steps_per_epoch` and `total_steps`).
+stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
+                                 int64_t total_steps);
+
+/// The CPU threads the job's stages share: parallelism.threads, or every core when it is 0.
+int job_threads(const job_config& config);
+
+/// The CPU threads each stage's backend may use: job_threads() split evenly over the stages.
+int threads_per_stage(const job_config& config);
+
+/// The device of stage `stage` per parallelism.devices (one for all, or one per stage).
+const std::string& device_of_stage(const job_config& config, int stage);
+
+}  // namespace troupe::actors

@@ -1,0 +1,371 @@
+#include "actors/engine/training_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "actors/engine/learning_rate.h"
+#include "layers/check.h"
+
+namespace troupe::actors {
+
+nlohmann::json to_json(const run_progress& progress) {
+  nlohmann::json json = {{"step", progress.step},
+                         {"epoch", progress.epoch},
+                         {"wall_s", progress.wall_s},
+                         {"train_s", progress.train_s},
+                         {"train_samples", progress.train_samples},
+                         {"test_accuracy", progress.test_accuracy},
+                         {"test_loss", progress.test_loss}};
+  json["time_to_target_s"] =
+      progress.time_to_target_s ? nlohmann::json(*progress.time_to_target_s) : nlohmann::json();
+  return json;
+}
+
+std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::string* error) {
+  run_progress progress;
+  if (!json.is_object()) {
+    *error = "the coordinator's progress is not an object";
+    return std::nullopt;
+  }
+  auto integer = [&](const char* name, int64_t* into) {
+    auto found = json.find(name);
+    if (found == json.end() || !found->is_number_integer() || found->get<int64_t>() < 0) {
+      *error = std::string("coordinator.") + name + " is missing or not a non-negative integer";
+      return false;
+    }
+    *into = found->get<int64_t>();
+    return true;
+  };
+  auto number = [&](const char* name, double* into) {
+    auto found = json.find(name);
+    if (found == json.end() || !found->is_number()) {
+      *error = std::string("coordinator.") + name + " is missing or not a number";
+      return false;
+    }
+    *into = found->get<double>();
+    return true;
+  };
+  if (!integer("step", &progress.step) || !integer("epoch", &progress.epoch) ||
+      !integer("train_samples", &progress.train_samples) || !number("wall_s", &progress.wall_s) ||
+      !number("train_s", &progress.train_s) || !number("test_accuracy", &progress.test_accuracy) ||
+      !number("test_loss", &progress.test_loss)) {
+    return std::nullopt;
+  }
+  auto target = json.find("time_to_target_s");
+  if (target != json.end() && target->is_number())
+    progress.time_to_target_s = target->get<double>();
+  return progress;
+}
+
+training_run::training_run(const job_config& config, const layers::dataset& train,
+                           const layers::dataset& test, layers::backend& host,
+                           training_observer& observer, std::optional<run_progress> resume)
+    : config_(config),
+      train_(train),
+      test_(test),
+      host_(host),
+      observer_(observer),
+      order_(train.count(), config.training.batch_size, config.training.seed, config.data.shuffle,
+             true),
+      steps_per_epoch_(order_.batches_per_epoch()),
+      total_steps_(planned_steps(config, train.count())),
+      resume_(std::move(resume)) {
+  if (resume_) {
+    epoch_ = resume_->step / steps_per_epoch_;
+    elapsed_before_s_ = resume_->wall_s;
+    train_s_ = resume_->train_s;
+    train_samples_ = resume_->train_samples;
+    summary_.epochs = epoch_;
+    summary_.time_to_target_s = resume_->time_to_target_s;
+    summary_.final_test_accuracy = resume_->test_accuracy;
+    summary_.final_test_loss = resume_->test_loss;
+  }
+}
+
+std::vector<key_message> training_run::start(double now_s) {
+  start_s_ = now_s - elapsed_before_s_;
+  last_checkpoint_s_ = now_s;
+  if (total_steps_ == 0) {
+    // Nothing to train (epochs = 0): the run only evaluates its initial weights.
+    evaluation_only_ = true;
+    return start_evaluation(now_s);
+  }
+  if (resume_ && resume_->step >= total_steps_) {
+    finish(now_s);
+    return {};
+  }
+  return start_epoch(now_s);
+}
+
+std::vector<key_message> training_run::start_epoch(double now_s) {
+  order_.start_epoch(epoch_);
+  admission_settings settings = admission_settings::of(config_, total_steps_);
+  settings.first_step = epoch_ * steps_per_epoch_;
+  if (resume_) {
+    settings.first_step = std::max(settings.first_step, resume_->step);
+    resume_.reset();
+  }
+  settings.total_steps = std::min(total_steps_, (epoch_ + 1) * steps_per_epoch_);
+  admission_ = std::make_unique<coordinator_logic>(settings);
+  epoch_start_s_ = now_s;
+  last_log_s_ = now_s;
+  epoch_totals_ = batch_totals();
+  return admit_training();
+}
+
+std::vector<key_message> training_run::admit_training() {
+  std::vector<key_message> messages;
+  for (const admission& entry : admission_->admit()) messages.push_back(training_key(entry));
+  return messages;
+}
+
+key_message training_run::training_key(const admission& entry) {
+  const int64_t micro = config_.training.batch_size / config_.parallelism.micro_batches;
+  const int64_t first =
+      (entry.step % steps_per_epoch_) * config_.training.batch_size + entry.sample_offset;
+  std::vector<int64_t> samples(order_.order().begin() + first,
+                               order_.order().begin() + first + micro);
+  key_message message = message_for(key_kind::forward, entry.key, samples, train_);
+  message.step = entry.step;
+  message.sample_offset = entry.sample_offset;
+  return message;
+}
+
+key_message training_run::message_for(key_kind kind, uint64_t key,
+                                      const std::vector<int64_t>& samples,
+                                      const layers::dataset& data) {
+  const int64_t size = data.sample_size();
+  const int64_t count = static_cast<int64_t>(samples.size());
+  layers::shape dims{count};
+  dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
+  key_message message;
+  message.kind = kind;
+  message.key = key;
+  message.payload = layers::tensor(host_, dims);
+  auto labels = std::make_shared<std::vector<int32_t>>(count);
+  std::vector<float> features(count * size);
+  for (int64_t i = 0; i < count; ++i) {
+    std::copy_n(data.features.begin() + samples[i] * size, size, features.begin() + i * size);
+    (*labels)[i] = data.labels[samples[i]];
+  }
+  message.payload.copy_from_host(host_.default_stream(), features.data());
+  host_.synchronize(host_.default_stream());
+  message.labels = labels;
+  return message;
+}
+
+std::vector<key_message> training_run::handle(const stage_output& report, double now_s) {
+  if (!failure_.empty()) return {};
+  if (report.what == stage_output::kind::loss_report && !std::isfinite(report.loss_sum)) {
+    // A loss that is NaN or infinite never comes back: stop instead of training on garbage.
+    const int64_t step = report.message.step;
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g",
+                  learning_rate_at(config_.training, step, steps_per_epoch_, total_steps_));
+    failure_ = "training diverged: the loss of step " + std::to_string(step + 1) + " is " +
+               (std::isnan(report.loss_sum) ? "NaN" : "infinite") + " (lr " + rate +
+               "); lower training.lr, raise training.warmup_steps, or resume from an earlier "
+               "checkpoint";
+    return {};
+  }
+  if (report.message.key >= first_evaluation_key) return handle_evaluation(report, now_s);
+  if (report.what == stage_output::kind::retired) return handle_retired(report.message.key, now_s);
+  if (report.what != stage_output::kind::loss_report) {
+    ++ignored_reports_;
+    return {};
+  }
+  for (batch_totals* totals : {&interval_, &epoch_totals_}) {
+    totals->loss_sum += report.loss_sum;
+    totals->correct += report.correct;
+    totals->samples += report.samples;
+  }
+  return {};
+}
+
+std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s) {
+  if (finished_ || !admission_ || !admission_->retired(key)) {
+    ++ignored_reports_;
+    return {};
+  }
+  const int64_t micro_batches = config_.parallelism.micro_batches;
+  const int64_t retired = admission_->retired_count();
+  if (retired % micro_batches == 0) {
+    const int64_t step = retired / micro_batches;
+    observer_.on_step(step, total_steps_, epoch_, interval_.mean_loss(),
+                      interval_.samples / std::max(1e-9, now_s - last_log_s_));
+    if (config_.metrics.log_interval > 0 && step % config_.metrics.log_interval == 0) {
+      emit_metrics(epoch_, std::nullopt, now_s);
+    }
+    note_step_for_checkpoint(step, now_s);
+  }
+  if (checkpoint_requested_ && !paused_) {
+    admission_->pause_at_step_boundary();
+    paused_ = true;
+  }
+  if (!admission_->finished()) {
+    if (!paused_) return admit_training();
+    if (admission_->quiet()) {
+      due_step_ = retired / micro_batches;
+      after_ = after_checkpoint::admit;
+    }
+    return {};
+  }
+  const double epoch_s = now_s - epoch_start_s_;
+  train_s_ += epoch_s;
+  train_samples_ += epoch_totals_.samples;
+  return start_evaluation(now_s);
+}
+
+std::vector<key_message> training_run::start_evaluation(double now_s) {
+  (void)now_s;
+  evaluation_ = batch_totals();
+  evaluation_reports_ = 0;
+  evaluation_batches_ = (test_.count() + evaluation_batch - 1) / evaluation_batch;
+  std::vector<key_message> messages;
+  for (int64_t b = 0; b < evaluation_batches_; ++b) {
+    std::vector<int64_t> samples;
+    for (int64_t i = b * evaluation_batch; i < std::min(test_.count(), (b + 1) * evaluation_batch);
+         ++i) {
+      samples.push_back(i);
+    }
+    messages.push_back(message_for(key_kind::evaluate, first_evaluation_key + b, samples, test_));
+  }
+  return messages;
+}
+
+std::vector<key_message> training_run::handle_evaluation(const stage_output& report, double now_s) {
+  evaluation_.loss_sum += report.loss_sum;
+  evaluation_.correct += report.correct;
+  evaluation_.samples += report.samples;
+  if (++evaluation_reports_ < evaluation_batches_) return {};
+  if (evaluation_only_) {
+    summary_.final_test_accuracy = evaluation_.accuracy();
+    summary_.final_test_loss = evaluation_.mean_loss();
+    emit_metrics(epoch_, evaluation_, now_s);
+    finish(now_s);
+    return {};
+  }
+  ++epoch_;
+  summary_.epochs = epoch_;
+  summary_.final_test_accuracy = evaluation_.accuracy();
+  summary_.final_test_loss = evaluation_.mean_loss();
+  const double target = config_.training.target_accuracy;
+  if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
+    summary_.time_to_target_s = now_s - start_s_;
+  }
+  emit_metrics(epoch_, evaluation_, now_s);
+  return after_evaluation(now_s);
+}
+
+std::vector<key_message> training_run::after_evaluation(double now_s) {
+  const bool more = epoch_ * steps_per_epoch_ < total_steps_;
+  // The last epoch ends with a checkpoint whenever the job takes them at intervals.
+  if (checkpoint_requested_ || (!more && checkpoints_enabled())) {
+    due_step_ = std::min(total_steps_, epoch_ * steps_per_epoch_);
+    after_ = more ? after_checkpoint::start_epoch : after_checkpoint::finish;
+    return {};
+  }
+  if (more) return start_epoch(now_s);
+  finish(now_s);
+  return {};
+}
+
+void training_run::finish(double now_s) {
+  summary_.steps = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches
+                              : (resume_ ? resume_->step : 0);
+  summary_.wall_s = now_s - start_s_;
+  summary_.samples_per_s = train_s_ > 0 ? train_samples_ / train_s_ : 0.0;
+  finished_ = true;
+}
+
+bool training_run::checkpoints_enabled() const {
+  return config_.checkpoint.interval_steps > 0 || config_.checkpoint.interval_s > 0;
+}
+
+void training_run::note_step_for_checkpoint(int64_t step, double now_s) {
+  const checkpoint_config& c = config_.checkpoint;
+  if ((c.interval_steps > 0 && step % c.interval_steps == 0) ||
+      (c.interval_s > 0 && now_s - last_checkpoint_s_ >= c.interval_s)) {
+    checkpoint_requested_ = true;
+  }
+}
+
+void training_run::request_checkpoint(bool stop_after) {
+  if (finished_) return;
+  checkpoint_requested_ = true;
+  stop_after_checkpoint_ = stop_after_checkpoint_ || stop_after;
+}
+
+std::vector<key_message> training_run::checkpoint_done(double now_s) {
+  if (!due_step_) return {};
+  due_step_.reset();
+  checkpoint_requested_ = false;
+  paused_ = false;
+  last_checkpoint_s_ = now_s;
+  if (stop_after_checkpoint_ && after_ != after_checkpoint::finish) {
+    stopped_ = true;
+    if (after_ == after_checkpoint::admit) {
+      // The epoch was cut short: count its training so far.
+      train_s_ += now_s - epoch_start_s_;
+      train_samples_ += epoch_totals_.samples;
+    }
+    finish(now_s);
+    return {};
+  }
+  switch (after_) {
+    case after_checkpoint::admit:
+      admission_->resume();
+      return admit_training();
+    case after_checkpoint::start_epoch:
+      return start_epoch(now_s);
+    case after_checkpoint::finish:
+      finish(now_s);
+      return {};
+  }
+  return {};
+}
+
+run_progress training_run::progress(double now_s) const {
+  run_progress progress;
+  progress.step =
+      due_step_
+          ? *due_step_
+          : (admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0);
+  progress.epoch = epoch_;
+  progress.wall_s = now_s - start_s_;
+  progress.train_s = train_s_;
+  progress.train_samples = train_samples_;
+  if (due_step_ && after_ == after_checkpoint::admit) {
+    progress.train_s += now_s - epoch_start_s_;
+    progress.train_samples += epoch_totals_.samples;
+  }
+  progress.time_to_target_s = summary_.time_to_target_s;
+  progress.test_accuracy = summary_.final_test_accuracy;
+  progress.test_loss = summary_.final_test_loss;
+  return progress;
+}
+
+void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s) {
+  // A log-interval record covers the steps since the previous one; an evaluation record
+  // covers the whole epoch.
+  const batch_totals& span = test ? epoch_totals_ : interval_;
+  const double seconds = test ? now_s - epoch_start_s_ : now_s - last_log_s_;
+  metrics_record record;
+  record.step = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0;
+  record.epoch = epoch;
+  record.loss = span.mean_loss();
+  record.learning_rate =
+      learning_rate_at(config_.training, record.step, steps_per_epoch_, total_steps_);
+  record.samples_per_s = seconds > 0 ? span.samples / seconds : 0.0;
+  record.wall_s = now_s - start_s_;
+  if (test) {
+    record.test_accuracy = test->accuracy();
+    record.test_loss = test->mean_loss();
+  }
+  observer_.on_metrics(record);
+  interval_ = batch_totals();
+  last_log_s_ = now_s;
+}
+
+}  // namespace troupe::actors

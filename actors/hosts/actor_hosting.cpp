@@ -1,0 +1,431 @@
+#include "actors/hosts/actor_hosting.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "actors/config/job_file.h"
+#include "actors/engine/stage_state.h"
+#include "actors/hosts/wire_format.h"
+#include "layers/backend_registry.h"
+
+namespace troupe::actors {
+namespace {
+
+/// Far more than max_active_keys messages ever wait on one socket, so a send never finds a
+/// full queue; admission, not the socket, bounds memory.
+constexpr int high_water_mark = 1 << 14;
+
+}  // namespace
+
+transport::endpoint_options endpoint_settings(const transport::security_settings& security) {
+  transport::endpoint_options options;
+  options.security = security;
+  options.send_high_water_mark = high_water_mark;
+  options.receive_high_water_mark = high_water_mark;
+  return options;
+}
+
+bool send_on(transport::outbox& out, const transport::message& message) {
+  const transport::send_result result = out.send_waiting(message, std::chrono::milliseconds(-1));
+  if (!result.ok()) {
+    std::fprintf(stderr, "troupe: send to %s failed: %s\n", out.address().c_str(),
+                 result.detail.c_str());
+  }
+  return result.ok();
+}
+
+static const char* span_name(key_kind kind, bool last, bool stepped) {
+  if (kind == key_kind::evaluate) return "evaluate";
+  if (kind == key_kind::forward)
+    return last ? (stepped ? "forward+backward+step" : "forward+backward") : "forward";
+  return stepped ? "backward+step" : "backward";
+}
+
+static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs) {
+  for (stage_output& output : outputs) {
+    wire_route route{parts.job_id, parts.index, transport::coordinator_stage,
+                     parts.logic->version(), parts.clock->now_seconds()};
+    switch (output.what) {
+      case stage_output::kind::to_next_stage:
+        route.target_stage = parts.index + 1;
+        send_on(*parts.next, to_wire(output.message, route));
+        break;
+      case stage_output::kind::to_previous_stage:
+        route.target_stage = parts.index - 1;
+        send_on(*parts.previous, to_wire(output.message, route));
+        break;
+      default:
+        send_on(*parts.coordinator, report_to_wire(output, route));
+        break;
+    }
+  }
+}
+
+/// Runs on whichever CAF scheduler thread picked the stage's actor; the backend makes its
+/// device current in every call, and key_from_wire() and the stage device hand over finished
+/// tensors only, so nothing here depends on the thread or on stream order.
+static void handle_at_stage(stage_parts& parts, const transport::message& incoming) {
+  const double start = parts.clock->now_seconds();
+  std::string error;
+  auto message = key_from_wire(incoming, *parts.backend, &error);
+  if (!message) {
+    std::fprintf(stderr, "troupe: stage %d dropped a message from stage %d: %s\n", parts.index,
+                 incoming.header.source_stage, error.c_str());
+    return;
+  }
+  const int64_t version = parts.logic->version();
+  std::string refusal;
+  std::vector<stage_output> outputs = parts.logic->handle(*message, &refusal);
+  if (!refusal.empty()) {
+    std::fprintf(stderr, "troupe: stage %d refused a %s message from stage %d: %s\n", parts.index,
+                 transport::to_string(incoming.header.kind), incoming.header.source_stage,
+                 refusal.c_str());
+    return;
+  }
+  if (parts.trace) {
+    const double end = parts.clock->now_seconds();
+    parts.trace->flow(incoming.header.source_stage, parts.index, message->key, sent_time(incoming),
+                      start);
+    parts.trace->span(
+        parts.index,
+        span_name(message->kind, parts.logic->is_last(), parts.logic->version() != version),
+        static_cast<int64_t>(message->key), start, end - start);
+  }
+  send_outputs(parts, outputs);
+}
+
+/// Answers the coordinator's save_state (with the stage's shard) and load_state (with an
+/// acknowledgement whose text holds the reason when the shard did not fit).
+static void handle_state_request(stage_parts& parts, const transport::message& incoming) {
+  wire_route route{parts.job_id, parts.index, transport::coordinator_stage, parts.logic->version(),
+                   parts.clock->now_seconds()};
+  if (incoming.header.kind == transport::message_kind::save_state) {
+    auto shard =
+        std::make_shared<const std::string>(serialize_stage_state(parts.logic->save_state()));
+    send_on(*parts.coordinator, state_to_wire(transport::message_kind::stage_state,
+                                              incoming.header.step, std::move(shard), route));
+    return;
+  }
+  std::string error;
+  auto bytes = state_from_wire(incoming, &error);
+  std::optional<stage_state> state;
+  if (bytes) state = parse_stage_state(bytes->data(), bytes->size(), &error);
+  const bool weights_only = incoming.header.metrics.count("weights_only") > 0;
+  if (state) parts.logic->load_state(*state, weights_only, &error);
+  transport::message reply =
+      state_to_wire(transport::message_kind::stage_state, incoming.header.step, nullptr, route);
+  reply.header.metrics["loaded"] = error.empty() ? 1.0 : 0.0;
+  reply.header.text = error.empty() ? "" : "stage " + std::to_string(parts.index) + ": " + error;
+  send_on(*parts.coordinator, reply);
+}
+
+static stage_report snapshot(stage_parts& parts) {
+  stage_report report;
+  report.staleness_histogram = parts.logic->staleness_histogram();
+  report.weight_staleness_histogram = parts.logic->weight_staleness_histogram();
+  report.peak_contexts = parts.logic->peak_contexts();
+  report.version = parts.logic->version();
+  if (parts.collect_weights) {
+    // The weights are finished (stage_device's contract), so any stream may read them.
+    for (layers::parameter* p : parts.device->parameters()) {
+      report.weights.push_back(p->value.to_host(parts.backend->default_stream()));
+    }
+  }
+  return report;
+}
+
+caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
+                          std::shared_ptr<stage_parts> parts) {
+  self->state.parts = std::move(parts);
+  return {
+      [self](const transport::message& incoming) {
+        const auto kind = incoming.header.kind;
+        if (kind == transport::message_kind::save_state ||
+            kind == transport::message_kind::load_state) {
+          handle_state_request(*self->state.parts, incoming);
+        } else {
+          handle_at_stage(*self->state.parts, incoming);
+        }
+      },
+      [self](collect_atom) { return snapshot(*self->state.parts); },
+  };
+}
+
+static void dispatch(coordinator_parts& parts, const std::vector<key_message>& messages) {
+  for (const key_message& message : messages) {
+    wire_route route{parts.job_id, transport::coordinator_stage, 0, 0, parts.clock->now_seconds()};
+    send_on(*parts.stages[0], to_wire(message, route));
+  }
+}
+
+/// Sends a save_state or load_state message to every stage and waits for their answers.
+static void start_round(coordinator_parts& parts, coordinator_parts::phase round, int64_t step) {
+  parts.round = round;
+  parts.awaiting = static_cast<int>(parts.stages.size());
+  parts.received.assign(parts.stages.size(), std::string());
+  parts.arrived.assign(parts.stages.size(), false);
+  parts.round_started_s = parts.clock->now_seconds();
+  const bool load = round == coordinator_parts::phase::loading;
+  for (size_t s = 0; s < parts.stages.size(); ++s) {
+    wire_route route{parts.job_id, transport::coordinator_stage, static_cast<int32_t>(s), 0,
+                     parts.clock->now_seconds()};
+    transport::message message = state_to_wire(
+        load ? transport::message_kind::load_state : transport::message_kind::save_state, step,
+        load ? parts.initial_shards[s] : nullptr, route);
+    if (load && parts.initial_weights_only) message.header.metrics["weights_only"] = 1;
+    send_on(*parts.stages[s], message);
+  }
+}
+
+/// Starts a checkpoint round when the run has reached one; otherwise does nothing.
+static void maybe_checkpoint(coordinator_parts& parts) {
+  if (parts.round != coordinator_parts::phase::training) return;
+  auto step = parts.run->checkpoint_due();
+  if (!step) return;
+  if (parts.store == nullptr) {
+    dispatch(parts, parts.run->checkpoint_done(parts.clock->now_seconds()));
+    return;
+  }
+  start_round(parts, coordinator_parts::phase::saving, *step);
+}
+
+static void after_run_changed(caf::event_based_actor* self, coordinator_parts& parts) {
+  maybe_checkpoint(parts);
+  if (parts.run->finished()) self->send(parts.listener, done_atom::value);
+}
+
+/// Writes the checkpoint whose shards have all arrived, then lets the run go on.
+static void commit_checkpoint(coordinator_parts& parts) {
+  const double now = parts.clock->now_seconds();
+  const int64_t step = *parts.run->checkpoint_due();
+  checkpoint_manifest manifest;
+  manifest.job = parts.job_name;
+  manifest.config_hash = parts.config_hash;
+  manifest.step = step;
+  const run_progress progress = parts.run->progress(now);
+  manifest.epoch = progress.epoch;
+  manifest.stages = static_cast<int32_t>(parts.stages.size());
+  manifest.coordinator = to_json(progress);
+  std::vector<std::string> shards = std::move(parts.received);
+  parts.received.clear();
+  uint64_t bytes = 0;
+  for (const std::string& shard : shards) bytes += shard.size();
+  std::string error;
+  if (parts.store->commit(manifest, shards, &error)) {
+    const double seconds = parts.clock->now_seconds() - parts.round_started_s;
+    if (parts.observer) {
+      parts.observer->on_event(
+          {{"event", "checkpoint"},
+           {"step", step},
+           {"epoch", progress.epoch},
+           {"bytes", bytes},
+           {"seconds", seconds},
+           {"directory", parts.store->root() + "/step-" + std::to_string(step)}});
+    }
+  } else {
+    std::fprintf(stderr, "troupe: the checkpoint of step %lld was not written: %s\n",
+                 static_cast<long long>(step), error.c_str());
+  }
+}
+
+/// A stage's answer to a save or load round.
+static void handle_state_answer(caf::event_based_actor* self, coordinator_parts& parts,
+                                const transport::message& incoming) {
+  const int stage = incoming.header.source_stage;
+  if (parts.round == coordinator_parts::phase::training || stage < 0 ||
+      stage >= static_cast<int>(parts.stages.size()) || parts.arrived[stage]) {
+    std::fprintf(stderr, "troupe: coordinator ignored an unexpected state message from stage %d\n",
+                 stage);
+    return;
+  }
+  std::string error;
+  auto bytes = state_from_wire(incoming, &error);
+  if (parts.round == coordinator_parts::phase::loading && incoming.header.metrics.count("loaded") &&
+      incoming.header.metrics.at("loaded") == 0) {
+    error = incoming.header.text;
+  } else if (parts.round == coordinator_parts::phase::saving && bytes && bytes->empty()) {
+    error = "stage " + std::to_string(stage) + " sent an empty shard";
+  }
+  if (!error.empty() || !bytes) {
+    parts.failure = error.empty() ? "stage " + std::to_string(stage) + " sent a bad state" : error;
+    parts.round = coordinator_parts::phase::training;
+    self->send(parts.listener, done_atom::value);
+    return;
+  }
+  parts.received[stage] = std::move(*bytes);
+  parts.arrived[stage] = true;
+  if (--parts.awaiting > 0) return;
+  const auto round = parts.round;
+  parts.round = coordinator_parts::phase::training;
+  if (round == coordinator_parts::phase::loading) {
+    parts.received.clear();
+    parts.initial_shards.clear();
+    dispatch(parts, parts.run->start(parts.clock->now_seconds()));
+  } else {
+    commit_checkpoint(parts);
+    dispatch(parts, parts.run->checkpoint_done(parts.clock->now_seconds()));
+  }
+  after_run_changed(self, parts);
+}
+
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
+                                std::shared_ptr<coordinator_parts> parts) {
+  self->state.parts = std::move(parts);
+  return {
+      [self](start_atom) {
+        coordinator_parts& parts = *self->state.parts;
+        if (!parts.initial_shards.empty()) {
+          start_round(parts, coordinator_parts::phase::loading, 0);
+          return;
+        }
+        dispatch(parts, parts.run->start(parts.clock->now_seconds()));
+        after_run_changed(self, parts);
+      },
+      [self](checkpoint_atom, bool stop_after) {
+        coordinator_parts& parts = *self->state.parts;
+        parts.run->request_checkpoint(stop_after);
+      },
+      [self](const transport::message& incoming) {
+        coordinator_parts& parts = *self->state.parts;
+        if (incoming.header.job_id != parts.job_id) return;  // an earlier generation's
+        if (incoming.header.kind == transport::message_kind::stage_state) {
+          handle_state_answer(self, parts, incoming);
+          return;
+        }
+        std::string error;
+        auto report = report_from_wire(incoming, &error);
+        if (!report) {
+          std::fprintf(stderr, "troupe: coordinator dropped a message from stage %d: %s\n",
+                       incoming.header.source_stage, error.c_str());
+          return;
+        }
+        dispatch(parts, parts.run->handle(*report, parts.clock->now_seconds()));
+        if (!parts.run->failure().empty()) {
+          if (parts.failure.empty()) {
+            parts.failure = parts.run->failure();
+            self->send(parts.listener, done_atom::value);
+          }
+          return;
+        }
+        after_run_changed(self, parts);
+      },
+  };
+}
+
+std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& config,
+                                                          const job_data& data,
+                                                          const pipeline_options& options,
+                                                          training_observer& observer,
+                                                          clock_source& clock, std::string* error) {
+  auto parts = std::make_shared<coordinator_parts>();
+  parts->host = layers::create_backend("cpu", 1, error);
+  if (!parts->host) return nullptr;
+  std::optional<run_progress> progress;
+  if (options.resume) {
+    const loaded_checkpoint& checkpoint = *options.resume;
+    if (checkpoint.manifest.stages != config.parallelism.stages) {
+      *error = checkpoint.directory + " holds " + std::to_string(checkpoint.manifest.stages) +
+               " stages; the job has " + std::to_string(config.parallelism.stages);
+      return nullptr;
+    }
+    progress = progress_from_json(checkpoint.manifest.coordinator, error);
+    if (!progress) {
+      *error = checkpoint.directory + "/manifest.json: " + *error;
+      return nullptr;
+    }
+    for (const std::string& shard : checkpoint.shards) {
+      parts->initial_shards.push_back(std::make_shared<const std::string>(shard));
+    }
+  } else if (!options.initial_weights.empty()) {
+    parts->initial_shards = options.initial_weights;
+    parts->initial_weights_only = true;
+  }
+  parts->run = std::make_unique<training_run>(config, data.train, data.test, *parts->host, observer,
+                                              progress);
+  parts->clock = &clock;
+  parts->trace = options.trace;
+  parts->observer = &observer;
+  parts->job_name = options.job_name;
+  parts->config_hash = checkpoint_config_hash(config);
+  if (!options.checkpoint_directory.empty()) {
+    parts->store = std::make_unique<checkpoint_store>(options.checkpoint_directory,
+                                                      config.checkpoint.keep_last);
+  }
+  return parts;
+}
+
+void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,
+                                std::atomic<int>* requests) {
+  if (requests == nullptr) return;
+  const int request = requests->exchange(0);
+  if (request != 0) self->send(coordinator, checkpoint_atom::value, request == 2);
+}
+
+void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atomic<int>* requests) {
+  bool done = false;
+  while (!done) {
+    self->receive([&](done_atom) { done = true; },
+                  caf::after(std::chrono::milliseconds(100)) >> [] {});
+    forward_checkpoint_request(self, coordinator, requests);
+  }
+}
+
+void close_outboxes(stage_parts& parts) {
+  parts.next.reset();
+  parts.previous.reset();
+  parts.coordinator.reset();
+}
+
+void configure_scheduler(caf::actor_system_config& settings, int threads) {
+  settings.set("scheduler.max-threads", std::max(1, threads));
+  settings.set("scheduler.policy", caf::atom("sharing"));
+}
+
+std::optional<transport::outbox> connect_outbox(transport::transport_context& context,
+                                                const std::string& address, std::string* error,
+                                                const transport::security_settings& security,
+                                                const std::string& server_key) {
+  transport::security_settings settings = security;
+  settings.server_public_key = server_key;
+  transport::endpoint_error problem;
+  auto out = transport::outbox::connect(context, address, endpoint_settings(settings), &problem);
+  if (!out) *error = problem.text;
+  return out;
+}
+
+static std::string key_of(const address_book& addresses, int stage) {
+  return stage < static_cast<int>(addresses.stage_keys.size()) ? addresses.stage_keys[stage] : "";
+}
+
+std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
+                                              int index, int64_t steps_per_epoch,
+                                              int64_t total_steps,
+                                              transport::transport_context& context,
+                                              const address_book& addresses, std::string* error) {
+  auto parts = std::make_shared<stage_parts>();
+  parts->index = index;
+  parts->backend =
+      layers::create_backend(device_of_stage(config, index), threads_per_stage(config), error);
+  if (!parts->backend) return nullptr;
+  parts->device = make_layers_stage_device(config, range, *parts->backend);
+  parts->logic = std::make_unique<stage_logic>(
+      stage_settings_of(config, index, steps_per_epoch, total_steps), *parts->device);
+  const int stages = config.parallelism.stages;
+  if (index + 1 < stages) {
+    parts->next = connect_outbox(context, addresses.stages[index + 1], error, addresses.security,
+                                 key_of(addresses, index + 1));
+    if (!parts->next) return nullptr;
+  }
+  if (index > 0) {
+    parts->previous = connect_outbox(context, addresses.stages[index - 1], error,
+                                     addresses.security, key_of(addresses, index - 1));
+    if (!parts->previous) return nullptr;
+  }
+  parts->coordinator = connect_outbox(context, addresses.coordinator, error, addresses.security,
+                                      addresses.coordinator_key);
+  if (!parts->coordinator) return nullptr;
+  return parts;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,154 @@
+#pragma once
+
+// The pieces every real host of the engine is built from: the CAF actors that run stages and
+// the coordinator, what each owns, and the ZeroMQ settings they send with. Internal to
+// actors/: only the hosts include it (the in-process host and the cluster host).
+
+#include <caf/all.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/engine/stage_logic.h"
+#include "actors/engine/stage_settings.h"
+#include "actors/engine/training_run.h"
+#include "actors/hosts/pipeline_host.h"
+#include "actors/storage/checkpoint_store.h"
+#include "transport/endpoint.h"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::transport::message)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::stage_report)
+
+namespace troupe::actors {
+
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using collect_atom = caf::atom_constant<caf::atom("collect")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+/// Asks the coordinator for a checkpoint at the next step boundary (bool: stop after it).
+using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
+
+/// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
+/// secured as `security` says (plain by default, which only loopback addresses accept).
+transport::endpoint_options endpoint_settings(const transport::security_settings& security = {});
+
+/// Sends on `out`; a full queue (which admission should make impossible) is waited out
+/// rather than dropping a key. Returns false with the reason printed when the send failed.
+bool send_on(transport::outbox& out, const transport::message& message);
+
+/// Everything a stage actor owns, made before the actor is spawned and handed over to it.
+struct stage_parts {
+  int index = 0;
+  uint64_t job_id = 0;
+  std::unique_ptr<layers::backend> backend;
+  std::unique_ptr<stage_device> device;
+  std::unique_ptr<stage_logic> logic;
+  std::optional<transport::outbox> next;
+  std::optional<transport::outbox> previous;
+  std::optional<transport::outbox> coordinator;
+  clock_source* clock = nullptr;
+  trace_recorder* trace = nullptr;
+  bool collect_weights = false;
+};
+
+/// Closes the stage's sockets. Messages ZeroMQ still holds may own tensors of its backend, so
+/// the parts (and backend) must outlive the transport context, which ends after this.
+void close_outboxes(stage_parts& parts);
+
+struct stage_actor_state {
+  std::shared_ptr<stage_parts> parts;
+};
+
+/// A stage: handles key messages (transport frames) and answers collect_atom with its report.
+caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
+                          std::shared_ptr<stage_parts> parts);
+
+/// Everything the coordinator actor owns.
+struct coordinator_parts {
+  uint64_t job_id = 0;
+  std::unique_ptr<layers::backend> host;
+  std::unique_ptr<training_run> run;
+  /// One outbox per stage: keys enter at stage 0; checkpoints talk to every stage.
+  std::vector<std::optional<transport::outbox>> stages;
+  clock_source* clock = nullptr;
+  trace_recorder* trace = nullptr;
+  training_observer* observer = nullptr;  ///< checkpoint events (may be null)
+  caf::actor listener;
+  /// Where checkpoints go (null: the run takes none).
+  std::unique_ptr<checkpoint_store> store;
+  std::string job_name;
+  std::string config_hash;
+  /// Shards each stage loads before the first key (resume, init_from); empty: none.
+  std::vector<std::shared_ptr<const std::string>> initial_shards;
+  bool initial_weights_only = false;
+  /// Set when the run cannot go on (a stage refused its shard); done_atom follows.
+  std::string failure;
+
+  // A round of state messages in progress (loading before the start, or saving).
+  enum class phase { training, loading, saving } round = phase::training;
+  std::vector<std::string> received;  ///< saving: each stage's shard
+  std::vector<bool> arrived;
+  int awaiting = 0;
+  double round_started_s = 0;
+};
+
+struct coordinator_actor_state {
+  std::shared_ptr<coordinator_parts> parts;
+};
+
+/// The coordinator: start_atom starts the run, stage reports drive it; sends done_atom to
+/// parts->listener when the run has finished.
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
+                                std::shared_ptr<coordinator_parts> parts);
+
+/// The coordinator of `config`'s run as `options` say (checkpoints, resume, initial weights),
+/// without its outboxes. Nothing, with `error` set, when the resume point does not fit.
+std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& config,
+                                                          const job_data& data,
+                                                          const pipeline_options& options,
+                                                          training_observer& observer,
+                                                          clock_source& clock, std::string* error);
+
+/// Waits for the coordinator's done_atom, passing checkpoint requests on as they come.
+void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atomic<int>* requests);
+
+/// Passes a pending checkpoint request (SIGUSR1: 1, SIGTERM: 2) to the coordinator.
+void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,
+                                std::atomic<int>* requests);
+
+/// Settings for troupe's actor systems: `threads` scheduler threads sharing one queue, each
+/// blocked on its condition variable until a message arrives. A stage's handler computes for
+/// milliseconds, so CAF's default work stealing fits it badly: its idle threads poll (100
+/// tries, then every 50 µs for 500 more), preempting the stages' GEMM threads, and without the
+/// polling a message from a non-actor thread (ZeroMQ's receiver) lands in a random busy
+/// thread's queue and waits until that handler ends or an idle thread wakes to steal it (every
+/// 10 ms): an async pipeline then ran its stages one after another.
+void configure_scheduler(caf::actor_system_config& settings, int threads);
+
+/// Where each stage and the coordinator receive, and (with CURVE) the public key each
+/// receiving end proves to hold.
+struct address_book {
+  std::vector<std::string> stages;
+  std::string coordinator;
+  std::vector<std::string> stage_keys;  ///< parallel to `stages`; empty without CURVE
+  std::string coordinator_key;
+  transport::security_settings security;  ///< this process's own keys and policy
+};
+
+/// Builds stage `index` of `config` (blocks `range`) with outboxes to its neighbours and the
+/// coordinator per `addresses`. Returns null with `error` set when its device cannot be opened
+/// or an address is malformed.
+std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
+                                              int index, int64_t steps_per_epoch,
+                                              int64_t total_steps,
+                                              transport::transport_context& context,
+                                              const address_book& addresses, std::string* error);
+
+/// An outbox to `address` with the engine's settings; with CURVE the inbox there must prove
+/// it holds `server_key`. Nothing with `error` set on failure.
+std::optional<transport::outbox> connect_outbox(transport::transport_context& context,
+                                                const std::string& address, std::string* error,
+                                                const transport::security_settings& security = {},
+                                                const std::string& server_key = "");
+
+}  // namespace troupe::actors

@@ -1,0 +1,57 @@
+#pragma once
+
+// Model weights in the safetensors format, the one PyTorch, JAX and Hugging Face tools read
+// without running any code: an 8-byte little-endian header length N, N bytes of JSON naming
+// each tensor's dtype, shape and byte range, then the raw little-endian data. troupe writes and
+// reads float32 ("F32") tensors only.
+//
+// Names: a checkpoint's weights export as "stage{i}.{layer}.{weight|bias}" (layer: the block's
+// type and its index in model.layers, e.g. "stage1.linear2.weight"). Block numbering is global,
+// so "linear2.weight" alone names the same tensor whatever the number of stages, which lets
+// model.init_from load a file exported from a run cut into a different number of stages.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/config/job_config.h"
+#include "actors/engine/stage_state.h"
+#include "actors/storage/file_system.h"
+
+namespace troupe::actors {
+
+/// Writes `tensors`, contiguously in the order given, and `metadata` (the header's
+/// "__metadata__", omitted when empty) to `path` atomically through `files` (see
+/// file_system::write_atomically). False, with `error` naming the file or tensor, when a name
+/// is repeated or empty, a tensor's values do not match its shape, or the file cannot be
+/// written.
+bool write_safetensors(const std::string& path, const std::vector<named_tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, std::string* error,
+                       file_system& files = posix_files());
+
+/// Reads the tensors of a safetensors file, in the order of their data. Every rule of the format
+/// is checked before any tensor is allocated (header length within the file and at most 100 MB,
+/// a JSON object, dtype F32, non-negative shapes, byte ranges that match the shapes and tile the
+/// data section exactly, unique names), so a hostile file costs no more memory than its header.
+/// Nothing, with `error` naming the file and, where one is at fault, the tensor, otherwise.
+std::optional<std::vector<named_tensor>> read_safetensors(const std::string& path,
+                                                          std::string* error);
+
+/// Every stage's parameters, named "stage{i}.{name}" with i = state.stage, in stage order.
+std::vector<named_tensor> export_tensors(const std::vector<stage_state>& stages);
+
+/// One state per stage of `config`'s model with `parameters` filled from `tensors` (and nothing
+/// else: load it with weights_only). Stage i's parameter "linear2.weight" comes from the tensor
+/// "stage{i}.linear2.weight", else from "linear2.weight" bare or under another stage's prefix.
+/// Nothing, with `error` naming the tensor, when one is missing, ambiguous, has another shape
+/// than the model's, or is left over.
+std::optional<std::vector<stage_state>> stage_states_from_tensors(
+    const std::vector<named_tensor>& tensors, const job_config& config, std::string* error);
+
+/// The initial weights model.init_from names, one state per stage (see above). `error` starts
+/// with "model.init_from: <path>: ".
+std::optional<std::vector<stage_state>> initial_stage_states(const job_config& config,
+                                                             std::string* error);
+
+}  // namespace troupe::actors

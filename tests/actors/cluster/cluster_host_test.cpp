@@ -1,0 +1,463 @@
+// The coordinator and workers as they run in separate processes, here on threads of one test
+// process talking over ipc:// (the same sockets and frames): the stages' final weights equal
+// the in-process engine's bit for bit in sync mode.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "actors/cluster/cluster_control.h"
+#include "actors/cluster/cluster_host.h"
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/trace_recorder.h"
+#include "actors/hosts/pipeline_host.h"
+#include "tests/support/engine_helpers.h"
+#include "tests/support/job_helpers.h"
+#include "transport/endpoint.h"
+
+namespace troupe::actors {
+namespace {
+
+using actors::quiet_observer;
+using testing::wall_clock;
+
+const char* job_toml = R"(
+[model]
+input_shape = [12]
+layers = [{ type = "linear", out = 24 }, { type = "tanh" }, { type = "dropout", p = 0.2 },
+          { type = "linear", out = 20 }, { type = "relu" }, { type = "linear", out = 4 }]
+[data]
+dataset = "synthetic"
+synthetic_train = 640
+synthetic_test = 100
+classes = 4
+[parallelism]
+stages = 3
+partition = "uniform"
+micro_batches = 4
+threads = 3
+[training]
+batch_size = 16
+epochs = 2
+lr = 0.05
+momentum = 0.9
+)";
+
+std::vector<std::vector<float>> weights_of(const pipeline_report& report) {
+  std::vector<std::vector<float>> result;
+  for (const auto& stage : report.stages) {
+    for (const auto& w : stage.weights) result.push_back(w);
+  }
+  return result;
+}
+
+/// The job with `overrides`, its data and its run in one process: what a cluster run of it
+/// must equal.
+struct reference_run {
+  std::optional<job_config> config;
+  std::optional<job_data> data;
+  std::optional<pipeline_report> local;
+};
+
+void run_reference(const std::vector<std::string>& overrides, reference_run* out) {
+  job_error problem;
+  out->config = parse_job(job_toml, "cluster test", overrides, &problem);
+  ASSERT_TRUE(out->config) << problem.message;
+  std::string error;
+  out->data = load_job_data(*out->config, &error);
+  ASSERT_TRUE(out->data) << error;
+  wall_clock clock;
+  quiet_observer observer;
+  pipeline_options collect;
+  collect.collect_weights = true;
+  out->local = run_pipeline(*out->config, *out->data, observer, clock, collect, &error);
+  ASSERT_TRUE(out->local) << error;
+}
+
+/// A coordinator of the job with `overrides` for one worker, listening in `directory`.
+coordinator_options one_worker_coordinator(const std::string& directory,
+                                           const std::vector<std::string>& overrides = {}) {
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  options.overrides = overrides;
+  return options;
+}
+
+/// Runs a worker at `address` for the coordinator at `coordinator` on a thread of its own,
+/// leaving its exit status and error in `status` and `error`.
+std::thread start_worker(const std::string& coordinator, const std::string& address, int* status,
+                         std::string* error) {
+  return std::thread([coordinator, address, status, error] {
+    worker_options settings;
+    settings.coordinator_address = coordinator;
+    settings.listen_address = address;
+    wall_clock worker_clock;
+    *status = run_worker(settings, worker_clock, error);
+  });
+}
+
+TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const std::vector<std::string> overrides = {std::string("parallelism.schedule=") + schedule};
+    job_error problem;
+    auto config = parse_job(job_toml, "cluster test", overrides, &problem);
+    ASSERT_TRUE(config) << problem.message;
+    std::string error;
+    auto data = load_job_data(*config, &error);
+    ASSERT_TRUE(data) << error;
+    wall_clock clock;
+    quiet_observer observer;
+    pipeline_options collect;
+    collect.collect_weights = true;
+    auto local = run_pipeline(*config, *data, observer, clock, collect, &error);
+    ASSERT_TRUE(local) << error;
+
+    char pattern[] = "/tmp/troupe-test-XXXXXX";
+    const std::string directory = mkdtemp(pattern);
+    coordinator_options options;
+    options.listen_address = "ipc://" + directory + "/coordinator";
+    options.workers = 2;
+    options.job_toml = job_toml;
+    options.overrides = overrides;
+    std::vector<int> statuses(2, -1);
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        worker_options worker;
+        worker.coordinator_address = options.listen_address;
+        worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
+        wall_clock worker_clock;
+        std::string worker_error;
+        statuses[w] = run_worker(worker, worker_clock, &worker_error);
+      });
+    }
+    auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+    for (auto& worker : workers) worker.join();
+    std::filesystem::remove_all(directory);
+    ASSERT_TRUE(remote) << error;
+    EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+    ASSERT_EQ(remote->stages.size(), 3u);
+    EXPECT_EQ(weights_of(*remote), weights_of(*local)) << schedule;
+    EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
+    EXPECT_EQ(remote->summary.steps, 80);
+  }
+}
+
+TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
+  reference_run reference;
+  ASSERT_NO_FATAL_FAILURE(run_reference({}, &reference));
+  const job_config& config = *reference.config;
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  const coordinator_options options = one_worker_coordinator(directory);
+  const std::string worker_address = "ipc://" + directory + "/worker";
+  int worker_status = -1;
+  std::string worker_error, error;
+  std::thread worker =
+      start_worker(options.listen_address, worker_address, &worker_status, &worker_error);
+  // A stranger's messages: another job's forward and a stage nobody hosts, sent once the
+  // worker's socket exists so that they arrive while it runs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::filesystem::exists(directory + "/worker") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  transport::transport_context stranger;
+  auto out = transport::outbox::connect(stranger, worker_address, {}, nullptr);
+  ASSERT_TRUE(out);
+  for (int target : {0, 9}) {
+    transport::message forged;
+    forged.header.kind = transport::message_kind::forward;
+    forged.header.job_id = 4242;
+    forged.header.target_stage = target;
+    transport::add_payload(forged, {1, 12}, std::make_shared<const std::vector<float>>(12, 1.0f));
+    const transport::send_result sent = out->send_waiting(forged, std::chrono::seconds(10));
+    ASSERT_TRUE(sent.ok()) << sent.detail;
+  }
+  wall_clock clock;
+  quiet_observer observer;
+  auto remote = run_coordinator(config, *reference.data, options, observer, clock, &error);
+  worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << error;
+  EXPECT_EQ(remote->dropped_frames, 2u);
+  EXPECT_EQ(weights_of(*remote), weights_of(*reference.local));
+}
+
+/// Control messages no coordinator or worker should act on: malformed JSON, wrong kinds of
+/// fields, deep nesting, unknown types, and a report for a stage from a peer that hosts none.
+std::vector<std::string> hostile_control_texts(const std::string& worker_address) {
+  const std::string nested = std::string(20000, '[') + std::string(20000, ']');
+  return {
+      "not JSON {",
+      "[1, 2, 3]",
+      R"({"type": 7})",
+      R"({"no_type": true})",
+      R"({"type": "frobnicate", "address": "tcp://10.9.9.9:1"})",
+      R"({"type": "hello", "host": 42, "address": "tcp://10.9.9.9:1"})",
+      R"({"type": "hello", "address": [1, 2], "pid": "x"})",
+      R"({"type": "hello", "protocol": 1e400})",
+      R"({"type": "hello", "host": )" + nested + "}",
+      R"({"type": "ready", "job_id": "abc", "address": ")" + worker_address + R"("})",
+      R"({"type": "report", "stage": "zero", "staleness": {"a": 1}, "address": ")" +
+          worker_address + R"("})",
+      R"({"type": "report", "stage": 2, "version": 5, "address": "ipc:///nobody"})",
+      R"({"type": "usage", "user_s": "lots", "address": ")" + worker_address + R"("})",
+      R"({"type": "trace", "stages": "all", "clock_offset_s": {}, "address": ")" + worker_address +
+          R"("})",
+      R"({"type": "heartbeat", "clock_s": "now", "echo": 5})",
+      R"({"type": "finish"})",
+      R"({"type": "finish", "job_id": -1})",
+      R"({"type": "reset", "job_id": "x"})",
+      R"({"type": "assign", "stages": "all"})",
+      R"({"type": "refuse", "reason": 5})",
+      R"({"type": "heartbeat", "echo": {"sent_s": "a", "received_s": []}, "sent_s": null})",
+  };
+}
+
+/// Sends each text as a control message to `address`, returning once they have left.
+void send_control_texts(transport::transport_context& context, const std::string& address,
+                        const std::vector<std::string>& texts) {
+  transport::endpoint_options lingering;
+  lingering.linger_ms = 10000;  // closing waits for the messages to leave
+  auto out = transport::outbox::connect(context, address, lingering, nullptr);
+  ASSERT_TRUE(out);
+  for (const std::string& text : texts) {
+    transport::message message;
+    message.header.kind = transport::message_kind::control;
+    message.header.text = text;
+    const transport::send_result sent = out->send_waiting(message, std::chrono::seconds(10));
+    ASSERT_TRUE(sent.ok()) << sent.detail;
+  }
+}
+
+/// Calls `action` once, on the coordinator's thread, when the run reaches `step`.
+class at_step final : public training_observer {
+ public:
+  at_step(int64_t step, std::function<void()> action) : step_(step), action_(std::move(action)) {}
+  void on_step(int64_t step, int64_t, int64_t, double, double) override {
+    if (step < step_ || done_) return;
+    done_ = true;
+    action_();
+  }
+  void on_metrics(const metrics_record&) override {}
+  bool done() const { return done_; }
+
+ private:
+  int64_t step_;
+  std::function<void()> action_;
+  bool done_ = false;
+};
+
+TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndisturbed) {
+  const std::vector<std::string> overrides = {"training.epochs=10"};
+  reference_run reference;
+  ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  const coordinator_options options = one_worker_coordinator(directory, overrides);
+  const std::string worker_address = "ipc://" + directory + "/worker";
+  int worker_status = -1;
+  std::string worker_error, error;
+  std::thread worker =
+      start_worker(options.listen_address, worker_address, &worker_status, &worker_error);
+  // 10 of the run's 400 steps in, a stranger sends the hostile messages to both.
+  const auto texts = hostile_control_texts(worker_address);
+  transport::transport_context stranger;
+  at_step observer(10, [&] {
+    send_control_texts(stranger, options.listen_address, texts);
+    send_control_texts(stranger, worker_address, texts);
+  });
+  wall_clock clock;
+  auto remote =
+      run_coordinator(*reference.config, *reference.data, options, observer, clock, &error);
+  worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(observer.done());
+  ASSERT_TRUE(remote) << error;
+  EXPECT_EQ(worker_status, 0) << worker_error;
+  EXPECT_EQ(remote->summary.steps, 400);
+  EXPECT_EQ(remote->summary.final_test_loss, reference.local->summary.final_test_loss);
+  EXPECT_EQ(weights_of(*remote), weights_of(*reference.local));
+  // Each one was heard and dropped: by the coordinator all, by the worker all but the
+  // well-formed report, which is no message for a worker.
+  EXPECT_EQ(remote->dropped_control_messages, texts.size());
+  EXPECT_EQ(remote->dropped_frames, texts.size() - 1);
+}
+
+TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", {}, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 1;
+  options.job_toml = job_toml;
+  std::optional<pipeline_report> remote;
+  std::string coordinator_error;
+  std::thread coordinator([&] {
+    wall_clock clock;
+    quiet_observer observer;
+    remote = run_coordinator(*config, *data, options, observer, clock, &coordinator_error);
+  });
+
+  // A peer speaking protocol version 1 gets a refusal that says so.
+  transport::transport_context context;
+  auto in = transport::inbox::bind(context, "ipc://" + directory + "/old", {}, nullptr);
+  ASSERT_TRUE(in);
+  auto out = transport::outbox::connect(context, options.listen_address, {}, nullptr);
+  ASSERT_TRUE(out);
+  const nlohmann::json hello = {{"type", "hello"},    {"protocol", 1}, {"address", in->address()},
+                                {"host", "old-host"}, {"pid", 1},      {"public_key", ""}};
+  ASSERT_TRUE(out->send_waiting(control_message(hello), std::chrono::seconds(10)).ok());
+  nlohmann::json answer;
+  for (int tries = 0; tries < 100 && answer.is_null(); ++tries) {
+    auto received = in->receive(std::chrono::milliseconds(100));
+    if (received && received->value) answer = control_body(*received->value);
+  }
+  ASSERT_FALSE(answer.is_null()) << "no answer to an old protocol's hello";
+  EXPECT_EQ(answer["type"], "refuse");
+  EXPECT_NE(answer.value("reason", "")
+                .find("protocol version 1, this coordinator speaks " +
+                      std::to_string(transport::current_protocol_version)),
+            std::string::npos)
+      << answer.dump();
+
+  // A worker started for another job is refused and exits 2 naming both config hashes.
+  wall_clock clock;
+  worker_options stranger;
+  stranger.coordinator_address = options.listen_address;
+  stranger.listen_address = "ipc://" + directory + "/stranger";
+  stranger.job_hash = "0123456789abcdef";
+  std::string stranger_error;
+  EXPECT_EQ(run_worker(stranger, clock, &stranger_error), 2);
+  EXPECT_NE(stranger_error.find("refused this worker: it was started for another job (config "
+                                "hash 0123456789abcdef, this job's is " +
+                                checkpoint_config_hash(*config) + ")"),
+            std::string::npos)
+      << stranger_error;
+
+  // The coordinator is still waiting, and the job's own worker runs it to the end.
+  worker_options own;
+  own.coordinator_address = options.listen_address;
+  own.listen_address = "ipc://" + directory + "/worker";
+  own.job_hash = checkpoint_config_hash(*config);
+  std::string own_error;
+  EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
+  coordinator.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << coordinator_error;
+  EXPECT_EQ(remote->summary.epochs, 2);
+}
+
+TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", {}, &problem);
+  ASSERT_TRUE(config);
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 2;
+  options.liveness.startup_s = 0.3;
+  wall_clock clock;
+  quiet_observer observer;
+  EXPECT_FALSE(run_coordinator(*config, *data, options, observer, clock, &error));
+  EXPECT_NE(error.find("only 0 of 2 workers joined"), std::string::npos) << error;
+  options.workers = 4;
+  EXPECT_FALSE(run_coordinator(*config, *data, options, observer, clock, &error));
+  EXPECT_NE(error.find("4 workers for 3 stages"), std::string::npos) << error;
+  std::filesystem::remove_all(directory);
+}
+
+/// A host whose monotonic clock started long before the coordinator's.
+class shifted_clock final : public clock_source {
+ public:
+  explicit shifted_clock(double shift_s) : shift_s_(shift_s) {}
+  double now_seconds() override { return base_.now_seconds() + shift_s_; }
+
+ private:
+  wall_clock base_;
+  double shift_s_;
+};
+
+TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
+  const std::vector<std::string> overrides = {"metrics.trace=true", "training.epochs=1"};
+  job_error problem;
+  auto config = parse_job(job_toml, "cluster test", overrides, &problem);
+  ASSERT_TRUE(config) << problem.message;
+  std::string error;
+  auto data = load_job_data(*config, &error);
+  ASSERT_TRUE(data) << error;
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const std::string directory = mkdtemp(pattern);
+  trace_recorder trace(3);
+  coordinator_options options;
+  options.listen_address = "ipc://" + directory + "/coordinator";
+  options.workers = 2;
+  options.job_toml = job_toml;
+  options.overrides = overrides;
+  options.pipeline.trace = &trace;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      worker_options worker;
+      worker.coordinator_address = options.listen_address;
+      worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
+      // Clocks of other hosts: hours ahead of the coordinator's and an hour behind it.
+      shifted_clock worker_clock(w == 0 ? 5000.0 : -3600.0);
+      std::string worker_error;
+      run_worker(worker, worker_clock, &worker_error);
+    });
+  }
+  wall_clock clock;
+  quiet_observer observer;
+  const double started_us = clock.now_seconds() * 1e6;
+  auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+  const double ended_us = clock.now_seconds() * 1e6;
+  for (auto& worker : workers) worker.join();
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(remote) << error;
+
+  const nlohmann::json timeline = trace.to_json();
+  std::map<int, int> work_spans;  // per Chrome thread id (stage + 1)
+  std::map<uint64_t, double> sent_us;
+  std::vector<std::pair<uint64_t, double>> received_us;
+  for (const auto& event : timeline["traceEvents"]) {
+    if (event["ph"] == "X" && event["name"] != "idle") {
+      ++work_spans[event["tid"].get<int>()];
+      EXPECT_GE(event["ts"].get<double>(), started_us) << event.dump();
+      EXPECT_LE(event["ts"].get<double>() + event["dur"].get<double>(), ended_us)
+          << event.dump() << " started " << std::fixed << started_us << " ended " << ended_us;
+    } else if (event["ph"] == "s") {
+      sent_us[event["id"].get<uint64_t>()] = event["ts"].get<double>();
+    } else if (event["ph"] == "f") {
+      received_us.push_back({event["id"].get<uint64_t>(), event["ts"].get<double>()});
+    }
+  }
+  // 40 steps of 4 micro-batches, forward and backward, on each of the 3 stages.
+  for (int stage = 0; stage < 3; ++stage) EXPECT_GE(work_spans[stage + 1], 160) << stage;
+  ASSERT_GE(received_us.size(), 3u * 160u);
+  // Messages between the workers arrive after they were sent, to within the clock estimate:
+  // half the shortest heartbeat round trip over ipc://, well under a millisecond on an idle
+  // machine but up to about 10 ms seen when the whole test suite shares two cores.
+  for (const auto& [id, at] : received_us) EXPECT_GT(at, sent_us.at(id) - 20000) << id;
+}
+
+}  // namespace
+}  // namespace troupe::actors

@@ -1,0 +1,150 @@
+#include "tests/support/local_pipeline.h"
+
+#include <algorithm>
+
+#include "actors/engine/partition.h"
+#include "actors/engine/stage_settings.h"
+#include "layers/check.h"
+
+namespace troupe::actors {
+
+local_pipeline::local_pipeline(const job_config& config, layers::backend& device,
+                               int64_t train_samples, int64_t total_steps, uint64_t order_seed)
+    : config_(config),
+      backend_(device),
+      total_steps_(total_steps),
+      order_(order_seed),
+      shuffled_(order_seed != 0),
+      batches_(train_samples, config.training.batch_size, config.training.seed, config.data.shuffle,
+               true) {
+  std::string error;
+  auto ranges = partition_model(config, &error);
+  TROUPE_CHECK(ranges.has_value());
+  const int64_t per_epoch = batches_.batches_per_epoch();
+  for (size_t i = 0; i < ranges->size(); ++i) {
+    devices_.push_back(make_layers_stage_device(config, (*ranges)[i], device));
+    stages_.push_back(std::make_unique<stage_logic>(
+        stage_settings_of(config, static_cast<int>(i), per_epoch, total_steps), *devices_[i]));
+  }
+  mailboxes_.resize(ranges->size());
+}
+
+key_message local_pipeline::make_forward(const layers::dataset& data, const admission& entry) {
+  const int64_t batch = config_.training.batch_size;
+  const int64_t per_epoch = batches_.batches_per_epoch();
+  const int64_t epoch = entry.step / per_epoch;
+  if (epoch != current_epoch_) {
+    batches_.start_epoch(epoch);
+    current_epoch_ = epoch;
+  }
+  const int64_t micro = batch / config_.parallelism.micro_batches;
+  const int64_t first = (entry.step % per_epoch) * batch + entry.sample_offset;
+  const int64_t size = data.sample_size();
+  std::vector<float> features(micro * size);
+  auto labels = std::make_shared<std::vector<int32_t>>(micro);
+  for (int64_t i = 0; i < micro; ++i) {
+    const int64_t sample = batches_.order()[first + i];
+    std::copy_n(data.features.begin() + sample * size, size, features.begin() + i * size);
+    (*labels)[i] = data.labels[sample];
+  }
+  layers::shape dims{micro};
+  dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
+  key_message message;
+  message.kind = key_kind::forward;
+  message.key = entry.key;
+  message.step = entry.step;
+  message.sample_offset = entry.sample_offset;
+  message.payload = layers::tensor::from_host(backend_, backend_.default_stream(), dims, features);
+  message.labels = labels;
+  return message;
+}
+
+void local_pipeline::admit(const layers::dataset& data, coordinator_logic& coordinator) {
+  for (const admission& entry : coordinator.admit()) {
+    mailboxes_[0].forwards.push_back(make_forward(data, entry));
+  }
+  peak_active_ = std::max(peak_active_, coordinator.active());
+}
+
+bool local_pipeline::next_delivery(int* stage, bool* backward) {
+  std::vector<std::pair<int, bool>> ready;
+  for (int s = 0; s < stage_count(); ++s) {
+    if (!mailboxes_[s].backwards.empty()) ready.push_back({s, true});
+    if (!mailboxes_[s].forwards.empty()) ready.push_back({s, false});
+  }
+  if (ready.empty()) return false;
+  const size_t pick = static_cast<size_t>(order_.below(ready.size()));
+  *stage = ready[pick].first;
+  *backward = ready[pick].second;
+  return true;
+}
+
+key_message local_pipeline::take(int stage, bool backward) {
+  auto& queue = backward ? mailboxes_[stage].backwards : mailboxes_[stage].forwards;
+  key_message message = std::move(queue.front());
+  queue.pop_front();
+  return message;
+}
+
+bool local_pipeline::run_round(coordinator_logic& coordinator, pipeline_totals* totals) {
+  // Every stage with work handles one message, backward first, as stages running side by
+  // side at equal speed would; what they send arrives in the next round.
+  std::vector<std::pair<int, std::vector<stage_output>>> sent;
+  for (int s = 0; s < stage_count(); ++s) {
+    const bool backward = !mailboxes_[s].backwards.empty();
+    if (!backward && mailboxes_[s].forwards.empty()) continue;
+    sent.push_back({s, stages_[s]->handle(take(s, backward))});
+  }
+  for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), coordinator, totals);
+  return !sent.empty();
+}
+
+void local_pipeline::route(int stage, std::vector<stage_output> outputs,
+                           coordinator_logic& coordinator, pipeline_totals* totals) {
+  // Tensors go to the next stage as they are, though it works on a stream of its own: every
+  // stage_device call returns with its stream drained, so they are finished, and the memory
+  // the stage freed meanwhile is no longer in use when another stage's stream gets it.
+  for (stage_output& output : outputs) {
+    switch (output.what) {
+      case stage_output::kind::to_next_stage:
+        mailboxes_[stage + 1].forwards.push_back(std::move(output.message));
+        break;
+      case stage_output::kind::to_previous_stage:
+        mailboxes_[stage - 1].backwards.push_back(std::move(output.message));
+        break;
+      case stage_output::kind::retired:
+        coordinator.retired(output.message.key);
+        break;
+      case stage_output::kind::loss_report:
+        totals->loss_sum += output.loss_sum;
+        totals->correct += output.correct;
+        totals->samples += output.samples;
+        break;
+    }
+  }
+}
+
+pipeline_totals local_pipeline::train(const layers::dataset& data, int64_t steps) {
+  TROUPE_CHECK(steps_done_ + steps <= total_steps_);
+  admission_settings settings = admission_settings::of(config_, steps_done_ + steps);
+  settings.first_step = steps_done_;
+  coordinator_logic coordinator(settings);
+  pipeline_totals totals;
+  admit(data, coordinator);
+  int stage = 0;
+  bool backward = false;
+  for (;;) {
+    if (shuffled_) {
+      if (!next_delivery(&stage, &backward)) break;
+      route(stage, stages_[stage]->handle(take(stage, backward)), coordinator, &totals);
+    } else if (!run_round(coordinator, &totals)) {
+      break;
+    }
+    admit(data, coordinator);
+  }
+  TROUPE_CHECK(coordinator.finished());
+  steps_done_ += steps;
+  return totals;
+}
+
+}  // namespace troupe::actors
