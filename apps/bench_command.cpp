@@ -325,11 +325,7 @@ int run_bench(const bench_options& options) {
     result["pytorch_comparison"] = comparison_training(*device, options.precision, budget);
   device->destroy_stream(work);
   if (!options.json_file.empty()) {
-    std::string error;
-    if (!write_json_file(options.json_file, result, &error)) {
-      std::fprintf(stderr, "troupe: %s\n", error.c_str());
-      return 1;
-    }
+    if (write_json_output(options.json_file, result) != 0) return 1;
   }
   return 0;
 }

@@ -277,11 +277,7 @@ int run_bench_pipeline(const bench_options& options) {
       result["workers_two_samples_per_s"] = gpu.workers_two;
       result["workers_two_over_one_stage"] = gpu.workers_two / gpu.one_stage;
     }
-    std::string error;
-    if (!write_json_file(options.json_file, result, &error)) {
-      std::fprintf(stderr, "troupe: %s\n", error.c_str());
-      return 1;
-    }
+    if (write_json_output(options.json_file, result) != 0) return 1;
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "apps/run_output.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "actors/storage/file_system.h"
@@ -18,6 +19,13 @@ bool make_directory(const std::string& directory, std::string* error) {
 
 bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error) {
   return actors::posix_files().write_atomically(path, value.dump(2) + "\n", error);
+}
+
+int write_json_output(const std::string& path, const nlohmann::json& value) {
+  std::string error;
+  if (write_json_file(path, value, &error)) return 0;
+  std::fprintf(stderr, "troupe: %s\n", error.c_str());
+  return 1;
 }
 
 bool write_trace_file(const actors::trace_recorder& trace, const std::string& path,

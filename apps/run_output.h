@@ -19,6 +19,9 @@ bool make_directory(const std::string& directory, std::string* error);
 /// sees half a file. False with `error` set on failure.
 bool write_json_file(const std::string& path, const nlohmann::json& value, std::string* error);
 
+/// write_json_file(), saying on stderr why it failed: 0, or 1 as a command's exit status.
+int write_json_output(const std::string& path, const nlohmann::json& value);
+
 /// Writes `trace` as Chrome trace JSON to `path` atomically. False with `error` set on failure.
 bool write_trace_file(const actors::trace_recorder& trace, const std::string& path,
                       std::string* error);

@@ -61,7 +61,7 @@ const std::map<std::string, std::vector<control_field>>& typed_fields() {
   return fields;
 }
 
-/// Whether every element of the array `value` satisfies `test`.
+/// Whether `value` is an array whose every element satisfies `test`.
 template <typename Test>
 bool all_of(const json& value, Test test) {
   if (!value.is_array()) return false;
@@ -70,58 +70,36 @@ bool all_of(const json& value, Test test) {
   return true;
 }
 
-bool is_integer(const json& value) { return value.is_number_integer(); }
+/// Each kind: how a message describes it, and the test a value of it passes.
+struct kind_rule {
+  const char* name;
+  bool (*holds)(const json& value);
+};
 
-bool has_kind(const json& value, control_field_kind kind) {
-  switch (kind) {
-    case control_field_kind::string:
-      return value.is_string();
-    case control_field_kind::integer:
-      return value.is_number_integer();
-    case control_field_kind::unsigned_integer:
-      return value.is_number_unsigned();
-    case control_field_kind::number:
-      return value.is_number();
-    case control_field_kind::object:
-      return value.is_object();
-    case control_field_kind::integers:
-      return all_of(value, is_integer);
-    case control_field_kind::strings:
-      return all_of(value, [](const json& element) { return element.is_string(); });
-    case control_field_kind::array:
-      return value.is_array();
-  }
-  return false;
-}
-
-const char* kind_name(control_field_kind kind) {
-  switch (kind) {
-    case control_field_kind::string:
-      return "a string";
-    case control_field_kind::integer:
-      return "an integer";
-    case control_field_kind::unsigned_integer:
-      return "a non-negative integer";
-    case control_field_kind::number:
-      return "a number";
-    case control_field_kind::object:
-      return "an object";
-    case control_field_kind::integers:
-      return "an array of integers";
-    case control_field_kind::strings:
-      return "an array of strings";
-    case control_field_kind::array:
-      return "an array";
-  }
-  return "?";
+const kind_rule& rule_of(control_field_kind kind) {
+  static const kind_rule rules[] = {
+      {"a string", [](const json& v) { return v.is_string(); }},
+      {"an integer", [](const json& v) { return v.is_number_integer(); }},
+      {"a non-negative integer", [](const json& v) { return v.is_number_unsigned(); }},
+      {"a number", [](const json& v) { return v.is_number(); }},
+      {"an object", [](const json& v) { return v.is_object(); }},
+      {"an array of integers",
+       [](const json& v) {
+         return all_of(v, [](const json& e) { return e.is_number_integer(); });
+       }},
+      {"an array of strings",
+       [](const json& v) { return all_of(v, [](const json& e) { return e.is_string(); }); }},
+      {"an array", [](const json& v) { return v.is_array(); }},
+  };
+  return rules[static_cast<int>(kind)];
 }
 
 /// The first field of `rules` that `body` carries with another kind, described; "" if none.
 std::string field_problem(const json& body, const std::vector<control_field>& rules) {
   for (const control_field& rule : rules) {
     const auto found = body.find(rule.name);
-    if (found == body.end() || has_kind(*found, rule.kind)) continue;
-    return std::string("field '") + rule.name + "' must be " + kind_name(rule.kind) + ", got " +
+    if (found == body.end() || rule_of(rule.kind).holds(*found)) continue;
+    return std::string("field '") + rule.name + "' must be " + rule_of(rule.kind).name + ", got " +
            found->type_name();
   }
   return "";

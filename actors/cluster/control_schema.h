@@ -14,6 +14,7 @@
 
 namespace troupe::actors {
 
+/// The kinds a field may have (rule_of() in control_schema.cpp follows this order).
 enum class control_field_kind {
   string,
   integer,           ///< any JSON integer

@@ -81,12 +81,12 @@ void run_reference(const std::vector<std::string>& overrides, reference_run* out
   ASSERT_TRUE(out->local) << error;
 }
 
-/// A coordinator of the job with `overrides` for one worker, listening in `directory`.
-coordinator_options one_worker_coordinator(const std::string& directory,
-                                           const std::vector<std::string>& overrides = {}) {
+/// A coordinator of the job with `overrides` for `workers` workers, listening in `directory`.
+coordinator_options coordinator_in(const std::string& directory, int workers,
+                                   const std::vector<std::string>& overrides = {}) {
   coordinator_options options;
   options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 1;
+  options.workers = workers;
   options.job_toml = job_toml;
   options.overrides = overrides;
   return options;
@@ -123,11 +123,7 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
 
     char pattern[] = "/tmp/troupe-test-XXXXXX";
     const std::string directory = mkdtemp(pattern);
-    coordinator_options options;
-    options.listen_address = "ipc://" + directory + "/coordinator";
-    options.workers = 2;
-    options.job_toml = job_toml;
-    options.overrides = overrides;
+    const coordinator_options options = coordinator_in(directory, 2, overrides);
     std::vector<int> statuses(2, -1);
     std::vector<std::thread> workers;
     for (int w = 0; w < 2; ++w) {
@@ -158,7 +154,7 @@ TEST(ClusterHostTest, WorkersDropForeignMessagesAndKeepTraining) {
   const job_config& config = *reference.config;
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  const coordinator_options options = one_worker_coordinator(directory);
+  const coordinator_options options = coordinator_in(directory, 1);
   const std::string worker_address = "ipc://" + directory + "/worker";
   int worker_status = -1;
   std::string worker_error, error;
@@ -264,7 +260,7 @@ TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndis
   ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  const coordinator_options options = one_worker_coordinator(directory, overrides);
+  const coordinator_options options = coordinator_in(directory, 1, overrides);
   const std::string worker_address = "ipc://" + directory + "/worker";
   int worker_status = -1;
   std::string worker_error, error;
@@ -302,10 +298,7 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   auto data = load_job_data(*config, &error);
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 1;
-  options.job_toml = job_toml;
+  coordinator_options options = coordinator_in(directory, 1);
   std::optional<pipeline_report> remote;
   std::string coordinator_error;
   std::thread coordinator([&] {
@@ -371,9 +364,7 @@ TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
   auto data = load_job_data(*config, &error);
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 2;
+  coordinator_options options = coordinator_in(directory, 2);
   options.liveness.startup_s = 0.3;
   wall_clock clock;
   quiet_observer observer;
@@ -407,11 +398,7 @@ TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
   trace_recorder trace(3);
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = 2;
-  options.job_toml = job_toml;
-  options.overrides = overrides;
+  coordinator_options options = coordinator_in(directory, 2, overrides);
   options.pipeline.trace = &trace;
   std::vector<std::thread> workers;
   for (int w = 0; w < 2; ++w) {
