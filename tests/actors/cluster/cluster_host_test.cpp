@@ -66,13 +66,19 @@ struct reference_run {
   std::optional<pipeline_report> local;
 };
 
-void run_reference(const std::vector<std::string>& overrides, reference_run* out) {
+/// The job with `overrides` and its data, without the reference run.
+void load_job(const std::vector<std::string>& overrides, reference_run* out) {
   job_error problem;
   out->config = parse_job(job_toml, "cluster test", overrides, &problem);
   ASSERT_TRUE(out->config) << problem.message;
   std::string error;
   out->data = load_job_data(*out->config, &error);
   ASSERT_TRUE(out->data) << error;
+}
+
+void run_reference(const std::vector<std::string>& overrides, reference_run* out) {
+  ASSERT_NO_FATAL_FAILURE(load_job(overrides, out));
+  std::string error;
   wall_clock clock;
   quiet_observer observer;
   pipeline_options collect;
@@ -108,18 +114,12 @@ std::thread start_worker(const std::string& coordinator, const std::string& addr
 TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
     const std::vector<std::string> overrides = {std::string("parallelism.schedule=") + schedule};
-    job_error problem;
-    auto config = parse_job(job_toml, "cluster test", overrides, &problem);
-    ASSERT_TRUE(config) << problem.message;
-    std::string error;
-    auto data = load_job_data(*config, &error);
-    ASSERT_TRUE(data) << error;
+    reference_run reference;
+    ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
+    const pipeline_report& local = *reference.local;
     wall_clock clock;
     quiet_observer observer;
-    pipeline_options collect;
-    collect.collect_weights = true;
-    auto local = run_pipeline(*config, *data, observer, clock, collect, &error);
-    ASSERT_TRUE(local) << error;
+    std::string error;
 
     char pattern[] = "/tmp/troupe-test-XXXXXX";
     const std::string directory = mkdtemp(pattern);
@@ -136,14 +136,15 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
         statuses[w] = run_worker(worker, worker_clock, &worker_error);
       });
     }
-    auto remote = run_coordinator(*config, *data, options, observer, clock, &error);
+    auto remote =
+        run_coordinator(*reference.config, *reference.data, options, observer, clock, &error);
     for (auto& worker : workers) worker.join();
     std::filesystem::remove_all(directory);
     ASSERT_TRUE(remote) << error;
     EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
     ASSERT_EQ(remote->stages.size(), 3u);
-    EXPECT_EQ(weights_of(*remote), weights_of(*local)) << schedule;
-    EXPECT_EQ(remote->summary.final_test_loss, local->summary.final_test_loss);
+    EXPECT_EQ(weights_of(*remote), weights_of(local)) << schedule;
+    EXPECT_EQ(remote->summary.final_test_loss, local.summary.final_test_loss);
     EXPECT_EQ(remote->summary.steps, 80);
   }
 }
@@ -389,12 +390,11 @@ class shifted_clock final : public clock_source {
 
 TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
   const std::vector<std::string> overrides = {"metrics.trace=true", "training.epochs=1"};
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", overrides, &problem);
-  ASSERT_TRUE(config) << problem.message;
+  reference_run job;
+  ASSERT_NO_FATAL_FAILURE(load_job(overrides, &job));
+  const job_config* config = &*job.config;
+  const job_data* data = &*job.data;
   std::string error;
-  auto data = load_job_data(*config, &error);
-  ASSERT_TRUE(data) << error;
   char pattern[] = "/tmp/troupe-test-XXXXXX";
   const std::string directory = mkdtemp(pattern);
   trace_recorder trace(3);
