@@ -19,7 +19,6 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/config/job_data.h"
-#include "actors/engine/sequential_trainer.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/wire_format.h"
@@ -68,19 +67,12 @@ actors::job_config wide_mlp(int64_t steps, const bench_target& target) {
   return config;
 }
 
-/// Training samples per second of `config` on the engine it selects (sequential or actors).
+/// Training samples per second of `config` on the actor engine (one stage included).
 double samples_per_second(const actors::job_config& config) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
   actors::quiet_observer observer;
   steady_clock_source clock;
-  const auto& p = config.parallelism;
-  if (p.stages == 1 && p.micro_batches == 1 && p.mode == "sync") {
-    auto device = layers::create_backend(p.devices.front(), p.threads, &error);
-    actors::sequential_trainer trainer(config, *device);
-    return actors::run_training(config, trainer, data->train, data->test, clock, observer)
-        .samples_per_s;
-  }
   auto report = actors::run_pipeline(config, *data, observer, clock, {}, &error);
   if (!report) {
     std::fprintf(stderr, "troupe: %s\n", error.c_str());

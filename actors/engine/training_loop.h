@@ -1,7 +1,8 @@
 #pragma once
 
-// Epochs of sequential training with evaluation, metrics and progress reporting. Time comes
-// from an injected clock and results go to an observer, so the loop itself does no I/O.
+// What every run reports and how: metrics records, the summary, the observer that receives them,
+// and the injected clock their times come from. training_run (training_run.h) is the one
+// driver that produces them, for the real hosts and the simulator alike.
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -66,11 +67,5 @@ class quiet_observer final : public training_observer {
 
 /// Total optimizer steps of a job on a training set of `train_samples` samples.
 int64_t planned_steps(const job_config& config, int64_t train_samples);
-
-/// Trains `trainer` on `train` for the job's epochs (or max_steps), evaluating on `test`
-/// after every epoch.
-training_summary run_training(const job_config& config, sequential_trainer& trainer,
-                              const layers::dataset& train, const layers::dataset& test,
-                              clock_source& clock, training_observer& observer);
 
 }  // namespace troupe::actors

@@ -4,6 +4,7 @@
 
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_settings.h"
+#include "layers/backend_registry.h"
 #include "layers/check.h"
 
 namespace troupe::actors {
@@ -86,7 +87,14 @@ key_message local_pipeline::take(int stage, bool backward) {
   return message;
 }
 
-bool local_pipeline::run_round(coordinator_logic& coordinator, pipeline_totals* totals) {
+bool local_pipeline::deliver(const coordinator_inbox& to_coordinator) {
+  if (shuffled_) {
+    int stage = 0;
+    bool backward = false;
+    if (!next_delivery(&stage, &backward)) return false;
+    route(stage, stages_[stage]->handle(take(stage, backward)), to_coordinator);
+    return true;
+  }
   // Every stage with work handles one message, backward first, as stages running side by
   // side at equal speed would; what they send arrives in the next round.
   std::vector<std::pair<int, std::vector<stage_output>>> sent;
@@ -95,31 +103,22 @@ bool local_pipeline::run_round(coordinator_logic& coordinator, pipeline_totals* 
     if (!backward && mailboxes_[s].forwards.empty()) continue;
     sent.push_back({s, stages_[s]->handle(take(s, backward))});
   }
-  for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), coordinator, totals);
+  for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), to_coordinator);
   return !sent.empty();
 }
 
 void local_pipeline::route(int stage, std::vector<stage_output> outputs,
-                           coordinator_logic& coordinator, pipeline_totals* totals) {
+                           const coordinator_inbox& to_coordinator) {
   // Tensors go to the next stage as they are, though it works on a stream of its own: every
   // stage_device call returns with its stream drained, so they are finished, and the memory
   // the stage freed meanwhile is no longer in use when another stage's stream gets it.
   for (stage_output& output : outputs) {
-    switch (output.what) {
-      case stage_output::kind::to_next_stage:
-        mailboxes_[stage + 1].forwards.push_back(std::move(output.message));
-        break;
-      case stage_output::kind::to_previous_stage:
-        mailboxes_[stage - 1].backwards.push_back(std::move(output.message));
-        break;
-      case stage_output::kind::retired:
-        coordinator.retired(output.message.key);
-        break;
-      case stage_output::kind::loss_report:
-        totals->loss_sum += output.loss_sum;
-        totals->correct += output.correct;
-        totals->samples += output.samples;
-        break;
+    if (output.what == stage_output::kind::to_next_stage) {
+      mailboxes_[stage + 1].forwards.push_back(std::move(output.message));
+    } else if (output.what == stage_output::kind::to_previous_stage) {
+      mailboxes_[stage - 1].backwards.push_back(std::move(output.message));
+    } else {
+      to_coordinator(std::move(output));
     }
   }
 }
@@ -130,21 +129,42 @@ pipeline_totals local_pipeline::train(const layers::dataset& data, int64_t steps
   settings.first_step = steps_done_;
   coordinator_logic coordinator(settings);
   pipeline_totals totals;
+  const coordinator_inbox to_coordinator = [&](stage_output&& output) {
+    if (output.what == stage_output::kind::retired) coordinator.retired(output.message.key);
+    if (output.what != stage_output::kind::loss_report) return;
+    totals.loss_sum += output.loss_sum;
+    totals.correct += output.correct;
+    totals.samples += output.samples;
+  };
   admit(data, coordinator);
-  int stage = 0;
-  bool backward = false;
-  for (;;) {
-    if (shuffled_) {
-      if (!next_delivery(&stage, &backward)) break;
-      route(stage, stages_[stage]->handle(take(stage, backward)), coordinator, &totals);
-    } else if (!run_round(coordinator, &totals)) {
-      break;
-    }
-    admit(data, coordinator);
-  }
+  while (deliver(to_coordinator)) admit(data, coordinator);
   TROUPE_CHECK(coordinator.finished());
   steps_done_ += steps;
   return totals;
+}
+
+training_summary local_pipeline::run(const job_data& data, clock_source& clock,
+                                     training_observer& observer) {
+  std::string error;
+  auto host = layers::create_backend("cpu", 1, &error);
+  TROUPE_CHECK(host != nullptr);
+  training_run coordinator(config_, data.train, data.test, *host, observer);
+  const auto to_stage_0 = [this](std::vector<key_message> messages) {
+    for (key_message& message : messages) mailboxes_[0].forwards.push_back(std::move(message));
+  };
+  const coordinator_inbox to_coordinator = [&](stage_output&& output) {
+    to_stage_0(coordinator.handle(output, clock.now_seconds()));
+  };
+  to_stage_0(coordinator.start(clock.now_seconds()));
+  while (!coordinator.finished() && coordinator.failure().empty()) {
+    if (coordinator.checkpoint_due()) {
+      to_stage_0(coordinator.checkpoint_done(clock.now_seconds()));
+    } else if (!deliver(to_coordinator)) {
+      break;
+    }
+  }
+  TROUPE_CHECK(coordinator.finished());
+  return coordinator.summary();
 }
 
 }  // namespace troupe::actors

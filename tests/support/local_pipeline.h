@@ -1,6 +1,7 @@
 #pragma once
 
-// Runs the coordinator and stage state machines in one thread: messages wait in per-stage
+// Runs the coordinator and stage state machines in one thread (a test driver: the hosts are
+// actors/hosts and sim/): messages wait in per-stage
 // queues (one for forwards, one for backwards, as separate channels would deliver them). Seed
 // 0 runs lock-step rounds in which every stage with work handles one message, backward first:
 // the order of a pipeline whose stages take equal time. Other seeds pick any ready queue at
@@ -10,13 +11,16 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "actors/config/job_config.h"
+#include "actors/config/job_data.h"
 #include "actors/engine/coordinator_logic.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
+#include "actors/engine/training_run.h"
 #include "layers/dataset.h"
 #include "layers/random.h"
 
@@ -41,6 +45,12 @@ class local_pipeline {
   /// data order.
   pipeline_totals train(const layers::dataset& data, int64_t steps);
 
+  /// Runs the whole job on fresh stages as the real hosts do, its coordinator a training_run
+  /// (epochs, evaluations, metrics to `observer`, the summary) whose times are read from
+  /// `clock` once per report; checkpoints are skipped as they fall due. Deliveries go as in
+  /// train(). Call it once, on a pipeline built for data.train's size and the job's steps.
+  training_summary run(const job_data& data, clock_source& clock, training_observer& observer);
+
   stage_logic& stage(int index) { return *stages_[index]; }
   stage_device& device_of(int index) { return *devices_[index]; }
   int stage_count() const { return static_cast<int>(stages_.size()); }
@@ -58,10 +68,12 @@ class local_pipeline {
   /// Picks a ready queue at random; false when every queue is empty.
   bool next_delivery(int* stage, bool* backward);
   key_message take(int stage, bool backward);
-  /// One lock-step round; false when no stage had work.
-  bool run_round(coordinator_logic& coordinator, pipeline_totals* totals);
-  void route(int stage, std::vector<stage_output> outputs, coordinator_logic& coordinator,
-             pipeline_totals* totals);
+  using coordinator_inbox = std::function<void(stage_output&&)>;
+  /// Delivers one message (a random ready one when shuffled, else a lock-step round in which
+  /// every stage with work handles one, backward first); false when none was waiting.
+  bool deliver(const coordinator_inbox& to_coordinator);
+  /// Hands a stage's outputs to the next or previous stage, or to the coordinator.
+  void route(int stage, std::vector<stage_output> outputs, const coordinator_inbox& to_coordinator);
 
   job_config config_;
   layers::backend& backend_;
