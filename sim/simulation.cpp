@@ -537,17 +537,9 @@ void simulator::finish_sliced_work(int stage, uint64_t sequence) {
 
 void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& outputs) {
   for (stage_output& output : outputs) {
-    switch (output.what) {
-      case stage_output::kind::to_next_stage:
-        send(device, stage + 1, std::move(output), stage);
-        break;
-      case stage_output::kind::to_previous_stage:
-        send(device, stage - 1, std::move(output), stage);
-        break;
-      default:
-        send(device, coordinator, std::move(output), stage);
-        break;
-    }
+    const int target = actors::destination_of(stage, output);
+    send(device, target == actors::output_for_coordinator ? coordinator : target, std::move(output),
+         stage);
   }
 }
 

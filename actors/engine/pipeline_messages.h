@@ -39,4 +39,21 @@ struct stage_output {
   int64_t samples = 0;
 };
 
+/// destination_of() for an output that goes to the coordinator.
+inline constexpr int output_for_coordinator = -1;
+
+/// Where an output of stage `stage` goes: the index of the stage it is for, or
+/// output_for_coordinator (reports: a key's loss, its retirement). The one routing rule that
+/// every host (the CAF actors, the simulator, the test driver) follows.
+inline int destination_of(int stage, const stage_output& output) {
+  switch (output.what) {
+    case stage_output::kind::to_next_stage:
+      return stage + 1;
+    case stage_output::kind::to_previous_stage:
+      return stage - 1;
+    default:
+      return output_for_coordinator;
+  }
+}
+
 }  // namespace troupe::actors

@@ -46,19 +46,13 @@ static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs)
   for (stage_output& output : outputs) {
     wire_route route{parts.job_id, parts.index, transport::coordinator_stage,
                      parts.logic->version(), parts.clock->now_seconds()};
-    switch (output.what) {
-      case stage_output::kind::to_next_stage:
-        route.target_stage = parts.index + 1;
-        send_on(*parts.next, to_wire(output.message, route));
-        break;
-      case stage_output::kind::to_previous_stage:
-        route.target_stage = parts.index - 1;
-        send_on(*parts.previous, to_wire(output.message, route));
-        break;
-      default:
-        send_on(*parts.coordinator, report_to_wire(output, route));
-        break;
+    const int target = destination_of(parts.index, output);
+    if (target == output_for_coordinator) {
+      send_on(*parts.coordinator, report_to_wire(output, route));
+      continue;
     }
+    route.target_stage = target;
+    send_on(target > parts.index ? *parts.next : *parts.previous, to_wire(output.message, route));
   }
 }
 

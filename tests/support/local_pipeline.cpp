@@ -113,12 +113,12 @@ void local_pipeline::route(int stage, std::vector<stage_output> outputs,
   // stage_device call returns with its stream drained, so they are finished, and the memory
   // the stage freed meanwhile is no longer in use when another stage's stream gets it.
   for (stage_output& output : outputs) {
-    if (output.what == stage_output::kind::to_next_stage) {
-      mailboxes_[stage + 1].forwards.push_back(std::move(output.message));
-    } else if (output.what == stage_output::kind::to_previous_stage) {
-      mailboxes_[stage - 1].backwards.push_back(std::move(output.message));
-    } else {
+    const int target = destination_of(stage, output);
+    if (target == output_for_coordinator) {
       to_coordinator(std::move(output));
+    } else {
+      auto& queue = target > stage ? mailboxes_[target].forwards : mailboxes_[target].backwards;
+      queue.push_back(std::move(output.message));
     }
   }
 }
