@@ -10,9 +10,11 @@
 #include <random>
 #include <unordered_map>
 
+#include "actors/engine/checkpoint_round.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
+#include "actors/engine/stage_state.h"
 #include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
@@ -67,10 +69,10 @@ struct parcel {
   stage_output content;
 };
 
-/// What a checkpoint holds: where the run stood and every stage's state.
+/// What a checkpoint holds: where the run stood and every stage's shard (its serialized state).
 struct checkpoint_image {
   actors::run_progress progress;
-  std::vector<actors::stage_state> stages;
+  std::vector<std::string> shards;
   double taken_s = 0;  ///< virtual time
 };
 
@@ -216,6 +218,7 @@ class simulator {
   std::vector<actors::stage_state> initial_states_;  ///< what a restart without checkpoint loads
   std::optional<checkpoint_image> latest_;
   std::optional<checkpoint_image> writing_;
+  actors::checkpoint_round round_{1};  ///< collects the stages' states for a checkpoint
   bool recovering_ = false;
   double failed_at_s_ = 0;
   int64_t checkpoints_ = 0;
@@ -314,6 +317,7 @@ bool simulator::build(std::string* error) {
   stage_at_work_.assign(stages, false);
   sliced_.resize(stages);
   for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
+  round_ = actors::checkpoint_round(static_cast<int>(stages_.size()));
   if (options_.failures.size() > kMaxFailures) {
     *error = std::to_string(options_.failures.size()) + " worker failures; at most " +
              std::to_string(kMaxFailures);
@@ -570,8 +574,19 @@ double simulator::storage_s() const {
 }
 
 void simulator::begin_checkpoint() {
-  writing_ = checkpoint_image{run_->progress(now_), {}, now_};
-  for (auto& stage : stages_) writing_->stages.push_back(stage->save_state());
+  if (!round_.begin_if_due(*run_, now_)) return;
+  // Every stage answers at once: its state is in memory here, and writing the checkpoint takes
+  // the storage's time.
+  std::string problem;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const std::string shard = actors::serialize_stage_state(stages_[s]->save_state());
+    if (round_.arrive(static_cast<int>(s), shard, &problem) ==
+        actors::checkpoint_round::arrival::refused) {
+      failure_ = "the checkpoint of step " + std::to_string(round_.step()) + ": " + problem;
+      return;
+    }
+  }
+  writing_ = checkpoint_image{run_->progress(now_), round_.take_states(), now_};
   const double seconds = storage_s();
   checkpoint_s_ += seconds;
   schedule(now_ + seconds, event_kind::checkpoint_written, 0);
@@ -620,6 +635,7 @@ void simulator::worker_fails(int index) {
   }
   stage_at_work_.assign(stage_at_work_.size(), false);
   writing_.reset();
+  round_.abandon();
   observer_.on_event({{"event", "worker_lost"},
                       {"device", device},
                       {"stages", lost_stages},
@@ -641,8 +657,13 @@ void simulator::workers_rejoined() {
   run_ = new_run(resume);
   for (size_t s = 0; s < stages_.size(); ++s) {
     std::string problem;
-    const actors::stage_state& state = latest_ ? latest_->stages[s] : initial_states_[s];
-    if (!stages_[s]->load_state(state, false, &problem)) {
+    std::optional<actors::stage_state> saved;
+    if (latest_) {
+      const std::string& shard = latest_->shards[s];
+      saved = actors::parse_stage_state(shard.data(), shard.size(), &problem);
+    }
+    const actors::stage_state& state = saved ? *saved : initial_states_[s];
+    if ((latest_ && !saved) || !stages_[s]->load_state(state, false, &problem)) {
       failure_ = "stage " + std::to_string(s) + " cannot load its checkpoint: " + problem;
       return;
     }

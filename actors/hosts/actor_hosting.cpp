@@ -153,20 +153,16 @@ static void dispatch(coordinator_parts& parts, const std::vector<key_message>& m
   }
 }
 
-/// Sends a save_state or load_state message to every stage and waits for their answers.
-static void start_round(coordinator_parts& parts, coordinator_parts::phase round, int64_t step) {
-  parts.round = round;
-  parts.awaiting = static_cast<int>(parts.stages.size());
-  parts.received.assign(parts.stages.size(), std::string());
-  parts.arrived.assign(parts.stages.size(), false);
-  parts.round_started_s = parts.clock->now_seconds();
-  const bool load = round == coordinator_parts::phase::loading;
+/// Asks every stage to save its state (save rounds) or load its shard (load rounds) for the
+/// round that has just begun.
+static void ask_stages(coordinator_parts& parts) {
+  const bool load = parts.round.current() == checkpoint_round::purpose::load;
   for (size_t s = 0; s < parts.stages.size(); ++s) {
     wire_route route{parts.job_id, transport::coordinator_stage, static_cast<int32_t>(s), 0,
                      parts.clock->now_seconds()};
     transport::message message = state_to_wire(
-        load ? transport::message_kind::load_state : transport::message_kind::save_state, step,
-        load ? parts.initial_shards[s] : nullptr, route);
+        load ? transport::message_kind::load_state : transport::message_kind::save_state,
+        parts.round.step(), load ? parts.initial_shards[s] : nullptr, route);
     if (load && parts.initial_weights_only) message.header.metrics["weights_only"] = 1;
     send_on(*parts.stages[s], message);
   }
@@ -174,14 +170,13 @@ static void start_round(coordinator_parts& parts, coordinator_parts::phase round
 
 /// Starts a checkpoint round when the run has reached one; otherwise does nothing.
 static void maybe_checkpoint(coordinator_parts& parts) {
-  if (parts.round != coordinator_parts::phase::training) return;
-  auto step = parts.run->checkpoint_due();
-  if (!step) return;
+  if (parts.round.under_way() || !parts.run->checkpoint_due()) return;
+  const double now = parts.clock->now_seconds();
   if (parts.store == nullptr) {
-    dispatch(parts, parts.run->checkpoint_done(parts.clock->now_seconds()));
+    dispatch(parts, parts.run->checkpoint_done(now));
     return;
   }
-  start_round(parts, coordinator_parts::phase::saving, *step);
+  if (parts.round.begin_if_due(*parts.run, now)) ask_stages(parts);
 }
 
 static void after_run_changed(caf::event_based_actor* self, coordinator_parts& parts) {
@@ -201,13 +196,12 @@ static void commit_checkpoint(coordinator_parts& parts) {
   manifest.epoch = progress.epoch;
   manifest.stages = static_cast<int32_t>(parts.stages.size());
   manifest.coordinator = to_json(progress);
-  std::vector<std::string> shards = std::move(parts.received);
-  parts.received.clear();
+  std::vector<std::string> shards = parts.round.take_states();
   uint64_t bytes = 0;
   for (const std::string& shard : shards) bytes += shard.size();
   std::string error;
   if (parts.store->commit(manifest, shards, &error)) {
-    const double seconds = parts.clock->now_seconds() - parts.round_started_s;
+    const double seconds = parts.clock->now_seconds() - parts.round.started_s();
     if (parts.observer) {
       parts.observer->on_event(
           {{"event", "checkpoint"},
@@ -223,42 +217,51 @@ static void commit_checkpoint(coordinator_parts& parts) {
   }
 }
 
+/// The run cannot go on: says why once and tells the listener.
+static void fail_run(caf::event_based_actor* self, coordinator_parts& parts,
+                     const std::string& why) {
+  if (parts.failure.empty()) parts.failure = why;
+  self->send(parts.listener, done_atom::value);
+}
+
 /// A stage's answer to a save or load round.
 static void handle_state_answer(caf::event_based_actor* self, coordinator_parts& parts,
                                 const transport::message& incoming) {
   const int stage = incoming.header.source_stage;
-  if (parts.round == coordinator_parts::phase::training || stage < 0 ||
-      stage >= static_cast<int>(parts.stages.size()) || parts.arrived[stage]) {
-    std::fprintf(stderr, "troupe: coordinator ignored an unexpected state message from stage %d\n",
-                 stage);
-    return;
-  }
   std::string error;
   auto bytes = state_from_wire(incoming, &error);
-  if (parts.round == coordinator_parts::phase::loading && incoming.header.metrics.count("loaded") &&
-      incoming.header.metrics.at("loaded") == 0) {
+  const bool loading = parts.round.current() == checkpoint_round::purpose::load;
+  const auto loaded = incoming.header.metrics.find("loaded");
+  if (bytes && loading && loaded != incoming.header.metrics.end() && loaded->second == 0) {
     error = incoming.header.text;
-  } else if (parts.round == coordinator_parts::phase::saving && bytes && bytes->empty()) {
-    error = "stage " + std::to_string(stage) + " sent an empty shard";
+    bytes.reset();
   }
-  if (!error.empty() || !bytes) {
-    parts.failure = error.empty() ? "stage " + std::to_string(stage) + " sent a bad state" : error;
-    parts.round = coordinator_parts::phase::training;
-    self->send(parts.listener, done_atom::value);
+  const bool was_under_way = parts.round.under_way();
+  std::string problem;
+  const auto arrival = bytes ? parts.round.arrive(stage, std::move(*bytes), &problem)
+                             : checkpoint_round::arrival::refused;
+  if (arrival == checkpoint_round::arrival::waiting) return;
+  if (arrival == checkpoint_round::arrival::refused) {
+    // An answer no round waits for is ignored; a bad one ends the round and the run.
+    if (!was_under_way || (bytes && parts.round.under_way())) {
+      std::fprintf(stderr, "troupe: coordinator ignored %s\n",
+                   problem.empty() ? ("a state message from stage " + std::to_string(stage)).c_str()
+                                   : problem.c_str());
+      return;
+    }
+    parts.round.abandon();
+    if (!error.empty()) problem = error;
+    if (problem.empty()) problem = "stage " + std::to_string(stage) + " sent a bad state";
+    fail_run(self, parts, problem);
     return;
   }
-  parts.received[stage] = std::move(*bytes);
-  parts.arrived[stage] = true;
-  if (--parts.awaiting > 0) return;
-  const auto round = parts.round;
-  parts.round = coordinator_parts::phase::training;
-  if (round == coordinator_parts::phase::loading) {
-    parts.received.clear();
+  const double now = parts.clock->now_seconds();
+  if (loading) {
     parts.initial_shards.clear();
-    dispatch(parts, parts.run->start(parts.clock->now_seconds()));
+    dispatch(parts, parts.run->start(now));
   } else {
     commit_checkpoint(parts);
-    dispatch(parts, parts.run->checkpoint_done(parts.clock->now_seconds()));
+    dispatch(parts, parts.run->checkpoint_done(now));
   }
   after_run_changed(self, parts);
 }
@@ -270,7 +273,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* se
       [self](start_atom) {
         coordinator_parts& parts = *self->state.parts;
         if (!parts.initial_shards.empty()) {
-          start_round(parts, coordinator_parts::phase::loading, 0);
+          parts.round.begin(checkpoint_round::purpose::load, 0, parts.clock->now_seconds());
+          ask_stages(parts);
           return;
         }
         dispatch(parts, parts.run->start(parts.clock->now_seconds()));
@@ -335,6 +339,7 @@ std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& conf
     parts->initial_shards = options.initial_weights;
     parts->initial_weights_only = true;
   }
+  parts->round = checkpoint_round(config.parallelism.stages);
   parts->run = std::make_unique<training_run>(config, data.train, data.test, *parts->host, observer,
                                               progress);
   parts->clock = &clock;

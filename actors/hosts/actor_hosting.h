@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine/checkpoint_round.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"
@@ -84,12 +85,8 @@ struct coordinator_parts {
   /// Set when the run cannot go on (a stage refused its shard); done_atom follows.
   std::string failure;
 
-  // A round of state messages in progress (loading before the start, or saving).
-  enum class phase { training, loading, saving } round = phase::training;
-  std::vector<std::string> received;  ///< saving: each stage's shard
-  std::vector<bool> arrived;
-  int awaiting = 0;
-  double round_started_s = 0;
+  /// The rounds with every stage: loading the shards before the start, saving checkpoints.
+  checkpoint_round round{1};
 };
 
 struct coordinator_actor_state {
