@@ -12,6 +12,7 @@
 
 #include "actors/engine/checkpoint_round.h"
 #include "actors/engine/partition.h"
+#include "actors/engine/recovery.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/stage_state.h"
@@ -219,11 +220,9 @@ class simulator {
   std::optional<checkpoint_image> latest_;
   std::optional<checkpoint_image> writing_;
   actors::checkpoint_round round_{1};  ///< collects the stages' states for a checkpoint
-  bool recovering_ = false;
-  double failed_at_s_ = 0;
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
-  int64_t restarts_ = 0;
+  actors::recovery recovery_{config_.checkpoint.max_restarts};
   double recovery_s_ = 0;
   int64_t lost_steps_ = 0;
 };
@@ -608,20 +607,19 @@ void simulator::worker_fails(int index) {
   for (size_t s = 0; s < device_of_stage_.size(); ++s) {
     if (device_of_stage_[s] == failure.device) lost_stages.push_back(s);
   }
-  const int limit = config_.checkpoint.max_restarts;
-  if (restarts_ >= limit) {
+  const bool first_loss = !recovery_.under_way();
+  nlohmann::json lost_event;
+  std::string reason;
+  if (!recovery_.lost({{"device", device}, {"virtual_s", now_}}, lost_stages, now_, &lost_event,
+                      &reason)) {
     failure_ = "the worker on " + device + " (stages " + lost_stages.dump() + ") died at " +
-               std::to_string(now_) + " s of virtual time, after " + std::to_string(restarts_) +
-               " restarts (checkpoint.max_restarts = " + std::to_string(limit) + ")";
+               std::to_string(now_) + " s of virtual time, " + reason;
     return;
   }
-  ++restarts_;
   ++generation_;
-  if (!recovering_) {
+  if (first_loss) {
     const actors::run_progress progress = run_->progress(now_);
     lost_steps_ += progress.step - (latest_ ? latest_->progress.step : 0);
-    failed_at_s_ = now_;
-    recovering_ = true;
   }
   for (pool_state& queue : pools_) {
     for (int id : queue.waiting) free_parcels_.push_back(id);
@@ -636,19 +634,14 @@ void simulator::worker_fails(int index) {
   stage_at_work_.assign(stage_at_work_.size(), false);
   writing_.reset();
   round_.abandon();
-  observer_.on_event({{"event", "worker_lost"},
-                      {"device", device},
-                      {"stages", lost_stages},
-                      {"virtual_s", now_},
-                      {"restart", restarts_}});
+  observer_.on_event(lost_event);
   const double read_s = latest_ ? storage_s() : 0;
   schedule(now_ + options_.detection_s + options_.restart_s + read_s, event_kind::workers_rejoined,
            0);
 }
 
 void simulator::workers_rejoined() {
-  recovering_ = false;
-  recovery_s_ += now_ - failed_at_s_;
+  recovery_s_ += now_ - recovery_.lost_at_s();
   // The new run's clocks go on from now: everything since the checkpoint (the start) was lost
   // and counts as training time, so samples/s is the rate of work kept.
   actors::run_progress resume = latest_ ? latest_->progress : actors::run_progress{};
@@ -668,10 +661,7 @@ void simulator::workers_rejoined() {
       return;
     }
   }
-  observer_.on_event({{"event", "recovered"},
-                      {"restart", restarts_},
-                      {"resumed_from_step", resume.step},
-                      {"seconds", now_ - failed_at_s_}});
+  observer_.on_event(recovery_.recovered(resume.step, now_));
   dispatch(run_->start(now_));
   after_run_changed();
 }
@@ -789,7 +779,7 @@ simulation_result simulator::result() {
   }
   result.checkpoints = checkpoints_;
   result.checkpoint_s = checkpoint_s_;
-  result.restarts = restarts_;
+  result.restarts = recovery_.restarts();
   result.recovery_s = recovery_s_;
   result.lost_steps = lost_steps_;
   result.events = events_handled_;

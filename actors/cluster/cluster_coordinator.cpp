@@ -13,6 +13,7 @@
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/partition.h"
+#include "actors/engine/recovery.h"
 #include "actors/hosts/actor_hosting.h"
 #include "actors/hosts/wire_format.h"
 
@@ -533,23 +534,19 @@ class cluster_coordinator {
   /// Resets the pipeline after losing worker `lost`, brings in a replacement and continues
   /// from the latest checkpoint. False, with `error` set, when that is not possible.
   bool recover(size_t lost, std::string* error) {
-    const int limit = config_.checkpoint.max_restarts;
-    if (restarts_ >= limit) {
-      *error += limit == 0 ? "" : " (after " + std::to_string(restarts_) + " restarts, the limit)";
+    nlohmann::json event;
+    std::string reason;
+    const worker_peer& lost_peer = workers_[lost];
+    if (!recovery_.lost({{"worker", lost_peer.describe()}, {"address", lost_peer.address}},
+                        lost_peer.stages, clock_.now_seconds(), &event, &reason)) {
+      if (recovery_.limit() > 0) *error += ", " + reason;
       return false;
     }
-    ++restarts_;
-    const double started = clock_.now_seconds();
     stop_generation();
-    const worker_peer dead = std::move(workers_[lost]);
     workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(lost));
     std::fprintf(stderr, "troupe: %s; restarting from the latest checkpoint (restart %d of %d)\n",
-                 error->c_str(), restarts_, limit);
-    observer_.on_event({{"event", "worker_lost"},
-                        {"worker", dead.describe()},
-                        {"address", dead.address},
-                        {"stages", dead.stages},
-                        {"restart", restarts_}});
+                 error->c_str(), recovery_.restarts(), recovery_.limit());
+    observer_.on_event(event);
     error->clear();
     for (auto& worker : workers_)
       send_on(*worker.control, control_message({{"type", "reset"}, {"job_id", job_id_}}));
@@ -567,12 +564,10 @@ class cluster_coordinator {
     }
     if (!start_generation(checkpoint, error)) return false;
     const int64_t step = checkpoint ? checkpoint->manifest.step : 0;
+    const nlohmann::json recovered = recovery_.recovered(step, clock_.now_seconds());
     std::fprintf(stderr, "troupe: recovered in %.1f s; continuing from step %lld\n",
-                 clock_.now_seconds() - started, static_cast<long long>(step));
-    observer_.on_event({{"event", "recovered"},
-                        {"restart", restarts_},
-                        {"resumed_from_step", step},
-                        {"seconds", clock_.now_seconds() - started}});
+                 recovered["seconds"].get<double>(), static_cast<long long>(step));
+    observer_.on_event(recovered);
     return true;
   }
 
@@ -619,7 +614,7 @@ class cluster_coordinator {
   uint64_t dropped_control_ = 0;  ///< malformed control messages, or from strangers
   size_t ready_ = 0;
   double last_heartbeat_ = 0;
-  int restarts_ = 0;
+  recovery recovery_{config_.checkpoint.max_restarts};
   std::map<int, stage_report> reports_;
   std::vector<worker_trace> worker_traces_;
   std::map<std::string, process_usage> worker_usage_;  ///< by worker address

@@ -266,8 +266,10 @@ TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
     std::printf(
         "trial %d: killed worker pid %d, final_test_accuracy %.4f (uninterrupted %.4f, %.4f)\n",
         trial, victim, accuracy, uninterrupted[0], uninterrupted[1]);
-    EXPECT_GE(accuracy, low - 0.005) << "trial " << trial;
-    EXPECT_LE(accuracy, high + 0.005) << "trial " << trial;
+    // An async run's accuracy after one epoch moves by some 0.005 between uninterrupted runs
+    // already (key interleavings); a recovered run also redoes up to 100 steps in another order.
+    EXPECT_GE(accuracy, low - 0.01) << "trial " << trial;
+    EXPECT_LE(accuracy, high + 0.01) << "trial " << trial;
     EXPECT_NE(read_file(run / "metrics.jsonl").find("\"worker_lost\""), std::string::npos);
     expect_only_committed(run / "checkpoints");
   }
