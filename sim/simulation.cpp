@@ -595,6 +595,10 @@ void simulator::checkpoint_written() {
   latest_ = std::move(writing_);
   writing_.reset();
   ++checkpoints_;
+  observer_.on_event({{"event", "checkpoint"},
+                      {"step", latest_->progress.step},
+                      {"epoch", latest_->progress.epoch},
+                      {"virtual_s", now_}});
   dispatch(run_->checkpoint_done(now_));
   after_run_changed();
 }
