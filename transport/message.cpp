@@ -35,6 +35,14 @@ const char* to_string(message_kind kind) {
       return "load_state";
     case message_kind::stage_state:
       return "stage_state";
+    case message_kind::load_weights:
+      return "load_weights";
+    case message_kind::state_loaded:
+      return "state_loaded";
+    case message_kind::state_refused:
+      return "state_refused";
+    case message_kind::key_retired:
+      return "key_retired";
   }
   return "unknown";
 }

@@ -17,25 +17,29 @@
 namespace troupe::transport {
 
 /// Wire protocol version this build writes into every header; decoders reject any other.
-inline constexpr uint16_t current_protocol_version = 3;
+inline constexpr uint16_t current_protocol_version = 4;
 
 /// Stage number that stands for the coordinator in source_stage / target_stage.
 inline constexpr int32_t coordinator_stage = -1;
 
 /// What a message asks its receiver to do.
 enum class message_kind : uint8_t {
-  forward,      ///< activations of one key travelling towards the last stage
-  backward,     ///< gradients of one key travelling towards stage 0
-  evaluate,     ///< activations of an evaluation batch: no backward pass follows
-  loss_report,  ///< loss / accuracy figures (in message_header::metrics) for the coordinator
-  control,      ///< coordinator commands and acknowledgements (admit, checkpoint, stop)
-  save_state,   ///< coordinator → stage: send your state for the checkpoint of step `step`
-  load_state,   ///< coordinator → stage: continue from the shard in the payload frames
-  stage_state,  ///< stage → coordinator: a saved shard, or (no frames) a load's acknowledgement
+  forward,        ///< activations of one key travelling towards the last stage
+  backward,       ///< gradients of one key travelling towards stage 0
+  evaluate,       ///< activations of an evaluation batch: no backward pass follows
+  loss_report,    ///< loss / accuracy figures (in message_header::metrics) for the coordinator
+  control,        ///< coordinator commands and acknowledgements (admit, checkpoint, stop)
+  save_state,     ///< coordinator → stage: send your state for the checkpoint of step `step`
+  load_state,     ///< coordinator → stage: continue from the shard in the payload frames
+  stage_state,    ///< stage → coordinator: its saved shard, in the payload frames
+  load_weights,   ///< coordinator → stage: take only the weights of the shard (initial weights)
+  state_loaded,   ///< stage → coordinator: the shard of a load_state / load_weights is in place
+  state_refused,  ///< stage → coordinator: the shard did not fit; `text` says why
+  key_retired,    ///< stage 0 → coordinator: key `key` finished its backward pass
 };
 
 /// Number of message_kind values; a kind byte at or above it is invalid on the wire.
-inline constexpr uint8_t message_kind_count = 8;
+inline constexpr uint8_t message_kind_count = 12;
 
 /// Element type of a payload frame.
 enum class element_type : uint8_t {

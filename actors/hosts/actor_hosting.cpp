@@ -89,28 +89,30 @@ static void handle_at_stage(stage_parts& parts, const transport::message& incomi
   send_outputs(parts, outputs);
 }
 
-/// Answers the coordinator's save_state (with the stage's shard) and load_state (with an
-/// acknowledgement whose text holds the reason when the shard did not fit).
+/// Answers the coordinator's save_state with the stage's shard (stage_state), and its
+/// load_state or load_weights with state_loaded, or state_refused saying why the shard did not
+/// fit.
 static void handle_state_request(stage_parts& parts, const transport::message& incoming) {
+  using transport::message_kind;
   wire_route route{parts.job_id, parts.index, transport::coordinator_stage, parts.logic->version(),
                    parts.clock->now_seconds()};
-  if (incoming.header.kind == transport::message_kind::save_state) {
+  if (incoming.header.kind == message_kind::save_state) {
     auto shard =
         std::make_shared<const std::string>(serialize_stage_state(parts.logic->save_state()));
-    send_on(*parts.coordinator, state_to_wire(transport::message_kind::stage_state,
-                                              incoming.header.step, std::move(shard), route));
+    send_on(*parts.coordinator, state_to_wire(message_kind::stage_state, incoming.header.step,
+                                              std::move(shard), route));
     return;
   }
   std::string error;
   auto bytes = state_from_wire(incoming, &error);
   std::optional<stage_state> state;
   if (bytes) state = parse_stage_state(bytes->data(), bytes->size(), &error);
-  const bool weights_only = incoming.header.metrics.count("weights_only") > 0;
+  const bool weights_only = incoming.header.kind == message_kind::load_weights;
   if (state) parts.logic->load_state(*state, weights_only, &error);
   transport::message reply =
-      state_to_wire(transport::message_kind::stage_state, incoming.header.step, nullptr, route);
-  reply.header.metrics["loaded"] = error.empty() ? 1.0 : 0.0;
-  reply.header.text = error.empty() ? "" : "stage " + std::to_string(parts.index) + ": " + error;
+      state_to_wire(error.empty() ? message_kind::state_loaded : message_kind::state_refused,
+                    incoming.header.step, nullptr, route);
+  if (!error.empty()) reply.header.text = "stage " + std::to_string(parts.index) + ": " + error;
   send_on(*parts.coordinator, reply);
 }
 
@@ -136,7 +138,8 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
       [self](const transport::message& incoming) {
         const auto kind = incoming.header.kind;
         if (kind == transport::message_kind::save_state ||
-            kind == transport::message_kind::load_state) {
+            kind == transport::message_kind::load_state ||
+            kind == transport::message_kind::load_weights) {
           handle_state_request(*self->state.parts, incoming);
         } else {
           handle_at_stage(*self->state.parts, incoming);
@@ -160,11 +163,12 @@ static void ask_stages(coordinator_parts& parts) {
   for (size_t s = 0; s < parts.stages.size(); ++s) {
     wire_route route{parts.job_id, transport::coordinator_stage, static_cast<int32_t>(s), 0,
                      parts.clock->now_seconds()};
-    transport::message message = state_to_wire(
-        load ? transport::message_kind::load_state : transport::message_kind::save_state,
-        parts.round.step(), load ? parts.initial_shards[s] : nullptr, route);
-    if (load && parts.initial_weights_only) message.header.metrics["weights_only"] = 1;
-    send_on(*parts.stages[s], message);
+    const transport::message_kind kind = !load ? transport::message_kind::save_state
+                                         : parts.initial_weights_only
+                                             ? transport::message_kind::load_weights
+                                             : transport::message_kind::load_state;
+    send_on(*parts.stages[s], state_to_wire(kind, parts.round.step(),
+                                            load ? parts.initial_shards[s] : nullptr, route));
   }
 }
 
@@ -231,10 +235,11 @@ static void handle_state_answer(caf::event_based_actor* self, coordinator_parts&
   std::string error;
   auto bytes = state_from_wire(incoming, &error);
   const bool loading = parts.round.current() == checkpoint_round::purpose::load;
-  const auto loaded = incoming.header.metrics.find("loaded");
-  if (bytes && loading && loaded != incoming.header.metrics.end() && loaded->second == 0) {
+  if (incoming.header.kind == transport::message_kind::state_refused) {
     error = incoming.header.text;
     bytes.reset();
+  } else if (bytes && loading != (incoming.header.kind == transport::message_kind::state_loaded)) {
+    bytes.reset();  // a shard during a load round, or an acknowledgement during a save round
   }
   const bool was_under_way = parts.round.under_way();
   std::string problem;
@@ -287,7 +292,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* se
       [self](const transport::message& incoming) {
         coordinator_parts& parts = *self->state.parts;
         if (incoming.header.job_id != parts.job_id) return;  // an earlier generation's
-        if (incoming.header.kind == transport::message_kind::stage_state) {
+        const auto kind = incoming.header.kind;
+        if (kind == transport::message_kind::stage_state ||
+            kind == transport::message_kind::state_loaded ||
+            kind == transport::message_kind::state_refused) {
           handle_state_answer(self, parts, incoming);
           return;
         }

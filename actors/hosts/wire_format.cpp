@@ -75,15 +75,13 @@ transport::message report_to_wire(const stage_output& report, const wire_route& 
   const bool loss = report.what == stage_output::kind::loss_report;
   transport::message result;
   result.header =
-      header_for(loss ? transport::message_kind::loss_report : transport::message_kind::control,
+      header_for(loss ? transport::message_kind::loss_report : transport::message_kind::key_retired,
                  report.message.key, route);
   result.header.step = report.message.step;
   if (loss) {
     result.header.metrics["loss_sum"] = report.loss_sum;
     result.header.metrics["correct"] = static_cast<double>(report.correct);
     result.header.metrics["samples"] = static_cast<double>(report.samples);
-  } else {
-    result.header.metrics["retired"] = 1;
   }
   return result;
 }
@@ -158,7 +156,7 @@ std::optional<stage_output> report_from_wire(const transport::message& message,
     report.samples = static_cast<int64_t>(samples->second);
     return report;
   }
-  if (message.header.kind == transport::message_kind::control && metrics.count("retired")) {
+  if (message.header.kind == transport::message_kind::key_retired) {
     report.what = stage_output::kind::retired;
     return report;
   }

@@ -42,7 +42,8 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
 /// The report a coordinator receives; nothing with `error` set for a malformed one.
 std::optional<stage_output> report_from_wire(const transport::message& message, std::string* error);
 
-/// A save_state, load_state or stage_state message for checkpoint step `step`. `shard` (may
+/// A state message (save_state, load_state, load_weights, stage_state, state_loaded,
+/// state_refused) for checkpoint step `step`. `shard` (may
 /// be null: a save request or a load's acknowledgement) travels as bytes frames of at most
 /// 256 MiB each, viewing the string in place.
 transport::message state_to_wire(transport::message_kind kind, int64_t step,
