@@ -41,16 +41,7 @@ class CliTest : public troupe_command_test {
 };
 
 TEST_F(CliTest, ADivergingRunStopsWithStatusOneNamingTheStep) {
-  const fs::path job = write("relu.toml", R"(
-[model]
-input_shape = [8]
-layers = [{ type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 16 },
-          { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 512
-synthetic_test = 128
-classes = 4
+  const fs::path job = write("relu.toml", mlp_model("relu", "relu") + synthetic_data(512, 128) + R"(
 [parallelism]
 stages = 2
 [training]
@@ -146,16 +137,8 @@ nic = { bandwidth = 1e10 }
 }
 
 TEST_F(CliTest, ValidateRunsEveryConfigurationForRealAndSimulatesIt) {
-  const fs::path job = write("validated.toml", R"(
-[model]
-input_shape = [8]
-layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 16 },
-          { type = "tanh" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 2048
-synthetic_test = 64
-classes = 4
+  const fs::path job =
+      write("validated.toml", mlp_model("tanh", "tanh") + synthetic_data(2048, 64) + R"(
 [training]
 batch_size = 32
 lr = 0.05

@@ -19,16 +19,7 @@ class RecoveryTest : public troupe_command_test {
  protected:
   /// A 3-stage sync job with a checkpoint every 8 steps (16 steps an epoch).
   fs::path sync_job() {
-    return write("sync.toml", R"(
-[model]
-input_shape = [8]
-layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 16 },
-          { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 512
-synthetic_test = 128
-classes = 4
+    return write("sync.toml", mlp_model("tanh", "relu") + synthetic_data(512, 128) + R"(
 [parallelism]
 stages = 3
 micro_batches = 2
@@ -127,11 +118,7 @@ TEST_F(RecoveryTest, SigtermCheckpointsAndStopsThenResumeFinishes) {
 [model]
 input_shape = [32]
 layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 2048
-synthetic_test = 64
-classes = 4
+)" + synthetic_data(2048, 64) + R"(
 [parallelism]
 stages = 2
 mode = "async"

@@ -36,26 +36,7 @@ for i in "${!hosts[@]}"; do
   ip netns exec "$ns" ip link set lo up
 done
 
-cat > "$work/job.toml" <<'JOB'
-[model]
-input_shape = [12]
-layers = [{ type = "linear", out = 24 }, { type = "tanh" }, { type = "dropout", p = 0.2 },
-          { type = "linear", out = 20 }, { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 640
-synthetic_test = 100
-classes = 4
-[parallelism]
-stages = 3
-micro_batches = 2
-threads = 3
-[training]
-batch_size = 16
-epochs = 2
-lr = 0.05
-momentum = 0.9
-JOB
+cp "$(dirname "$0")/three_stage_job.toml" "$work/job.toml"
 
 for name in coordinator w1 w2; do "$troupe" keygen "$work/keys" --name "$name" >/dev/null; done
 "$troupe" train "$work/job.toml" --quiet --out "$work/local" >/dev/null 2>&1

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/polling.h"
+
 extern char** environ;
 
 namespace troupe::testing {
@@ -36,6 +38,19 @@ inline std::string read_file(const fs::path& path) {
   std::stringstream text;
   text << file.rdbuf();
   return text.str();
+}
+
+/// The [data] section of a synthetic 4-class set.
+inline std::string synthetic_data(int64_t train, int64_t test) {
+  return "[data]\ndataset = \"synthetic\"\nsynthetic_train = " + std::to_string(train) +
+         "\nsynthetic_test = " + std::to_string(test) + "\nclasses = 4\n";
+}
+
+/// The [model] section of the 8-16-16-4 MLP whose hidden activations are `first`, `second`.
+inline std::string mlp_model(const std::string& first, const std::string& second) {
+  return "[model]\ninput_shape = [8]\nlayers = [{ type = \"linear\", out = 16 }, { type = \"" +
+         first + "\" }, { type = \"linear\", out = 16 },\n          { type = \"" + second +
+         "\" }, { type = \"linear\", out = 4 }]\n";
 }
 
 class troupe_command_test : public ::testing::Test {
@@ -74,11 +89,7 @@ class troupe_command_test : public ::testing::Test {
 [model]
 input_shape = [8]
 layers = [{ type = "linear", out = 16 }, { type = "tanh" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 512
-synthetic_test = 128
-classes = 4
+)" + synthetic_data(512, 128) + R"(
 [training]
 batch_size = 32
 epochs = 2
@@ -111,10 +122,7 @@ inline pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::p
 
 /// Polls until `done()` or `seconds` pass; returns done().
 inline bool wait_until(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
+  eventually(done, std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
   return done();
 }
 

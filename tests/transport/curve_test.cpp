@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include "tests/support/polling.h"
 #include "transport/endpoint.h"
 
 namespace troupe::transport {
@@ -25,16 +26,7 @@ namespace fs = std::filesystem;
 // How long a test waits to be sure that something does NOT arrive.
 constexpr auto quiet_period = 300ms;
 
-// Polls `done` until it holds or `limit` passes; synchronization by deadline, never by sleeping.
-template <class Predicate>
-bool eventually(Predicate done, std::chrono::milliseconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing::eventually;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -44,7 +36,7 @@ bool contains(const std::string& text, const std::string& part) {
 class scratch_directory {
  public:
   scratch_directory() {
-    std::string pattern = (fs::path(testing::TempDir()) / "troupe-curve-XXXXXX").string();
+    std::string pattern = (fs::path(::testing::TempDir()) / "troupe-curve-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
   }
   ~scratch_directory() {
@@ -127,6 +119,16 @@ struct curve_server {
     authenticator.reset();
   }
 };
+
+/// The listed `client` reaches `server`'s inbox, and only its message (key 2) arrives.
+void expect_listed_client_gets_through(curve_server& server, const curve_key_pair& client) {
+  std::optional<outbox> listed = connected_sender(
+      server.context, server.in->address(), client_options(client, server.keys.public_key), 2);
+  std::optional<decode_result> received = server.in->receive(10s);
+  ASSERT_TRUE(received && received->ok());
+  EXPECT_EQ(received->value->header.key, 2u);
+  EXPECT_FALSE(server.in->receive(quiet_period));
+}
 
 TEST(CurveTest, LibzmqHasCurve) { EXPECT_TRUE(curve_available()); }
 
@@ -211,12 +213,7 @@ TEST(CurveTest, UnlistedClientCannotDeliver) {
   EXPECT_FALSE(server.in->receive(quiet_period));
 
   // The inbox is alive: the listed client gets through, and only its message arrives.
-  std::optional<outbox> listed = connected_sender(
-      server.context, server.in->address(), client_options(client, server.keys.public_key), 2);
-  std::optional<decode_result> received = server.in->receive(10s);
-  ASSERT_TRUE(received && received->ok());
-  EXPECT_EQ(received->value->header.key, 2u);
-  EXPECT_FALSE(server.in->receive(quiet_period));
+  expect_listed_client_gets_through(server, client);
 }
 
 TEST(CurveTest, PlaintextClientCannotDeliverToCurveInbox) {
@@ -225,11 +222,7 @@ TEST(CurveTest, PlaintextClientCannotDeliverToCurveInbox) {
   ASSERT_TRUE(server.in);
   std::optional<outbox> plaintext = connected_sender(server.context, server.in->address(), {}, 1);
   EXPECT_FALSE(server.in->receive(quiet_period));
-  std::optional<outbox> listed = connected_sender(
-      server.context, server.in->address(), client_options(client, server.keys.public_key), 2);
-  std::optional<decode_result> received = server.in->receive(10s);
-  ASSERT_TRUE(received && received->ok());
-  EXPECT_EQ(received->value->header.key, 2u);
+  expect_listed_client_gets_through(server, client);
 }
 
 TEST(CurveTest, ClientWithWrongServerKeyCannotDeliver) {

@@ -16,21 +16,14 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "tests/support/polling.h"
+
 namespace troupe::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Polls `done` until it holds or `limit` passes; synchronization by deadline, never by sleeping.
-template <class Predicate>
-bool eventually(Predicate done, std::chrono::milliseconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing::eventually;
 
 const std::vector<float> activations = {0.5f, -1.25f, 3.0f, 1e-7f, -0.0f, 65504.0f};
 const std::vector<int32_t> labels = {3, 9};

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "actors/cluster/cluster_control.h"
@@ -28,27 +30,13 @@ namespace {
 using actors::quiet_observer;
 using testing::wall_clock;
 
-const char* job_toml = R"(
-[model]
-input_shape = [12]
-layers = [{ type = "linear", out = 24 }, { type = "tanh" }, { type = "dropout", p = 0.2 },
-          { type = "linear", out = 20 }, { type = "relu" }, { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 640
-synthetic_test = 100
-classes = 4
-[parallelism]
-stages = 3
-partition = "uniform"
-micro_batches = 4
-threads = 3
-[training]
-batch_size = 16
-epochs = 2
-lr = 0.05
-momentum = 0.9
-)";
+/// tests/cluster/three_stage_job.toml, which the multi-host test runs too.
+const std::string job_toml = [] {
+  std::ifstream file(TROUPE_SOURCE_DIR "/tests/cluster/three_stage_job.toml");
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}();
 
 std::vector<std::vector<float>> weights_of(const pipeline_report& report) {
   std::vector<std::vector<float>> result;
@@ -98,17 +86,44 @@ coordinator_options coordinator_in(const std::string& directory, int workers,
   return options;
 }
 
-/// Runs a worker at `address` for the coordinator at `coordinator` on a thread of its own,
-/// leaving its exit status and error in `status` and `error`.
+/// A host whose monotonic clock started long before the coordinator's.
+class shifted_clock final : public clock_source {
+ public:
+  explicit shifted_clock(double shift_s) : shift_s_(shift_s) {}
+  double now_seconds() override { return base_.now_seconds() + shift_s_; }
+
+ private:
+  wall_clock base_;
+  double shift_s_;
+};
+
+/// Runs a worker at `address` for the coordinator at `coordinator` on a thread of its own, its
+/// clock `clock_shift_s` from this one's (another host's), leaving its exit status and error in
+/// `status` and `error`.
 std::thread start_worker(const std::string& coordinator, const std::string& address, int* status,
-                         std::string* error) {
-  return std::thread([coordinator, address, status, error] {
+                         std::string* error, double clock_shift_s = 0) {
+  return std::thread([coordinator, address, status, error, clock_shift_s] {
     worker_options settings;
     settings.coordinator_address = coordinator;
     settings.listen_address = address;
-    wall_clock worker_clock;
+    shifted_clock worker_clock(clock_shift_s);
     *status = run_worker(settings, worker_clock, error);
   });
+}
+
+/// One worker per entry of `clock_shifts_s` at DIRECTORY/worker-W, each started as
+/// start_worker() does with that clock shift; statuses and errors by worker.
+std::vector<std::thread> start_workers(const std::string& coordinator, const std::string& directory,
+                                       const std::vector<double>& clock_shifts_s,
+                                       std::vector<int>* statuses,
+                                       std::vector<std::string>* errors) {
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < clock_shifts_s.size(); ++w) {
+    workers.push_back(start_worker(coordinator,
+                                   "ipc://" + directory + "/worker-" + std::to_string(w),
+                                   &(*statuses)[w], &(*errors)[w], clock_shifts_s[w]));
+  }
+  return workers;
 }
 
 TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
@@ -125,17 +140,9 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
     const std::string directory = mkdtemp(pattern);
     const coordinator_options options = coordinator_in(directory, 2, overrides);
     std::vector<int> statuses(2, -1);
-    std::vector<std::thread> workers;
-    for (int w = 0; w < 2; ++w) {
-      workers.emplace_back([&, w] {
-        worker_options worker;
-        worker.coordinator_address = options.listen_address;
-        worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
-        wall_clock worker_clock;
-        std::string worker_error;
-        statuses[w] = run_worker(worker, worker_clock, &worker_error);
-      });
-    }
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> workers =
+        start_workers(options.listen_address, directory, {0.0, 0.0}, &statuses, &errors);
     auto remote =
         run_coordinator(*reference.config, *reference.data, options, observer, clock, &error);
     for (auto& worker : workers) worker.join();
@@ -377,17 +384,6 @@ TEST(ClusterHostTest, MissingWorkersAreReportedAfterTheStartupTime) {
   std::filesystem::remove_all(directory);
 }
 
-/// A host whose monotonic clock started long before the coordinator's.
-class shifted_clock final : public clock_source {
- public:
-  explicit shifted_clock(double shift_s) : shift_s_(shift_s) {}
-  double now_seconds() override { return base_.now_seconds() + shift_s_; }
-
- private:
-  wall_clock base_;
-  double shift_s_;
-};
-
 TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
   const std::vector<std::string> overrides = {"metrics.trace=true", "training.epochs=1"};
   reference_run job;
@@ -400,18 +396,11 @@ TEST(ClusterHostTest, WorkersTraceTheirStagesOnTheCoordinatorsClock) {
   trace_recorder trace(3);
   coordinator_options options = coordinator_in(directory, 2, overrides);
   options.pipeline.trace = &trace;
-  std::vector<std::thread> workers;
-  for (int w = 0; w < 2; ++w) {
-    workers.emplace_back([&, w] {
-      worker_options worker;
-      worker.coordinator_address = options.listen_address;
-      worker.listen_address = "ipc://" + directory + "/worker-" + std::to_string(w);
-      // Clocks of other hosts: hours ahead of the coordinator's and an hour behind it.
-      shifted_clock worker_clock(w == 0 ? 5000.0 : -3600.0);
-      std::string worker_error;
-      run_worker(worker, worker_clock, &worker_error);
-    });
-  }
+  std::vector<int> statuses(2, -1);
+  std::vector<std::string> errors(2);
+  // Clocks of other hosts: hours ahead of the coordinator's and an hour behind it.
+  std::vector<std::thread> workers =
+      start_workers(options.listen_address, directory, {5000.0, -3600.0}, &statuses, &errors);
   wall_clock clock;
   quiet_observer observer;
   const double started_us = clock.now_seconds() * 1e6;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
@@ -49,17 +50,17 @@ const char* job = R"(
 input_shape = [12]
 layers = [{ type = "linear", out = 16 }, { type = "doubled_relu", factor = 2.5 },
           { type = "linear", out = 4 }]
-[data]
-dataset = "synthetic"
-synthetic_train = 256
-synthetic_test = 64
-classes = 4
-[parallelism]
-stages = 2
-mode = "async"
-[training]
-batch_size = 16
 )";
+
+/// The rest of the job, as --set would give it: synthetic data, 2 async stages.
+std::vector<std::string> settings(std::vector<std::string> more = {}) {
+  std::vector<std::string> all = {"data.dataset=synthetic", "data.synthetic_train=256",
+                                  "data.synthetic_test=64", "data.classes=4",
+                                  "parallelism.stages=2",   "parallelism.mode=async",
+                                  "training.batch_size=16"};
+  all.insert(all.end(), more.begin(), more.end());
+  return all;
+}
 
 TEST(CustomLayerTypeTest, TheRegistryRefusesTakenNamesAndIncompleteTypes) {
   register_once();
@@ -75,13 +76,14 @@ TEST(CustomLayerTypeTest, TheRegistryRefusesTakenNamesAndIncompleteTypes) {
 TEST(CustomLayerTypeTest, AJobNamesItWithItsOwnKeysAndAPipelineTrainsIt) {
   register_once();
   job_error problem;
-  auto config = parse_job(job, "custom job", {}, &problem);
+  auto config = parse_job(job, "custom job", settings(), &problem);
   ASSERT_TRUE(config) << problem.message;
   EXPECT_EQ(config->model.layers[1].options.at("factor"), 2.5);
-  EXPECT_FALSE(parse_job(std::string(job) + "\n", "custom job",
-                         {"model.layers=[{type=\"doubled_relu\", factr=1}]"}, &problem));
+  EXPECT_FALSE(parse_job(job, "custom job",
+                         settings({"model.layers=[{type=\"doubled_relu\", factr=1}]"}), &problem));
   EXPECT_NE(problem.message.find("did you mean 'factor'?"), std::string::npos) << problem.message;
-  EXPECT_FALSE(parse_job(job, "custom job", {"model.layers=[{type=\"tripled_relu\"}]"}, &problem));
+  EXPECT_FALSE(
+      parse_job(job, "custom job", settings({"model.layers=[{type=\"tripled_relu\"}]"}), &problem));
   EXPECT_NE(problem.message.find("doubled_relu"), std::string::npos) << problem.message;
 
   std::string error;
