@@ -23,26 +23,19 @@
 // Errors are values: a function that can fail returns an empty optional (or false) and says
 // why in its `error` argument, naming the key, file or peer at fault.
 
-#include <chrono>
-
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/steady_clock.h"
 #include "layers/layer.h"
 #include "layers/layer_registry.h"
 
 namespace troupe {
 
 /// The monotonic clock a real run reads its times from.
-class steady_clock final : public actors::clock_source {
- public:
-  double now_seconds() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-};
+using steady_clock = actors::steady_clock;
 
 }  // namespace troupe

@@ -4,11 +4,6 @@
 
 namespace troupe::apps {
 
-double steady_clock_source::now_seconds() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
 run_reporter::run_reporter(metrics_log* log, std::FILE* terminal, bool interactive,
                            int64_t steps_per_epoch, int64_t epochs)
     : log_(log),

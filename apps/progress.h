@@ -7,15 +7,13 @@
 #include <cstdio>
 
 #include "actors/engine/training_loop.h"
+#include "actors/hosts/steady_clock.h"
 #include "apps/run_output.h"
 
 namespace troupe::apps {
 
 /// The monotonic wall clock of a real run.
-class steady_clock_source final : public actors::clock_source {
- public:
-  double now_seconds() override;
-};
+using steady_clock_source = actors::steady_clock;
 
 class run_reporter final : public actors::training_observer {
  public:

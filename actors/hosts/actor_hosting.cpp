@@ -180,7 +180,8 @@ static void maybe_checkpoint(coordinator_parts& parts) {
     dispatch(parts, parts.run->checkpoint_done(now));
     return;
   }
-  if (parts.round.begin_if_due(*parts.run, now)) ask_stages(parts);
+  parts.round.begin(checkpoint_round::purpose::save, *parts.run->checkpoint_due(), now);
+  ask_stages(parts);
 }
 
 static void after_run_changed(caf::event_based_actor* self, coordinator_parts& parts) {
