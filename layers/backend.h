@@ -175,6 +175,43 @@ class backend {
   /// out[0] = sum of x[i] (device memory; summed in a fixed order for a given count).
   virtual void sum(stream s, const float* x, size_t count, float* out) = 0;
 
+  /// `batch` GEMMs C_i = alpha * op(A_i) * op(B_i) + beta * C_i, where X_i starts stride_x
+  /// floats after X_(i-1); otherwise as gemm(). Attention runs its heads through this.
+  virtual void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n,
+                            int k, float alpha, const float* a, int lda, int64_t stride_a,
+                            const float* b, int ldb, int64_t stride_b, float beta, float* c,
+                            int ldc, int64_t stride_c, int batch) = 0;
+
+  // ---- transformer blocks -------------------------------------------------------------------
+  /// Layer normalization of each row of a rows×cols matrix: normalized = (x - mean) * rstd with
+  /// rstd = 1 / sqrt(variance + epsilon) (biased variance, as PyTorch), y = normalized * gamma +
+  /// beta. `normalized` (rows×cols) and `rstd` (rows) are kept for the backward pass.
+  virtual void layer_norm_forward(stream s, const float* x, const float* gamma, const float* beta,
+                                  float* y, float* normalized, float* rstd, int rows, int cols,
+                                  float epsilon) = 0;
+  /// The input gradient of layer_norm_forward: with g = dy * gamma,
+  /// dx = rstd * (g - mean(g) - normalized * mean(g * normalized)) row by row.
+  virtual void layer_norm_backward(stream s, const float* dy, const float* gamma,
+                                   const float* normalized, const float* rstd, float* dx, int rows,
+                                   int cols) = 0;
+  /// For `batch` T×T score matrices: row i becomes softmax(scale * scores[i][0..i]) over its
+  /// first i + 1 entries and 0 beyond (causal attention). `probabilities` may alias `scores`.
+  virtual void causal_softmax_forward(stream s, const float* scores, float* probabilities,
+                                      int batch, int t, float scale) = 0;
+  /// The gradient of causal_softmax_forward with respect to its scores:
+  /// dscores = scale * p * (dp - sum_j dp_j p_j) row by row. `dscores` may alias `dp`.
+  virtual void softmax_backward(stream s, const float* probabilities, const float* dp,
+                                float* dscores, int rows, int cols, float scale) = 0;
+  /// out[i][:] = table[ids[i]][:] for `count` token ids stored as floats (exact integers);
+  /// an id outside [0, vocab) gives a row of zeros.
+  virtual void embedding_forward(stream s, const float* ids, const float* table, float* out,
+                                 int count, int dim, int vocab) = 0;
+  /// table_gradient[v][:] = beta * table_gradient[v][:] + sum over i with ids[i] == v of
+  /// dout[i][:], summed in order of i (ids outside [0, vocab) are skipped).
+  virtual void embedding_backward(stream s, const float* ids, const float* dout,
+                                  float* table_gradient, int count, int dim, int vocab,
+                                  float beta) = 0;
+
   // ---- activations --------------------------------------------------------------------------
   /// y = f(x); y may alias x.
   virtual void activation_forward(stream s, activation f, const float* x, float* y,

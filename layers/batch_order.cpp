@@ -58,7 +58,8 @@ void batch_order::gather(const dataset& data, int64_t index, float* features,
   for (int64_t i = 0; i < samples; ++i) {
     const int64_t sample = positions[i];
     std::memcpy(features + i * sample_size, source + sample * sample_size, row_bytes);
-    labels[i] = data.labels[static_cast<size_t>(sample)];
+    std::copy_n(data.labels.begin() + sample * data.labels_per_sample, data.labels_per_sample,
+                labels + i * data.labels_per_sample);
   }
 }
 

@@ -11,15 +11,18 @@
 
 namespace troupe::layers {
 
-/// Labelled samples in host memory: `features` holds count() samples of sample_size() floats.
+/// Labelled samples in host memory: `features` holds count() samples of sample_size() floats,
+/// `labels` labels_per_sample labels per sample (1 for a class, T for a sequence of T tokens,
+/// each labelled with the token after it).
 struct dataset {
   std::string name;
   shape sample_shape;
   int classes = 0;
+  int64_t labels_per_sample = 1;
   std::vector<float> features;
   std::vector<int32_t> labels;
 
-  int64_t count() const { return static_cast<int64_t>(labels.size()); }
+  int64_t count() const { return static_cast<int64_t>(labels.size()) / labels_per_sample; }
   int64_t sample_size() const { return element_count(sample_shape); }
 };
 
@@ -30,6 +33,19 @@ struct dataset {
 /// mismatch between images and labels, label out of range).
 std::optional<dataset> load_idx_dataset(const std::string& directory, const std::string& split,
                                         std::string* error);
+
+/// Byte-level language-model data from UTF-8 text: `path` is a file or a directory whose regular
+/// files are read in name order (skipping strfile's `.dat` indexes and `.u8` links). The bytes
+/// are concatenated and cut into sequences of `context` tokens (vocabulary 256), each labelled
+/// with the following bytes; the last `validation_fraction` of the text is held out as the test
+/// split. A missing, empty or binary (NUL bytes or invalid UTF-8) file, or a directory with
+/// no text, gives nothing and one line in `error` naming it.
+struct text_splits {
+  dataset train;
+  dataset validation;
+};
+std::optional<text_splits> load_text_dataset(const std::string& path, int64_t context,
+                                             double validation_fraction, std::string* error);
 
 /// Subtracts `mean` and divides by `deviation` in every feature.
 void standardize(dataset& data, float mean, float deviation);
@@ -59,7 +75,7 @@ class batch_order {
   /// Number of samples in batch `index` (batch_size except for a kept final partial batch).
   int64_t batch_samples(int64_t index) const;
   /// Copies batch `index` of the current epoch into `features` (batch_samples × sample_size)
-  /// and `labels` (batch_samples).
+  /// and `labels` (batch_samples × labels_per_sample).
   void gather(const dataset& data, int64_t index, float* features, int32_t* labels) const;
   const std::vector<int64_t>& order() const { return order_; }
 

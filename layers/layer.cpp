@@ -51,13 +51,45 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     *output = {element_count(input)};
     return true;
   }
-  if (t == "linear") {
-    if (input.size() != 1) {
-      return fail(error, "needs a flat input [features], got " + to_string(input) +
-                             " (add { type = \"flatten\" } before it)");
+  if (t == "linear" || t == "lm_head") {
+    if (input.size() != 1 && input.size() != 2) {
+      return fail(error, "needs an input [features] or [tokens, features], got " +
+                             to_string(input) + " (add { type = \"flatten\" } before it)");
     }
-    if (spec.out < 1) return fail(error, "out must be at least 1");
-    *output = {spec.out};
+    const int out = t == "linear" ? spec.out : spec.vocab;
+    if (out < 1) return fail(error, std::string(t == "linear" ? "out" : "vocab") + " must be at least 1");
+    *output = input;
+    output->back() = out;
+    return true;
+  }
+  if (t == "embedding") {
+    if (input.size() != 1) {
+      return fail(error, "needs an input of token ids [context], got " + to_string(input) +
+                             " (is model.input_shape [data.context]?)");
+    }
+    if (spec.vocab < 1 || spec.dim < 1) return fail(error, "vocab and dim must be at least 1");
+    if (spec.positions > 0 && input[0] > spec.positions) {
+      return fail(error, "the context is " + std::to_string(input[0]) + " tokens but positions is " +
+                             std::to_string(spec.positions) +
+                             " (raise positions or lower data.context)");
+    }
+    *output = {input[0], spec.dim};
+    return true;
+  }
+  if (t == "layernorm" || t == "transformer_block") {
+    if (input.size() != 2) {
+      return fail(error, "needs an input [tokens, width], got " + to_string(input) +
+                             " (put an embedding before it)");
+    }
+    if (t == "transformer_block") {
+      if (spec.heads < 1) return fail(error, "heads must be at least 1");
+      if (input[1] % spec.heads != 0) {
+        return fail(error, "heads (" + std::to_string(spec.heads) +
+                               ") must divide the width " + std::to_string(input[1]));
+      }
+      if (spec.mlp_ratio < 1) return fail(error, "mlp_ratio must be at least 1");
+    }
+    *output = input;
     return true;
   }
   if (t == "conv2d") {
@@ -78,7 +110,19 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
 
 int64_t parameter_count(const layer_spec& spec, const shape& input) {
   const int64_t bias = spec.bias ? spec.out : 0;
-  if (spec.type == "linear") return element_count(input) * spec.out + bias;
+  const int64_t width = input.empty() ? 0 : input.back();
+  if (spec.type == "linear") return width * spec.out + bias;
+  if (spec.type == "lm_head") return width * spec.vocab + (spec.bias ? spec.vocab : 0);
+  if (spec.type == "embedding") {
+    const int64_t positions = spec.positions > 0 ? spec.positions : (input.empty() ? 0 : input[0]);
+    return (int64_t(spec.vocab) + positions) * spec.dim;
+  }
+  if (spec.type == "layernorm") return 2 * width;
+  if (spec.type == "transformer_block") {
+    const int64_t wide = width * spec.mlp_ratio;
+    return 4 * width + (3 * width * width + 3 * width) + (width * width + width) +
+           (width * wide + wide) + (wide * width + width);
+  }
   if (spec.type == "conv2d") {
     return (input.empty() ? 0 : input[0]) * spec.kernel * spec.kernel * spec.out + bias;
   }
@@ -93,7 +137,10 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
   std::string error;
   TROUPE_CHECK(infer_output_shape(spec, input, &output, &error));
   const std::string& t = spec.type;
-  if (t == "linear") return make_linear_layer(device, s, spec, input, output, seed);
+  if (t == "linear" || t == "lm_head") return make_linear_layer(device, s, spec, input, output, seed);
+  if (t == "embedding") return make_embedding_layer(device, s, spec, input, output, seed);
+  if (t == "layernorm") return make_layer_norm_layer(device, s, input);
+  if (t == "transformer_block") return make_transformer_block(device, s, spec, input, seed, layer_index);
   if (t == "conv2d") return make_convolution_layer(device, s, spec, input, output, seed);
   if (t == "maxpool2d") return make_pooling_layer(spec, input, output);
   if (t == "flatten") return make_flatten_layer(input, output);

@@ -25,6 +25,9 @@ struct run_options {
   /// Index of the batch's first sample within the step, so micro-batches draw the masks that
   /// the whole batch would.
   uint64_t sample_offset = 0;
+  /// Composite blocks keep only their input after the forward pass and recompute the rest in
+  /// the backward pass (GPipe's rematerialization): less memory, one more forward.
+  bool recompute = false;
 };
 
 /// What forward() saved for backward(); one per instance in flight.

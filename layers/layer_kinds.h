@@ -20,6 +20,15 @@ std::unique_ptr<layer> make_dropout_layer(const layer_spec& spec, const shape& i
                                           uint64_t layer_index);
 std::unique_ptr<layer> make_activation_layer(activation f, const shape& input);
 
+std::unique_ptr<layer> make_embedding_layer(backend& device, stream s, const layer_spec& spec,
+                                            const shape& input, const shape& output,
+                                            uint64_t seed);
+std::unique_ptr<layer> make_layer_norm_layer(backend& device, stream s, const shape& input);
+/// `layer_index` names the block's dropout streams.
+std::unique_ptr<layer> make_transformer_block(backend& device, stream s, const layer_spec& spec,
+                                              const shape& input, uint64_t seed,
+                                              uint64_t layer_index);
+
 /// A parameter of `dims` filled from U(-bound, bound) drawn from `generator` on the host.
 parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
                                  float bound, class random_generator& generator);

@@ -9,13 +9,21 @@ namespace troupe::layers {
 
 /// One block of `model.layers`. Fields a type does not use keep their defaults.
 struct layer_spec {
-  std::string type;       ///< linear, relu, tanh, gelu, conv2d, maxpool2d, flatten, dropout
+  /// linear, relu, tanh, gelu, conv2d, maxpool2d, flatten, dropout, embedding, layernorm,
+  /// transformer_block, lm_head
+  std::string type;
   int out = 0;            ///< linear: output features; conv2d: output channels
   int kernel = 0;         ///< conv2d, maxpool2d: window size (maxpool2d default 2)
   int stride = 0;         ///< conv2d default 1; maxpool2d default = kernel
   int padding = 0;        ///< conv2d zero padding
   float probability = 0;  ///< dropout: probability of zeroing an element
-  bool bias = true;       ///< linear, conv2d: whether to add a bias
+  bool bias = true;       ///< linear, conv2d, lm_head: whether to add a bias
+  int vocab = 0;          ///< embedding, lm_head: vocabulary size
+  int dim = 0;            ///< embedding: width of a token's vector
+  int positions = 0;      ///< embedding: learned positions (0: the input's length)
+  int heads = 0;          ///< transformer_block: attention heads (must divide the width)
+  int mlp_ratio = 4;      ///< transformer_block: MLP width over model width
+  float dropout = 0;      ///< transformer_block: residual dropout probability
   /// A registered layer type's own keys (layers/layer_registry.h), by name.
   std::map<std::string, double> options;
 };

@@ -22,12 +22,17 @@ struct linear_context final : layer_context {
   tensor input;
 };
 
-/// y = x W^T + b with W stored [out, in] as in PyTorch.
+/// y = x W^T + b with W stored [out, in] as in PyTorch, over the last dimension of the input
+/// (a [T, D] sample is T rows of D features, as nn.Linear treats it).
 class linear_layer final : public layer {
  public:
   linear_layer(backend& device, stream s, const layer_spec& spec, const shape& input,
                const shape& output, uint64_t seed)
-      : layer(input, output), inputs_(input[0]), outputs_(output[0]) {
+      : layer(input, output),
+        inputs_(static_cast<int>(input.back())),
+        outputs_(static_cast<int>(output.back())),
+        rows_per_sample_(element_count(input) / input.back()),
+        type_(spec.type == "lm_head" ? "lm_head" : "linear") {
     // PyTorch's default initialization: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both tensors.
     random_generator generator(seed);
     const float bound = 1.0f / std::sqrt(static_cast<float>(inputs_));
@@ -37,12 +42,12 @@ class linear_layer final : public layer {
     }
   }
 
-  const char* type() const override { return "linear"; }
+  const char* type() const override { return type_; }
 
   forward_result forward(const run_options& options, const tensor& input) override {
     backend& device = input.device();
-    const int batch = static_cast<int>(input.rows());
-    tensor output(device, {batch, outputs_});
+    const int batch = static_cast<int>(input.size() / inputs_);
+    tensor output(device, batched(input.rows(), output_shape()));
     device.gemm(options.work_stream, transpose::no, transpose::yes, batch, outputs_, inputs_, 1.0f,
                 input.data(), inputs_, weight_.value.data(), inputs_, 0.0f, output.data(),
                 outputs_);
@@ -60,7 +65,7 @@ class linear_layer final : public layer {
     const tensor& input = static_cast<linear_context&>(context).input;
     backend& device = input.device();
     const stream s = options.work_stream;
-    const int batch = static_cast<int>(input.rows());
+    const int batch = static_cast<int>(input.size() / inputs_);
     device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
                 output_gradient.data(), outputs_, input.data(), inputs_, weight_.accumulate_beta(),
                 weight_.gradient.data(), inputs_);
@@ -84,12 +89,14 @@ class linear_layer final : public layer {
   }
 
   double forward_flops(int64_t batch) const override {
-    return 2.0 * static_cast<double>(batch) * inputs_ * outputs_;
+    return 2.0 * static_cast<double>(batch) * rows_per_sample_ * inputs_ * outputs_;
   }
 
  private:
   int inputs_;
   int outputs_;
+  int64_t rows_per_sample_;
+  const char* type_;
   parameter weight_;
   parameter bias_;
 };

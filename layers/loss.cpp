@@ -8,14 +8,18 @@ namespace troupe::layers {
 
 loss_output softmax_cross_entropy(stream s, const tensor& logits, const int_tensor& labels,
                                   float gradient_scale, bool want_gradient) {
-  TROUPE_CHECK(logits.dims().size() == 2);
-  TROUPE_CHECK(labels.size() == logits.rows());
+  TROUPE_CHECK(logits.dims().size() >= 2);
+  const int64_t classes = logits.dims().back();
+  const int64_t rows = logits.size() / classes;
+  TROUPE_CHECK(labels.size() == rows && rows % logits.rows() == 0);
+  const int64_t rows_per_sample = rows / logits.rows();
   backend& device = logits.device();
   loss_output output;
   output.statistics = tensor(device, {2});
   if (want_gradient) output.gradient = tensor(device, logits.dims());
-  device.softmax_cross_entropy(s, logits.data(), labels.data(), static_cast<int>(logits.rows()),
-                               static_cast<int>(logits.row_size()), gradient_scale,
+  device.softmax_cross_entropy(s, logits.data(), labels.data(), static_cast<int>(rows),
+                               static_cast<int>(classes),
+                               gradient_scale / static_cast<float>(rows_per_sample),
                                want_gradient ? output.gradient.data() : nullptr,
                                output.statistics.data(), output.statistics.data() + 1);
   return output;

@@ -14,11 +14,19 @@ struct loss_output {
   tensor statistics;  ///< [2]: sum of per-sample losses, number of correct predictions
 };
 
-/// Softmax cross-entropy of logits [N, classes] against labels (N of them, on the device).
-/// The gradient is multiplied by gradient_scale: 1/B for a batch of B samples, also when the
-/// batch is split into micro-batches, so their accumulated gradients equal the whole batch's.
+/// Softmax cross-entropy of logits [N, ..., classes] against one label per row of classes
+/// (labels.size() rows: N for a classifier, N·T for a language model's [N, T, vocab]).
+/// The gradient is multiplied by gradient_scale per sample: 1/B for a batch of B samples, also
+/// when the batch is split into micro-batches, so their accumulated gradients equal the whole
+/// batch's. A sample of T rows spreads it over them (each row's gradient is scaled by
+/// gradient_scale / T), so the loss differentiated is the mean over a sample's tokens.
 loss_output softmax_cross_entropy(stream s, const tensor& logits, const int_tensor& labels,
                                   float gradient_scale, bool want_gradient);
+
+/// Labels one sample needs for logits of per-sample shape `logits`: one per row of classes.
+inline int64_t labels_per_sample(const shape& logits) {
+  return logits.empty() || logits.back() == 0 ? 1 : element_count(logits) / logits.back();
+}
 
 /// The two statistics on the host: {loss sum, correct count}; synchronizes `s`.
 struct loss_totals {

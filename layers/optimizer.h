@@ -12,7 +12,7 @@
 namespace troupe::layers {
 
 struct optimizer_settings {
-  std::string kind = "sgd";  ///< "sgd" or "adam"
+  std::string kind = "sgd";  ///< "sgd", "adam" or "adamw" (decoupled weight decay)
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   float beta1 = 0.9f;
@@ -30,6 +30,10 @@ class optimizer {
   /// consumed (the next backward overwrites instead of adding).
   void step(stream s, float learning_rate, float gradient_scale = 1.0f);
 
+  /// The L2 norm of the gradients accumulated since the last step, times `gradient_scale`,
+  /// squared; read on the host (synchronizes `s`).
+  double squared_gradient_norm(stream s, float gradient_scale = 1.0f);
+
   int64_t steps_taken() const { return steps_; }
   /// Restores the step count from a checkpoint (Adam's bias correction depends on it).
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -38,6 +42,8 @@ class optimizer {
   std::vector<tensor>& state(size_t i) { return state_[i]; }
 
  private:
+  bool adam_family() const { return settings_.kind == "adam" || settings_.kind == "adamw"; }
+
   optimizer_settings settings_;
   std::vector<parameter*> parameters_;
   std::vector<std::vector<tensor>> state_;

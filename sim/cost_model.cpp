@@ -12,7 +12,7 @@ constexpr double float_bytes = 4;
 /// Bytes per parameter an optimizer step reads and writes: weight, gradient and velocity
 /// (SGD with momentum) or both moments (Adam).
 double step_bytes_per_parameter(const actors::training_config& training) {
-  if (training.optimizer == "adam") return 7 * float_bytes;
+  if (training.optimizer != "sgd") return 7 * float_bytes;
   return (training.momentum != 0 ? 5 : 3) * float_bytes;
 }
 
@@ -51,7 +51,7 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
                  static_cast<int>(tensors)};
     work.stash = {0, 0, 2 * parameter_bytes, static_cast<int>(tensors)};
     const double optimizer_tensors =
-        training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
+        training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
     work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
   } else if (const int64_t parameters = layers::parameter_count(spec, input); parameters > 0) {
     // A registered type with weights: charged as a GEMM over them (one multiply-add each per
@@ -65,7 +65,7 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
     work.step = {0, 0, step_bytes_per_parameter(training) * parameters, 2};
     work.stash = {0, 0, 2 * parameter_bytes, 2};
     const double optimizer_tensors =
-        training.optimizer == "adam" ? 2 : (training.momentum != 0 ? 1 : 0);
+        training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
     work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
   } else if (spec.type == "flatten") {
     // A view: no kernel.

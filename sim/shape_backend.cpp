@@ -49,6 +49,17 @@ class shapes_only final : public backend {
   void axpy(stream, float, const float*, float*, size_t) override {}
   void multiply(stream, const float*, const float*, float*, size_t) override {}
   void sum(stream, const float*, size_t, float*) override {}
+  void gemm_batched(stream, transpose, transpose, int, int, int, float, const float*, int, int64_t,
+                    const float*, int, int64_t, float, float*, int, int64_t, int) override {}
+  void layer_norm_forward(stream, const float*, const float*, const float*, float*, float*, float*,
+                          int, int, float) override {}
+  void layer_norm_backward(stream, const float*, const float*, const float*, const float*, float*,
+                           int, int) override {}
+  void causal_softmax_forward(stream, const float*, float*, int, int, float) override {}
+  void softmax_backward(stream, const float*, const float*, float*, int, int, float) override {}
+  void embedding_forward(stream, const float*, const float*, float*, int, int, int) override {}
+  void embedding_backward(stream, const float*, const float*, float*, int, int, int,
+                          float) override {}
   void activation_forward(stream, activation, const float*, float*, size_t) override {}
   void activation_backward(stream, activation, const float*, const float*, const float*, float*,
                            size_t) override {}

@@ -20,8 +20,9 @@ struct model_config {
 };
 
 struct data_config {
-  std::string dataset = "fashion-mnist";  ///< "fashion-mnist" (IDX files) or "synthetic"
-  std::string path = "/usr/share/datasets/fashion-mnist";
+  /// "fashion-mnist" (IDX files), "synthetic" or "text" (UTF-8 files, byte tokens)
+  std::string dataset = "fashion-mnist";
+  std::string path = "/usr/share/datasets/fashion-mnist";  ///< text: fortunes when unset
   bool shuffle = true;
   bool normalize = true;           ///< standardize features with the training set's mean/std
   int64_t train_samples = 0;       ///< use only the first N training samples (0: all)
@@ -29,6 +30,8 @@ struct data_config {
   int64_t synthetic_train = 8192;  ///< synthetic data set sizes
   int64_t synthetic_test = 1024;
   int classes = 10;  ///< synthetic data set classes
+  int64_t context = 128;               ///< text: tokens per sequence
+  double validation_fraction = 0.05;  ///< text: share of the text held out for evaluation
 };
 
 struct parallelism_config {
@@ -42,6 +45,7 @@ struct parallelism_config {
   int min_update_interval = 0;  ///< 0: micro_batches
   int max_staleness = -1;       ///< -1: unbounded
   bool weight_stashing = false;
+  bool recompute = false;  ///< transformer blocks recompute activations in the backward pass
   int threads = 0;  ///< CPU threads shared among the stages (0: every core)
 };
 
@@ -49,13 +53,14 @@ struct training_config {
   int64_t batch_size = 64;
   int64_t epochs = 1;
   int64_t max_steps = 0;          ///< 0: no limit
-  std::string optimizer = "sgd";  ///< "sgd" or "adam"
+  std::string optimizer = "sgd";  ///< "sgd", "adam" or "adamw"
   double lr = 0.01;
   double momentum = 0.0;
   double weight_decay = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-8;
+  double clip_norm = 0.0;  ///< clip each stage's gradient to this L2 norm (0: off)
   std::string lr_schedule = "constant";  ///< "constant", "cosine" or "step"
   double lr_decay = 0.1;                 ///< "step": factor applied every lr_decay_epochs
   int64_t lr_decay_epochs = 0;

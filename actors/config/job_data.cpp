@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "layers/model.h"
 
 namespace troupe::actors {
@@ -29,11 +31,41 @@ std::optional<job_data> synthetic_data(const job_config& config) {
   return result;
 }
 
+/// The largest token id of `data` (features and labels), or -1 when it holds none.
+int64_t largest_token(const layers::dataset& data) {
+  int64_t largest = -1;
+  for (float id : data.features) largest = std::max<int64_t>(largest, static_cast<int64_t>(id));
+  for (int32_t id : data.labels) largest = std::max<int64_t>(largest, id);
+  return largest;
+}
+
+/// Every embedding and lm_head must cover the data's tokens.
+bool check_vocabulary(const job_config& config, const job_data& data, std::string* error) {
+  const int64_t largest = std::max(largest_token(data.train), largest_token(data.test));
+  for (size_t i = 0; i < config.model.layers.size(); ++i) {
+    const layers::layer_spec& spec = config.model.layers[i];
+    if (spec.type != "embedding" && spec.type != "lm_head") continue;
+    if (spec.vocab > largest) continue;
+    *error = "model.layers[" + std::to_string(i) + "] (" + spec.type + "): vocab = " +
+             std::to_string(spec.vocab) + " is smaller than the data's largest token " +
+             std::to_string(largest) + " + 1 (" + config.data.path + " has bytes up to " +
+             std::to_string(largest) + "; byte-level text needs vocab = 256)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<job_data> load_job_data(const job_config& config, std::string* error) {
   std::optional<job_data> result;
-  if (config.data.dataset == "synthetic") {
+  if (config.data.dataset == "text") {
+    auto text = layers::load_text_dataset(config.data.path, config.data.context,
+                                          config.data.validation_fraction, error);
+    if (!text) return std::nullopt;
+    result = job_data{std::move(text->train), std::move(text->validation)};
+    if (!check_vocabulary(config, *result, error)) return std::nullopt;
+  } else if (config.data.dataset == "synthetic") {
     result = synthetic_data(config);
   } else {
     auto train = layers::load_idx_dataset(config.data.path, "train", error);
@@ -50,7 +82,7 @@ std::optional<job_data> load_job_data(const job_config& config, std::string* err
              layers::to_string(result->train.sample_shape);
     return std::nullopt;
   }
-  if (config.data.normalize) {
+  if (config.data.normalize && config.data.dataset != "text") {
     float mean = 0, deviation = 1;
     layers::feature_statistics(result->train, &mean, &deviation);
     layers::standardize(result->train, mean, deviation);
@@ -93,6 +125,13 @@ bool check_model(const job_config& config, int classes, std::string* error) {
   auto shapes = layers::infer_shapes(config.model.layers, input_shape_of(config), error);
   if (!shapes || !check_model_size(config, *shapes, error)) return false;
   const layers::shape& last = shapes->back();
+  if (config.data.dataset == "text") {
+    if (last.size() == 2 && last[0] == config.data.context) return true;
+    *error = "model.layers: the last block must output one score per token of the vocabulary, [" +
+             std::to_string(config.data.context) + ", vocab] (an lm_head), but outputs " +
+             layers::to_string(last);
+    return false;
+  }
   if (last.size() != 1 || last[0] != classes) {
     *error = "model.layers: the last block must output one score per class, [" +
              std::to_string(classes) + "], but outputs " + layers::to_string(last);

@@ -28,15 +28,15 @@ double widen(float value) {
   return std::strtod(std::string(buffer, result.ptr).c_str(), nullptr);
 }
 
-field probability_field(layer_spec& spec) {
-  auto read = [&spec](const toml::node& node, const std::string& label) -> problem {
+field probability_field(const char* name, float* probability) {
+  auto read = [probability](const toml::node& node, const std::string& label) -> problem {
     double p = 0;
     if (problem error = read_number(node, label, kBelowOne, &p)) return error;
-    spec.probability = static_cast<float>(p);  // 0.99999999999 would round to 1
-    if (spec.probability >= 1.0f) return label + " must be in [0, 1), got " + format_number(p);
+    *probability = static_cast<float>(p);  // 0.99999999999 would round to 1
+    if (*probability >= 1.0f) return label + " must be in [0, 1), got " + format_number(p);
     return std::nullopt;
   };
-  return {"p", read, [&spec] { return nlohmann::json(widen(spec.probability)); }};
+  return {name, read, [probability] { return nlohmann::json(widen(*probability)); }};
 }
 
 /// The keys a layer of `spec.type` takes, besides `type`.
@@ -52,7 +52,19 @@ std::vector<field> layer_fields(layer_spec& spec) {
   if (spec.type == "maxpool2d") {
     return {integer_field("kernel", &spec.kernel, 1), integer_field("stride", &spec.stride, 1)};
   }
-  if (spec.type == "dropout") return {probability_field(spec)};
+  if (spec.type == "dropout") return {probability_field("p", &spec.probability)};
+  field vocab = required(integer_field("vocab", &spec.vocab, 1));
+  if (spec.type == "embedding") {
+    return {vocab, required(integer_field("dim", &spec.dim, 1)),
+            integer_field("positions", &spec.positions, 0)};
+  }
+  if (spec.type == "layernorm") return {};
+  if (spec.type == "transformer_block") {
+    return {required(integer_field("heads", &spec.heads, 1)),
+            integer_field("mlp_ratio", &spec.mlp_ratio, 1),
+            probability_field("dropout", &spec.dropout)};
+  }
+  if (spec.type == "lm_head") return {vocab, bias};
   std::vector<field> fields;
   if (const layers::custom_layer_type* custom = layers::find_custom_layer_type(spec.type)) {
     if (custom->uses_out) fields = {out, bias};
@@ -74,6 +86,7 @@ problem read_layer(const toml::node& node, const std::string& where, layer_spec*
   if (spec->type == "conv2d") spec->stride = 1;
   if (spec->type == "maxpool2d") spec->kernel = 2;
   if (spec->type == "dropout") spec->probability = 0.5f;
+  if (spec->type == "lm_head") spec->bias = false;  // GPT-2's head has none
   const std::vector<field> fields = layer_fields(*spec);
   naming names{where + " (" + spec->type + "): ", "", {}, nullptr};
   for (const auto& f : fields) names.suggestions.push_back(f.name);
@@ -175,7 +188,7 @@ nlohmann::json partition_json(const std::string& partition) {
 // The schema: every job-file key and where its value goes ----------------------------------------
 
 std::vector<field> data_fields(data_config& data) {
-  return {string_field("dataset", &data.dataset, {"fashion-mnist", "synthetic"}),
+  return {string_field("dataset", &data.dataset, {"fashion-mnist", "synthetic", "text"}),
           string_field("path", &data.path),
           bool_field("shuffle", &data.shuffle),
           bool_field("normalize", &data.normalize),
@@ -183,7 +196,9 @@ std::vector<field> data_fields(data_config& data) {
           integer_field("test_samples", &data.test_samples, 0),
           integer_field("synthetic_train", &data.synthetic_train, 1),
           integer_field("synthetic_test", &data.synthetic_test, 1),
-          integer_field("classes", &data.classes, 2)};
+          integer_field("classes", &data.classes, 2),
+          integer_field("context", &data.context, 1),
+          number_field("validation_fraction", &data.validation_fraction, kBelowOne)};
 }
 
 std::vector<field> parallelism_fields(parallelism_config& p) {
@@ -203,6 +218,7 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           integer_field("min_update_interval", &p.min_update_interval, 1),
           integer_field("max_staleness", &p.max_staleness, -1),
           bool_field("weight_stashing", &p.weight_stashing),
+          bool_field("recompute", &p.recompute),
           integer_field("threads", &p.threads, 0)};
 }
 
@@ -210,13 +226,14 @@ std::vector<field> training_fields(training_config& t) {
   return {integer_field("batch_size", &t.batch_size, 1),
           integer_field("epochs", &t.epochs, 0),
           integer_field("max_steps", &t.max_steps, 0),
-          string_field("optimizer", &t.optimizer, {"sgd", "adam"}),
+          string_field("optimizer", &t.optimizer, {"sgd", "adam", "adamw"}),
           number_field("lr", &t.lr, kPositive),
           number_field("momentum", &t.momentum, kBelowOne),
           number_field("weight_decay", &t.weight_decay, kNonNegative),
           number_field("beta1", &t.beta1, kBelowOne),
           number_field("beta2", &t.beta2, kBelowOne),
           number_field("epsilon", &t.epsilon, kPositive),
+          number_field("clip_norm", &t.clip_norm, kNonNegative),
           string_field("lr_schedule", &t.lr_schedule, {"constant", "cosine", "step"}),
           number_field("lr_decay", &t.lr_decay, kPositive),
           integer_field("lr_decay_epochs", &t.lr_decay_epochs, 0),
@@ -266,6 +283,21 @@ problem check_partition(const job_config& config) {
   return std::nullopt;
 }
 
+/// A text job reads Debian's fortunes unless data.path says otherwise, and feeds its model
+/// sequences of data.context token ids.
+problem resolve_text_defaults(job_config* config) {
+  data_config& data = config->data;
+  if (data.dataset != "text") return std::nullopt;
+  if (data.path == data_config().path) data.path = "/usr/share/games/fortunes";
+  std::vector<int64_t>& shape = config->model.input_shape;
+  if (shape == model_config().input_shape) shape = {data.context};
+  if (shape != std::vector<int64_t>{data.context}) {
+    return "model.input_shape must be [data.context] = [" + std::to_string(data.context) +
+           "] for text data, got " + nlohmann::json(shape).dump();
+  }
+  return std::nullopt;
+}
+
 /// Rejects combinations no single key can, then resolves the defaults that depend on others.
 problem check_consistency(job_config* config) {
   parallelism_config& p = config->parallelism;
@@ -287,6 +319,7 @@ problem check_consistency(job_config* config) {
     return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
   }
   if (problem error = check_partition(*config)) return error;
+  if (problem error = resolve_text_defaults(config)) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;
   if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;
   return std::nullopt;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <unordered_map>
 
@@ -33,11 +34,17 @@ class layers_stage_device final : public stage_device {
         stream_(device.create_stream()),
         seed_(config.training.seed),
         range_(range),
-        stages_(config.parallelism.stages) {
+        stages_(config.parallelism.stages),
+        clip_norm_(config.training.clip_norm),
+        recompute_(config.parallelism.recompute) {
     device.set_gemm_precision(stream_, gemm_precision_of(config.training));
     layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
     model_ = std::make_unique<layers::sequential>(device, stream_, config.model.layers, input,
                                                   range.first, range.last, seed_);
+    std::string error;
+    auto shapes = layers::infer_shapes(config.model.layers, input, &error);
+    TROUPE_CHECK(shapes.has_value());
+    labels_per_sample_ = layers::labels_per_sample(shapes->back());
     optimizer_ = std::make_unique<layers::optimizer>(
         stream_, optimizer_settings_of(config.training), model_->parameters());
     for (size_t i = 0; i < model_->size(); ++i) {
@@ -68,9 +75,9 @@ class layers_stage_device final : public stage_device {
                (backward ? "output " : "input ") + layers::to_string(sample);
       return false;
     }
-    if (message.labels && static_cast<int64_t>(message.labels->size()) != batch) {
+    if (message.labels && static_cast<int64_t>(message.labels->size()) != batch * labels_per_sample_) {
       *error = std::to_string(message.labels->size()) + " labels for " + std::to_string(batch) +
-               " samples";
+               " samples of " + std::to_string(labels_per_sample_);
       return false;
     }
     if (!backward) return true;
@@ -114,7 +121,12 @@ class layers_stage_device final : public stage_device {
   }
 
   void step(float learning_rate) override {
-    optimizer_->step(stream_, learning_rate);
+    float scale = 1.0f;
+    if (clip_norm_ > 0) {
+      const double norm = std::sqrt(optimizer_->squared_gradient_norm(stream_));
+      if (norm > clip_norm_) scale = static_cast<float>(clip_norm_ / norm);
+    }
+    optimizer_->step(stream_, learning_rate, scale);
     device_.synchronize(stream_);
   }
 
@@ -206,7 +218,8 @@ class layers_stage_device final : public stage_device {
  private:
   layers::run_options options_for(const key_message& message, bool training) const {
     return {stream_, training ? layers::pass_mode::training : layers::pass_mode::evaluation,
-            step_seed(seed_, message.step), static_cast<uint64_t>(message.sample_offset)};
+            step_seed(seed_, message.step), static_cast<uint64_t>(message.sample_offset),
+            recompute_};
   }
 
   /// Puts the stashed weights of the version named by use_weights() in place; returns the
@@ -226,7 +239,7 @@ class layers_stage_device final : public stage_device {
   }
 
   const char* optimizer_suffix(size_t k) const {
-    if (optimizer_->settings().kind == "adam") return k == 0 ? ".exp_avg" : ".exp_avg_sq";
+    if (optimizer_->settings().kind != "sgd") return k == 0 ? ".exp_avg" : ".exp_avg_sq";
     return ".velocity";
   }
 
@@ -271,6 +284,9 @@ class layers_stage_device final : public stage_device {
   uint64_t seed_;
   stage_range range_;
   int stages_;
+  double clip_norm_;
+  bool recompute_;
+  int64_t labels_per_sample_ = 1;
   std::vector<std::string> names_;  ///< "linear2.weight", parallel to model_->parameters()
   std::unique_ptr<layers::sequential> model_;
   std::unique_ptr<layers::optimizer> optimizer_;

@@ -1,5 +1,7 @@
 #include "actors/engine/sequential_trainer.h"
 
+#include <cmath>
+
 #include <vector>
 
 #include "layers/check.h"
@@ -30,7 +32,10 @@ uint64_t step_seed(uint64_t job_seed, int64_t step) {
 }
 
 sequential_trainer::sequential_trainer(const job_config& config, layers::backend& device)
-    : device_(device), stream_(device.create_stream()), seed_(config.training.seed) {
+    : device_(device),
+      stream_(device.create_stream()),
+      seed_(config.training.seed),
+      clip_norm_(config.training.clip_norm) {
   device.set_gemm_precision(stream_, gemm_precision_of(config.training));
   const auto& specs = config.model.layers;
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
@@ -51,7 +56,7 @@ void sequential_trainer::upload(const float* features, const int32_t* labels, in
     layers::shape dims{samples};
     dims.insert(dims.end(), model_->input_shape().begin(), model_->input_shape().end());
     input_ = layers::tensor(device_, dims);
-    labels_ = layers::int_tensor(device_, samples);
+    labels_ = layers::int_tensor(device_, samples * labels_per_sample());
   }
   input_.copy_from_host(stream_, features);
   labels_.copy_from_host(stream_, labels);
@@ -66,9 +71,14 @@ batch_totals sequential_trainer::train_step(const float* features, const int32_t
   const float scale = 1.0f / static_cast<float>(samples);
   layers::loss_output loss = layers::softmax_cross_entropy(stream_, logits, labels_, scale, true);
   model_->backward(options, context, loss.gradient, false);
-  optimizer_->step(stream_, learning_rate);
+  float clip = 1.0f;
+  if (clip_norm_ > 0) {
+    const double norm = std::sqrt(optimizer_->squared_gradient_norm(stream_));
+    if (norm > clip_norm_) clip = static_cast<float>(clip_norm_ / norm);
+  }
+  optimizer_->step(stream_, learning_rate, clip);
   layers::loss_totals totals = layers::read_totals(stream_, loss);
-  return {totals.loss_sum, totals.correct, samples};
+  return {totals.loss_sum, totals.correct, samples * labels_per_sample()};
 }
 
 batch_totals sequential_trainer::evaluate(const layers::dataset& data, int64_t batch_size) {
@@ -81,7 +91,7 @@ batch_totals sequential_trainer::evaluate(const layers::dataset& data, int64_t b
   for (int64_t b = 0; b < order.batches_per_epoch(); ++b) {
     const int64_t samples = order.batch_samples(b);
     features.resize(samples * data.sample_size());
-    labels.resize(samples);
+    labels.resize(samples * labels_per_sample());
     order.gather(data, b, features.data(), labels.data());
     upload(features.data(), labels.data(), samples);
     layers::tensor logits = model_->forward(options, input_, nullptr);
@@ -89,7 +99,7 @@ batch_totals sequential_trainer::evaluate(const layers::dataset& data, int64_t b
     layers::loss_totals totals = layers::read_totals(stream_, loss);
     result.loss_sum += totals.loss_sum;
     result.correct += totals.correct;
-    result.samples += samples;
+    result.samples += samples * labels_per_sample();
   }
   return result;
 }

@@ -52,6 +52,8 @@ class sequential_trainer {
   batch_totals evaluate(const layers::dataset& data, int64_t batch_size);
 
   layers::sequential& model() { return *model_; }
+  /// Labels per sample: 1 for a classifier, T for a language model over T tokens.
+  int64_t labels_per_sample() const { return layers::labels_per_sample(model_->output_shape()); }
   layers::optimizer& optimizer() { return *optimizer_; }
   layers::backend& device() { return device_; }
   /// The stream all of the trainer's work runs on; read its tensors through it.
@@ -64,6 +66,7 @@ class sequential_trainer {
   layers::backend& device_;
   layers::stream stream_;
   uint64_t seed_;
+  double clip_norm_;  ///< global: the norm of every parameter's gradient together
   std::unique_ptr<layers::sequential> model_;
   std::unique_ptr<layers::optimizer> optimizer_;
   layers::tensor input_;

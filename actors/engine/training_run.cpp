@@ -143,11 +143,13 @@ key_message training_run::message_for(key_kind kind, uint64_t key,
   message.kind = kind;
   message.key = key;
   message.payload = layers::tensor(host_, dims);
-  auto labels = std::make_shared<std::vector<int32_t>>(count);
+  const int64_t per_sample = data.labels_per_sample;
+  auto labels = std::make_shared<std::vector<int32_t>>(count * per_sample);
   std::vector<float> features(count * size);
   for (int64_t i = 0; i < count; ++i) {
     std::copy_n(data.features.begin() + samples[i] * size, size, features.begin() + i * size);
-    (*labels)[i] = data.labels[samples[i]];
+    std::copy_n(data.labels.begin() + samples[i] * per_sample, per_sample,
+                labels->begin() + i * per_sample);
   }
   message.payload.copy_from_host(host_.default_stream(), features.data());
   host_.synchronize(host_.default_stream());

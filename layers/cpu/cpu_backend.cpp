@@ -12,6 +12,7 @@
 #include "layers/check.h"
 #include "layers/cpu/cpu_kernels.h"
 #include "layers/cpu/cpu_thread_pool.h"
+#include "layers/cpu/cpu_transformer_kernels.h"
 #include "layers/gemm_precision.h"
 
 namespace troupe::layers {
@@ -127,6 +128,57 @@ class cpu_backend final : public backend {
   }
   void sum(stream, const float* x, size_t count, float* out) override { cpu::sum(x, count, out); }
 
+  void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                    float alpha, const float* a, int lda, int64_t stride_a, const float* b,
+                    int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                    int batch) override;
+
+  void layer_norm_forward(stream, const float* x, const float* gamma, const float* beta, float* y,
+                          float* normalized, float* rstd, int rows, int cols,
+                          float epsilon) override {
+    for_each_row_range(rows, cols, [&](int first, int last) {
+      cpu::layer_norm_forward(x, gamma, beta, y, normalized, rstd, first, last, cols, epsilon);
+    });
+  }
+  void layer_norm_backward(stream, const float* dy, const float* gamma, const float* normalized,
+                           const float* rstd, float* dx, int rows, int cols) override {
+    for_each_row_range(rows, cols, [&](int first, int last) {
+      cpu::layer_norm_backward(dy, gamma, normalized, rstd, dx, first, last, cols);
+    });
+  }
+  void causal_softmax_forward(stream, const float* scores, float* probabilities, int batch, int t,
+                              float scale) override {
+    for_each_row_range(batch * t, t, [&](int first, int last) {
+      cpu::causal_softmax_forward(scores, probabilities, first, last, t, scale);
+    });
+  }
+  void softmax_backward(stream, const float* probabilities, const float* dp, float* dscores,
+                        int rows, int cols, float scale) override {
+    for_each_row_range(rows, cols, [&](int first, int last) {
+      cpu::softmax_backward(probabilities, dp, dscores, first, last, cols, scale);
+    });
+  }
+  void embedding_forward(stream, const float* ids, const float* table, float* out, int count,
+                         int dim, int vocab) override {
+    for_each_row_range(count, dim, [&](int first, int last) {
+      cpu::embedding_forward(ids, table, out, first, last, dim, vocab);
+    });
+  }
+  void embedding_backward(stream, const float* ids, const float* dout, float* table_gradient,
+                          int count, int dim, int vocab, float beta) override {
+    // Split by columns: every part walks the tokens in order, so sums keep their order.
+    const int parts = std::min(pool_.threads(), std::max(1, dim / 16));
+    if (parts <= 1 || size_t(count) * dim < parallel_elements_threshold) {
+      cpu::embedding_backward(ids, dout, table_gradient, count, dim, vocab, beta, 0, dim);
+      return;
+    }
+    pool_.run(parts, [&](int part) {
+      cpu::embedding_backward(ids, dout, table_gradient, count, dim, vocab, beta,
+                              static_cast<int>(cpu::split_point(dim, parts, part, 16)),
+                              static_cast<int>(cpu::split_point(dim, parts, part + 1, 16)));
+    });
+  }
+
   void activation_forward(stream, activation f, const float* x, float* y, size_t count) override {
     cpu::activation_forward(f, x, y, count);
   }
@@ -201,6 +253,20 @@ class cpu_backend final : public backend {
     if (parts <= 1) return f(0, count);
     pool_.run(parts, [&](int part) {
       f(cpu::split_point(count, parts, part, 16), cpu::split_point(count, parts, part + 1, 16));
+    });
+  }
+
+  /// Runs f(first row, last row) over parts of [0, rows) of a rows×cols operation, or over all
+  /// of it when small.
+  template <typename Function>
+  void for_each_row_range(int rows, int cols, const Function& f) {
+    const size_t elements = size_t(rows) * std::max(cols, 1);
+    const int parts = static_cast<int>(std::min<size_t>(
+        std::min<size_t>(pool_.threads(), size_t(rows)), elements / parallel_elements_threshold));
+    if (parts <= 1) return f(0, rows);
+    pool_.run(parts, [&](int part) {
+      f(static_cast<int>(cpu::split_point(rows, parts, part, 1)),
+        static_cast<int>(cpu::split_point(rows, parts, part + 1, 1)));
     });
   }
 
@@ -310,6 +376,34 @@ void cpu_backend::gemm_fp32(transpose transpose_a, transpose transpose_b, int m,
         cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), end - begin, n, k,
                     alpha, a_part, lda, b, ldb, beta, c + size_t(begin) * ldc, ldc);
       }
+    }
+  });
+}
+
+void cpu_backend::gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m,
+                               int n, int k, float alpha, const float* a, int lda,
+                               int64_t stride_a, const float* b, int ldb, int64_t stride_b,
+                               float beta, float* c, int ldc, int64_t stride_c, int batch) {
+  TROUPE_CHECK(batch >= 0);
+  TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
+  const bool small = double(m) * n * k < parallel_gemm_threshold;
+  if (state_of(s).gemm_precision != math_precision::fp32 || k == 0 || !small ||
+      pool_.threads() == 1 || batch < 2) {
+    // Large products split themselves over the pool; reduced precision rounds into per-stream
+    // scratch, which only one GEMM at a time may use.
+    for (int i = 0; i < batch; ++i) {
+      gemm(s, transpose_a, transpose_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+           ldb, beta, c + i * stride_c, ldc);
+    }
+    return;
+  }
+  const int parts = std::min(pool_.threads(), batch);
+  pool_.run(parts, [&](int part) {
+    const int first = static_cast<int>(cpu::split_point(batch, parts, part, 1));
+    const int last = static_cast<int>(cpu::split_point(batch, parts, part + 1, 1));
+    for (int i = first; i < last; ++i) {
+      cblas_sgemm(CblasRowMajor, to_cblas(transpose_a), to_cblas(transpose_b), m, n, k, alpha,
+                  a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
     }
   });
 }

@@ -132,6 +132,37 @@ class cuda_backend final : public backend {
   void multiply(stream s, const float* a, const float* b, float* out, size_t count) override;
   void sum(stream s, const float* x, size_t count, float* out) override;
 
+  void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                    float alpha, const float* a, int lda, int64_t stride_a, const float* b,
+                    int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                    int batch) override;
+  void layer_norm_forward(stream s, const float* x, const float* gamma, const float* beta,
+                          float* y, float* normalized, float* rstd, int rows, int cols,
+                          float epsilon) override {
+    cuda_kernels::layer_norm_forward(enter(s), x, gamma, beta, y, normalized, rstd, rows, cols,
+                                     epsilon);
+  }
+  void layer_norm_backward(stream s, const float* dy, const float* gamma, const float* normalized,
+                           const float* rstd, float* dx, int rows, int cols) override {
+    cuda_kernels::layer_norm_backward(enter(s), dy, gamma, normalized, rstd, dx, rows, cols);
+  }
+  void causal_softmax_forward(stream s, const float* scores, float* probabilities, int batch,
+                              int t, float scale) override {
+    cuda_kernels::causal_softmax_forward(enter(s), scores, probabilities, batch, t, scale);
+  }
+  void softmax_backward(stream s, const float* probabilities, const float* dp, float* dscores,
+                        int rows, int cols, float scale) override {
+    cuda_kernels::softmax_backward(enter(s), probabilities, dp, dscores, rows, cols, scale);
+  }
+  void embedding_forward(stream s, const float* ids, const float* table, float* out, int count,
+                         int dim, int vocab) override {
+    cuda_kernels::embedding_forward(enter(s), ids, table, out, count, dim, vocab);
+  }
+  void embedding_backward(stream s, const float* ids, const float* dout, float* table_gradient,
+                          int count, int dim, int vocab, float beta) override {
+    cuda_kernels::embedding_backward(enter(s), ids, dout, table_gradient, count, dim, vocab, beta);
+  }
+
   void activation_forward(stream s, activation f, const float* x, float* y, size_t count) override;
   void activation_backward(stream s, activation f, const float* x, const float* y, const float* dy,
                            float* dx, size_t count) override;
@@ -446,6 +477,35 @@ void cuda_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, 
   TROUPE_CUBLAS_CHECK(cublasGemmEx(blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n,
                                    m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
                                    CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+void cuda_backend::gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m,
+                                int n, int k, float alpha, const float* a, int lda,
+                                int64_t stride_a, const float* b, int ldb, int64_t stride_b,
+                                float beta, float* c, int ldc, int64_t stride_c, int batch) {
+  TROUPE_CHECK(batch >= 0);
+  TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
+  cudaStream_t cs = enter(s);
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {
+    for (int i = 0; i < batch; ++i) cuda_kernels::scale_matrix(cs, c + i * stride_c, m, n, ldc, beta);
+    return;
+  }
+  // The operands swap as in gemm(): row-major C^T is column-major C.
+  const stream_blas blas = blas_for(cs);
+  if (blas.precision == math_precision::fp32) {
+    TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched(
+        blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n, m, k, &alpha, b, ldb,
+        stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, batch));
+    return;
+  }
+  const cublasComputeType_t compute = blas.precision == math_precision::tf32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
+  TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n, m, k, &alpha, b, CUDA_R_32F,
+      ldb, stride_b, a, CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch,
+      compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void cuda_backend::add_row_vector(stream s, float* matrix, const float* vector, int rows,

@@ -93,4 +93,19 @@ void adam_step(cudaStream_t s, float* weights, const float* gradient, float* fir
                float* second_moment, size_t count, const adam_parameters& p, float step_size,
                float inverse_sqrt_correction2);
 
+// ---- transformer kernels (cuda_transformer_kernels.cu) ----------------------------------------
+void layer_norm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta,
+                        float* y, float* normalized, float* rstd, int rows, int cols,
+                        float epsilon);
+void layer_norm_backward(cudaStream_t s, const float* dy, const float* gamma,
+                         const float* normalized, const float* rstd, float* dx, int rows, int cols);
+void causal_softmax_forward(cudaStream_t s, const float* scores, float* probabilities, int batch,
+                            int t, float scale);
+void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp,
+                      float* dscores, int rows, int cols, float scale);
+void embedding_forward(cudaStream_t s, const float* ids, const float* table, float* out,
+                       int count, int dim, int vocab);
+void embedding_backward(cudaStream_t s, const float* ids, const float* dout,
+                        float* table_gradient, int count, int dim, int vocab, float beta);
+
 }  // namespace troupe::layers::cuda_kernels

@@ -82,6 +82,30 @@ class device_like_backend final : public backend {
   void axpy(stream, float, const float*, float*, size_t) override { FAIL(); }
   void multiply(stream, const float*, const float*, float*, size_t) override { FAIL(); }
   void sum(stream, const float*, size_t, float*) override { FAIL(); }
+  void gemm_batched(stream, layers::transpose, layers::transpose, int, int, int, float,
+                    const float*, int, int64_t, const float*, int, int64_t, float, float*, int,
+                    int64_t, int) override {
+    FAIL();
+  }
+  void layer_norm_forward(stream, const float*, const float*, const float*, float*, float*, float*,
+                          int, int, float) override {
+    FAIL();
+  }
+  void layer_norm_backward(stream, const float*, const float*, const float*, const float*, float*,
+                           int, int) override {
+    FAIL();
+  }
+  void causal_softmax_forward(stream, const float*, float*, int, int, float) override { FAIL(); }
+  void softmax_backward(stream, const float*, const float*, float*, int, int, float) override {
+    FAIL();
+  }
+  void embedding_forward(stream, const float*, const float*, float*, int, int, int) override {
+    FAIL();
+  }
+  void embedding_backward(stream, const float*, const float*, float*, int, int, int,
+                          float) override {
+    FAIL();
+  }
   void activation_forward(stream, layers::activation, const float*, float*, size_t) override {
     FAIL();
   }

@@ -1,0 +1,158 @@
+#include <cmath>
+
+#include "layers/check.h"
+#include "layers/layer_kinds.h"
+#include "layers/random.h"
+
+namespace troupe::layers {
+namespace {
+
+struct embedding_context final : layer_context {
+  tensor ids;
+};
+
+/// Token embeddings plus learned positions: a sample of T token ids (exact integers carried as
+/// float32, the payload type of every key) becomes T rows of `dim` features,
+/// weight[id] + position[t]. Ids outside [0, vocab) embed as zeros; the job's checks keep
+/// them from happening.
+class embedding_layer final : public layer {
+ public:
+  embedding_layer(backend& device, stream s, const layer_spec& spec, const shape& input,
+                  const shape& output, uint64_t seed)
+      : layer(input, output),
+        vocab_(spec.vocab),
+        dim_(spec.dim),
+        length_(static_cast<int>(input[0])),
+        positions_(spec.positions > 0 ? spec.positions : static_cast<int>(input[0])) {
+    // GPT-2's scale, N(0, 0.02^2), as a uniform of the same deviation.
+    random_generator generator(seed);
+    const float bound = 0.02f * std::sqrt(3.0f);
+    weight_ = make_uniform_parameter(device, s, "weight", {vocab_, dim_}, bound, generator);
+    position_ = make_uniform_parameter(device, s, "position", {positions_, dim_}, bound, generator);
+  }
+
+  const char* type() const override { return "embedding"; }
+
+  forward_result forward(const run_options& options, const tensor& input) override {
+    backend& device = input.device();
+    const int batch = static_cast<int>(input.rows());
+    tensor output(device, batched(batch, output_shape()));
+    device.embedding_forward(options.work_stream, input.data(), weight_.value.data(),
+                             output.data(), static_cast<int>(input.size()), dim_, vocab_);
+    device.add_row_vector(options.work_stream, output.data(), position_.value.data(), batch,
+                          length_ * dim_);
+    auto context = std::make_unique<embedding_context>();
+    if (options.mode == pass_mode::training) context->ids = input;
+    return {output, std::move(context)};
+  }
+
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
+    const tensor& ids = static_cast<embedding_context&>(context).ids;
+    backend& device = ids.device();
+    const stream s = options.work_stream;
+    const int batch = static_cast<int>(ids.rows());
+    device.embedding_backward(s, ids.data(), output_gradient.data(), weight_.gradient.data(),
+                              static_cast<int>(ids.size()), dim_, vocab_,
+                              weight_.accumulate_beta());
+    weight_.has_gradient = true;
+    device.sum_rows(s, output_gradient.data(), batch, length_ * dim_, position_.accumulate_beta(),
+                    position_.gradient.data());
+    if (!position_.has_gradient && positions_ > length_) {
+      // Positions past this input's length received nothing.
+      device.fill(s, position_.gradient.data() + int64_t(length_) * dim_, 0.0f,
+                  size_t(positions_ - length_) * dim_);
+    }
+    position_.has_gradient = true;
+    // Token ids have no gradient; a caller that asks gets zeros of the input's shape.
+    if (!need_input_gradient) return tensor();
+    return tensor::filled(device, s, ids.dims(), 0.0f);
+  }
+
+  std::vector<parameter*> parameters() override { return {&weight_, &position_}; }
+
+ private:
+  int vocab_;
+  int dim_;
+  int length_;
+  int positions_;
+  parameter weight_;
+  parameter position_;
+};
+
+struct layer_norm_context final : layer_context {
+  tensor normalized;
+  tensor rstd;
+};
+
+/// PyTorch's nn.LayerNorm over the last dimension, epsilon 1e-5, weight 1 and bias 0 at first.
+class layer_norm_layer final : public layer {
+ public:
+  layer_norm_layer(backend& device, stream s, const shape& input)
+      : layer(input, input), width_(static_cast<int>(input.back())) {
+    weight_.name = "weight";
+    weight_.value = tensor::filled(device, s, {width_}, 1.0f);
+    weight_.gradient = tensor(device, {width_});
+    bias_.name = "bias";
+    bias_.value = tensor::filled(device, s, {width_}, 0.0f);
+    bias_.gradient = tensor(device, {width_});
+  }
+
+  const char* type() const override { return "layernorm"; }
+
+  forward_result forward(const run_options& options, const tensor& input) override {
+    backend& device = input.device();
+    const int rows = static_cast<int>(input.size() / width_);
+    tensor output(device, input.dims());
+    auto context = std::make_unique<layer_norm_context>();
+    context->normalized = tensor(device, input.dims());
+    context->rstd = tensor(device, {rows});
+    device.layer_norm_forward(options.work_stream, input.data(), weight_.value.data(),
+                              bias_.value.data(), output.data(), context->normalized.data(),
+                              context->rstd.data(), rows, width_, 1e-5f);
+    if (options.mode != pass_mode::training) context.reset(new layer_norm_context);
+    return {output, std::move(context)};
+  }
+
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
+    auto& saved = static_cast<layer_norm_context&>(context);
+    backend& device = saved.normalized.device();
+    const stream s = options.work_stream;
+    const int rows = static_cast<int>(output_gradient.size() / width_);
+    tensor scaled(device, output_gradient.dims());
+    device.multiply(s, output_gradient.data(), saved.normalized.data(), scaled.data(),
+                    scaled.size());
+    device.sum_rows(s, scaled.data(), rows, width_, weight_.accumulate_beta(),
+                    weight_.gradient.data());
+    device.sum_rows(s, output_gradient.data(), rows, width_, bias_.accumulate_beta(),
+                    bias_.gradient.data());
+    weight_.has_gradient = bias_.has_gradient = true;
+    if (!need_input_gradient) return tensor();
+    device.layer_norm_backward(s, output_gradient.data(), weight_.value.data(),
+                               saved.normalized.data(), saved.rstd.data(), scaled.data(), rows,
+                               width_);
+    return scaled;
+  }
+
+  std::vector<parameter*> parameters() override { return {&weight_, &bias_}; }
+
+ private:
+  int width_;
+  parameter weight_;
+  parameter bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<layer> make_embedding_layer(backend& device, stream s, const layer_spec& spec,
+                                            const shape& input, const shape& output,
+                                            uint64_t seed) {
+  return std::make_unique<embedding_layer>(device, s, spec, input, output, seed);
+}
+
+std::unique_ptr<layer> make_layer_norm_layer(backend& device, stream s, const shape& input) {
+  return std::make_unique<layer_norm_layer>(device, s, input);
+}
+
+}  // namespace troupe::layers
