@@ -64,7 +64,7 @@ inline weights sequential_weights(actors::job_config config, const layers::datas
                             config.data.shuffle, true);
   const int64_t per_epoch = order.batches_per_epoch();
   std::vector<float> features(config.training.batch_size * data.sample_size());
-  std::vector<int32_t> labels(config.training.batch_size);
+  std::vector<int32_t> labels(config.training.batch_size * data.labels_per_sample);
   for (int64_t step = 0; step < steps; ++step) {
     if (step % per_epoch == 0) order.start_epoch(step / per_epoch);
     order.gather(data, step % per_epoch, features.data(), labels.data());

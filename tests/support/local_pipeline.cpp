@@ -42,11 +42,13 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
   const int64_t first = (entry.step % per_epoch) * batch + entry.sample_offset;
   const int64_t size = data.sample_size();
   std::vector<float> features(micro * size);
-  auto labels = std::make_shared<std::vector<int32_t>>(micro);
+  const int64_t per_sample = data.labels_per_sample;
+  auto labels = std::make_shared<std::vector<int32_t>>(micro * per_sample);
   for (int64_t i = 0; i < micro; ++i) {
     const int64_t sample = batches_.order()[first + i];
     std::copy_n(data.features.begin() + sample * size, size, features.begin() + i * size);
-    (*labels)[i] = data.labels[sample];
+    std::copy_n(data.labels.begin() + sample * per_sample, per_sample,
+                labels->begin() + i * per_sample);
   }
   layers::shape dims{micro};
   dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
