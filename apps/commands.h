@@ -157,9 +157,23 @@ struct export_options {
   std::string checkpoint;  ///< a step directory (or anything `troupe inspect` accepts)
   std::string format = "safetensors";
   std::string out;
+  bool initial = false;  ///< `checkpoint` is a job file: export the weights it starts from
+  std::vector<std::string> overrides;  ///< --set, with initial
 };
 
 /// `troupe export CHECKPOINT --format safetensors OUT`: writes the model's weights.
 int run_export(const export_options& options);
+
+struct generate_options {
+  std::string weights;  ///< a checkpoint (anything `troupe inspect` takes) or a .safetensors file
+  std::string job_file;  ///< the job of the weights (default: the run's config.json)
+  std::string prompt;
+  int64_t tokens = 200;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+};
+
+/// `troupe generate CHECKPOINT --prompt TEXT`: samples text from a language model.
+int run_generate(const generate_options& options);
 
 }  // namespace troupe::apps

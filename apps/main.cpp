@@ -151,9 +151,32 @@ void add_export(CLI::App& app, troupe::apps::export_options& options) {
   CLI::App* exporter = app.add_subcommand("export", "Write a checkpoint's weights for other tools");
   exporter->add_option("checkpoint", options.checkpoint, "Checkpoint directory")->required();
   exporter->add_option("out", options.out, "Output file")->required();
+  exporter->add_flag("--initial", options.initial,
+                     "CHECKPOINT is a job file: write the weights the job starts from");
+  exporter->add_option("--set", options.overrides, "With --initial: override a job-file key")
+      ->take_all()
+      ->allow_extra_args(false);
   exporter->add_option("--format", options.format, "Output format")
       ->check(CLI::IsMember({"safetensors"}))
       ->capture_default_str();
+}
+
+void add_generate(CLI::App& app, troupe::apps::generate_options& options) {
+  CLI::App* generate = app.add_subcommand("generate", "Sample text from a trained language model");
+  generate
+      ->add_option("checkpoint", options.weights,
+                   "Checkpoint, checkpoints directory, run directory or .safetensors file")
+      ->required();
+  generate->add_option("--prompt", options.prompt, "Text to continue")->required();
+  generate->add_option("--tokens", options.tokens, "Tokens (bytes) to generate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+      ->capture_default_str();
+  generate->add_option("--temperature", options.temperature, "Sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  generate->add_option("--seed", options.seed, "Seed of the sampling")->capture_default_str();
+  generate->add_option("--job", options.job_file,
+                       "Job file of the weights (default: the run's config.json)");
 }
 
 void add_simulate(CLI::App& app, troupe::apps::simulate_options& options) {
@@ -246,6 +269,8 @@ int main(int argc, char** argv) {
   troupe::apps::export_options exporter;
   add_inspect(app, inspect);
   add_export(app, exporter);
+  troupe::apps::generate_options generate;
+  add_generate(app, generate);
   troupe::apps::simulate_options simulate;
   add_simulate(app, simulate);
   troupe::apps::calibrate_options calibrate;
@@ -265,6 +290,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
   if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
   if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
+  if (app.got_subcommand("generate")) return troupe::apps::run_generate(generate);
   if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
   if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
   if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);

@@ -59,7 +59,15 @@ void run_reporter::on_event(const nlohmann::json& event) {
 
 void run_reporter::on_metrics(const actors::metrics_record& record) {
   if (log_) log_->append(to_json(record));
-  if (record.test_accuracy) {
+  if (record.bits_per_byte) {
+    clear_bar();
+    std::fprintf(terminal_,
+                 "epoch %lld  step %lld  loss %.4f  validation_loss %.4f  bits_per_byte %.4f  "
+                 "%.0f tokens/s  %.1f s\n",
+                 static_cast<long long>(record.epoch), static_cast<long long>(record.step),
+                 record.loss, record.test_loss.value_or(0.0), *record.bits_per_byte,
+                 record.tokens_per_s.value_or(0.0), record.wall_s);
+  } else if (record.test_accuracy) {
     clear_bar();
     std::fprintf(terminal_,
                  "epoch %lld  step %lld  loss %.4f  test_accuracy %.4f  test_loss %.4f  "
@@ -67,6 +75,10 @@ void run_reporter::on_metrics(const actors::metrics_record& record) {
                  static_cast<long long>(record.epoch), static_cast<long long>(record.step),
                  record.loss, *record.test_accuracy, record.test_loss.value_or(0.0),
                  record.samples_per_s, record.wall_s);
+  } else if (!interactive_ && record.tokens_per_s) {
+    std::fprintf(terminal_, "step %lld  epoch %lld  loss %.4f  lr %.5g  %.0f tokens/s  %.1f s\n",
+                 static_cast<long long>(record.step), static_cast<long long>(record.epoch),
+                 record.loss, record.learning_rate, *record.tokens_per_s, record.wall_s);
   } else if (!interactive_) {
     std::fprintf(terminal_, "step %lld  epoch %lld  loss %.4f  lr %.5g  %.0f samples/s  %.1f s\n",
                  static_cast<long long>(record.step), static_cast<long long>(record.epoch),

@@ -42,6 +42,11 @@ nlohmann::json to_json(const actors::metrics_record& record) {
                          {"wall_s", record.wall_s}};
   if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
   if (record.test_loss) line["test_loss"] = *record.test_loss;
+  if (record.tokens_per_s) line["tokens_per_s"] = *record.tokens_per_s;
+  if (record.bits_per_byte) {
+    line["validation_loss"] = *record.test_loss;
+    line["bits_per_byte"] = *record.bits_per_byte;
+  }
   return line;
 }
 
@@ -54,6 +59,11 @@ nlohmann::json to_json(const actors::training_summary& summary) {
                           {"wall_s", summary.wall_s}};
   value["time_to_target_s"] =
       summary.time_to_target_s ? nlohmann::json(*summary.time_to_target_s) : nlohmann::json();
+  if (summary.tokens_per_s) value["tokens_per_s"] = *summary.tokens_per_s;
+  if (summary.bits_per_byte) {
+    value["validation_loss"] = summary.final_test_loss;
+    value["bits_per_byte"] = *summary.bits_per_byte;
+  }
   return value;
 }
 

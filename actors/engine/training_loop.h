@@ -32,6 +32,10 @@ struct metrics_record {
   double wall_s = 0;         ///< since the run started
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;
+  /// Language models: training tokens per second, and the held-out loss in bits per byte
+  /// (byte tokens: the mean loss per token over ln 2).
+  std::optional<double> tokens_per_s;
+  std::optional<double> bits_per_byte;
 };
 
 struct training_summary {
@@ -42,6 +46,8 @@ struct training_summary {
   double samples_per_s = 0;  ///< training samples over time spent training (not evaluating)
   double wall_s = 0;
   std::optional<double> time_to_target_s;
+  std::optional<double> tokens_per_s;   ///< language models (see metrics_record)
+  std::optional<double> bits_per_byte;  ///< of the last evaluation
 };
 
 /// Receives what a run reports; called on the thread that runs the loop.

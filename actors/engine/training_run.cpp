@@ -195,7 +195,7 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
   if (retired % micro_batches == 0) {
     const int64_t step = retired / micro_batches;
     observer_.on_step(step, total_steps_, epoch_, interval_.mean_loss(),
-                      interval_.samples / std::max(1e-9, now_s - last_log_s_));
+                      samples_of(interval_) / std::max(1e-9, now_s - last_log_s_));
     if (config_.metrics.log_interval > 0 && step % config_.metrics.log_interval == 0) {
       emit_metrics(epoch_, std::nullopt, now_s);
     }
@@ -277,7 +277,12 @@ void training_run::finish(double now_s) {
   summary_.steps = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches
                               : (resume_ ? resume_->step : 0);
   summary_.wall_s = now_s - start_s_;
-  summary_.samples_per_s = train_s_ > 0 ? train_samples_ / train_s_ : 0.0;
+  summary_.samples_per_s =
+      train_s_ > 0 ? static_cast<double>(train_samples_) / tokens_per_sample() / train_s_ : 0.0;
+  if (language_model()) {
+    summary_.tokens_per_s = summary_.samples_per_s * tokens_per_sample();
+    summary_.bits_per_byte = summary_.final_test_loss / std::log(2.0);
+  }
   finished_ = true;
 }
 
@@ -359,11 +364,13 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
   record.loss = span.mean_loss();
   record.learning_rate =
       learning_rate_at(config_.training, record.step, steps_per_epoch_, total_steps_);
-  record.samples_per_s = seconds > 0 ? span.samples / seconds : 0.0;
+  record.samples_per_s = seconds > 0 ? samples_of(span) / seconds : 0.0;
   record.wall_s = now_s - start_s_;
+  if (language_model()) record.tokens_per_s = record.samples_per_s * tokens_per_sample();
   if (test) {
     record.test_accuracy = test->accuracy();
     record.test_loss = test->mean_loss();
+    if (language_model()) record.bits_per_byte = test->mean_loss() / std::log(2.0);
   }
   observer_.on_metrics(record);
   interval_ = batch_totals();

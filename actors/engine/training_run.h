@@ -95,6 +95,13 @@ class training_run {
   void finish(double now_s);
 
   const job_config& config_;
+  /// Batch totals count labels: one per sample, or one per token of a language model.
+  int64_t tokens_per_sample() const { return train_.labels_per_sample; }
+  bool language_model() const { return config_.data.dataset == "text"; }
+  double samples_of(const batch_totals& totals) const {
+    return static_cast<double>(totals.samples) / static_cast<double>(tokens_per_sample());
+  }
+
   const layers::dataset& train_;
   const layers::dataset& test_;
   layers::backend& host_;

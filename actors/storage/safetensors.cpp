@@ -366,25 +366,6 @@ class tensor_lookup {
 };
 
 /// Each stage's freshly initialized state, which names the parameters and their shapes.
-std::optional<std::vector<stage_state>> fresh_stage_states(const job_config& config,
-                                                           std::string* error) {
-  auto ranges = partition_model(config, error);
-  if (!ranges) return std::nullopt;
-  auto backend = layers::create_backend("cpu", 1, error);
-  if (!backend) return std::nullopt;
-  std::vector<stage_state> states;
-  for (size_t i = 0; i < ranges->size(); ++i) {
-    stage_state state;
-    state.stage = static_cast<int32_t>(i);
-    state.stages = static_cast<int32_t>(ranges->size());
-    state.first_block = static_cast<int64_t>((*ranges)[i].first);
-    state.last_block = static_cast<int64_t>((*ranges)[i].last);
-    state.parameters =
-        make_layers_stage_device(config, (*ranges)[i], *backend)->save_state().parameters;
-    states.push_back(std::move(state));
-  }
-  return states;
-}
 
 bool fill_parameter(tensor_lookup& lookup, int32_t stage, named_tensor* parameter,
                     std::string* error) {
@@ -483,9 +464,29 @@ std::vector<named_tensor> export_tensors(const std::vector<stage_state>& stages)
   return tensors;
 }
 
+std::optional<std::vector<stage_state>> seeded_stage_states(const job_config& config,
+                                                           std::string* error) {
+  auto ranges = partition_model(config, error);
+  if (!ranges) return std::nullopt;
+  auto backend = layers::create_backend("cpu", 1, error);
+  if (!backend) return std::nullopt;
+  std::vector<stage_state> states;
+  for (size_t i = 0; i < ranges->size(); ++i) {
+    stage_state state;
+    state.stage = static_cast<int32_t>(i);
+    state.stages = static_cast<int32_t>(ranges->size());
+    state.first_block = static_cast<int64_t>((*ranges)[i].first);
+    state.last_block = static_cast<int64_t>((*ranges)[i].last);
+    state.parameters =
+        make_layers_stage_device(config, (*ranges)[i], *backend)->save_state().parameters;
+    states.push_back(std::move(state));
+  }
+  return states;
+}
+
 std::optional<std::vector<stage_state>> stage_states_from_tensors(
     const std::vector<named_tensor>& tensors, const job_config& config, std::string* error) {
-  auto states = fresh_stage_states(config, error);
+  auto states = seeded_stage_states(config, error);
   if (!states) return std::nullopt;
   tensor_lookup lookup(tensors);
   for (stage_state& state : *states) {

@@ -41,6 +41,12 @@ std::optional<std::vector<named_tensor>> read_safetensors(const std::string& pat
 /// Every stage's parameters, named "stage{i}.{name}" with i = state.stage, in stage order.
 std::vector<named_tensor> export_tensors(const std::vector<stage_state>& stages);
 
+/// One state per stage of `config`'s model holding its parameters as the job's seed draws them
+/// (what a run starts from without model.init_from). Nothing, with `error`, when the model
+/// cannot be partitioned.
+std::optional<std::vector<stage_state>> seeded_stage_states(const job_config& config,
+                                                            std::string* error);
+
 /// One state per stage of `config`'s model with `parameters` filled from `tensors` (and nothing
 /// else: load it with weights_only). Stage i's parameter "linear2.weight" comes from the tensor
 /// "stage{i}.linear2.weight", else from "linear2.weight" bare or under another stage's prefix.
