@@ -77,9 +77,14 @@ layers::tensor timed_stage_device::backward(const actors::key_message& message,
   return need_input_gradient ? shaped(batch, input_) : layers::tensor();
 }
 
-void timed_stage_device::step(float learning_rate) {
+double timed_stage_device::squared_gradient_norm() {
+  // Without numerics there are no gradients; a norm of 0 never clips.
+  return numerics_ ? numerics_->squared_gradient_norm() : 0.0;
+}
+
+void timed_stage_device::step(float learning_rate, float gradient_scale) {
   charge_s_ += cost_.step_s();
-  if (numerics_) numerics_->step(learning_rate);
+  if (numerics_) numerics_->step(learning_rate, gradient_scale);
 }
 
 void timed_stage_device::stash_weights(int64_t version) {

@@ -32,7 +32,8 @@ class timed_stage_device final : public actors::stage_device {
   actors::loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels,
                            float scale, bool want_gradient) override;
   layers::tensor backward(const actors::key_message& message, bool need_input_gradient) override;
-  void step(float learning_rate) override;
+  double squared_gradient_norm() override;
+  void step(float learning_rate, float gradient_scale) override;
   void stash_weights(int64_t version) override;
   void use_weights(int64_t version) override;
   void release_weights_before(int64_t version) override;

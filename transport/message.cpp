@@ -43,6 +43,8 @@ const char* to_string(message_kind kind) {
       return "state_refused";
     case message_kind::key_retired:
       return "key_retired";
+    case message_kind::optimizer_step:
+      return "optimizer_step";
   }
   return "unknown";
 }

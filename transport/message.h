@@ -17,7 +17,7 @@
 namespace troupe::transport {
 
 /// Wire protocol version this build writes into every header; decoders reject any other.
-inline constexpr uint16_t current_protocol_version = 4;
+inline constexpr uint16_t current_protocol_version = 5;
 
 /// Stage number that stands for the coordinator in source_stage / target_stage.
 inline constexpr int32_t coordinator_stage = -1;
@@ -36,10 +36,11 @@ enum class message_kind : uint8_t {
   state_loaded,   ///< stage → coordinator: the shard of a load_state / load_weights is in place
   state_refused,  ///< stage → coordinator: the shard did not fit; `text` says why
   key_retired,    ///< stage 0 → coordinator: key `key` finished its backward pass
+  optimizer_step, ///< stage → next stage: take the step held since key `key`'s backward pass
 };
 
 /// Number of message_kind values; a kind byte at or above it is invalid on the wire.
-inline constexpr uint8_t message_kind_count = 12;
+inline constexpr uint8_t message_kind_count = 13;
 
 /// Element type of a payload frame.
 enum class element_type : uint8_t {

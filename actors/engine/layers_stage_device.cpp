@@ -35,7 +35,6 @@ class layers_stage_device final : public stage_device {
         seed_(config.training.seed),
         range_(range),
         stages_(config.parallelism.stages),
-        clip_norm_(config.training.clip_norm),
         recompute_(config.parallelism.recompute) {
     device.set_gemm_precision(stream_, gemm_precision_of(config.training));
     layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
@@ -120,13 +119,10 @@ class layers_stage_device final : public stage_device {
     return gradient;
   }
 
-  void step(float learning_rate) override {
-    float scale = 1.0f;
-    if (clip_norm_ > 0) {
-      const double norm = std::sqrt(optimizer_->squared_gradient_norm(stream_));
-      if (norm > clip_norm_) scale = static_cast<float>(clip_norm_ / norm);
-    }
-    optimizer_->step(stream_, learning_rate, scale);
+  double squared_gradient_norm() override { return optimizer_->squared_gradient_norm(stream_); }
+
+  void step(float learning_rate, float gradient_scale) override {
+    optimizer_->step(stream_, learning_rate, gradient_scale);
     device_.synchronize(stream_);
   }
 
@@ -284,7 +280,6 @@ class layers_stage_device final : public stage_device {
   uint64_t seed_;
   stage_range range_;
   int stages_;
-  double clip_norm_;
   bool recompute_;
   int64_t labels_per_sample_ = 1;
   std::vector<std::string> names_;  ///< "linear2.weight", parallel to model_->parameters()

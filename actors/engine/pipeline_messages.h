@@ -12,7 +12,10 @@
 
 namespace troupe::actors {
 
-enum class key_kind { forward, backward, evaluate };
+/// forward, backward, evaluate: a key's trip. step: in sync mode with global gradient clipping,
+/// stage 0 tells the stages after it, one by one, to take the optimizer step they hold since
+/// the step's last backward pass, clipped by the norm it carries.
+enum class key_kind { forward, backward, evaluate, step };
 
 /// One key (a micro-batch) at one point of its trip through the pipeline.
 struct key_message {
@@ -26,6 +29,9 @@ struct key_message {
   layers::tensor payload;
   /// The key's labels, carried along to the last stage.
   std::shared_ptr<const std::vector<int32_t>> labels;
+  /// Sync mode with global clipping: on a step's last backward message, the squared gradient
+  /// norms of the stages after the receiver, summed; on a step message, those of every stage.
+  double norm_squared = 0;
 };
 
 /// What a stage asks its host to do after handling a message.

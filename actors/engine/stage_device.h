@@ -47,8 +47,11 @@ class stage_device {
   /// Backward of `key` (whose forward ran here): accumulates weight gradients and returns the
   /// gradient of the stage's input (empty on the first stage).
   virtual layers::tensor backward(const key_message& message, bool need_input_gradient) = 0;
-  /// One optimizer step with the gradients accumulated since the last.
-  virtual void step(float learning_rate) = 0;
+  /// The squared L2 norm of the gradients accumulated since the last step.
+  virtual double squared_gradient_norm() = 0;
+  /// One optimizer step with the gradients accumulated since the last, multiplied by
+  /// `gradient_scale` first (gradient clipping).
+  virtual void step(float learning_rate, float gradient_scale = 1.0f) = 0;
   /// Weight stashing: remember the current weights as `version` (before a step changes them).
   virtual void stash_weights(int64_t version) = 0;
   /// Weight stashing: run the next backward with the weights of `version`, or the current ones.

@@ -1,6 +1,7 @@
 #include "actors/engine/stage_logic.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "layers/check.h"
 
@@ -15,6 +16,21 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
 std::vector<stage_output> stage_logic::handle(const key_message& message, std::string* refusal) {
   std::vector<stage_output> outputs;
   std::string error;
+  if (message.kind == key_kind::step || step_pending_) {
+    // Only a step message may follow a held step, and only a held step takes one.
+    const bool fits = message.kind == key_kind::step && step_pending_ &&
+                      std::isfinite(message.norm_squared) && message.norm_squared >= 0;
+    if (!fits) {
+      if (refusal) {
+        *refusal = step_pending_ ? "a key message while an optimizer step waits for its step message"
+                                 : "a step message but no optimizer step is held here";
+      }
+      ++refused_;
+      return outputs;
+    }
+    handle_step_message(message, &outputs);
+    return outputs;
+  }
   const bool known = message.kind != key_kind::backward || forward_versions_.count(message.key);
   const bool labelled = message.kind == key_kind::backward || !is_last() || message.labels;
   if (!known || !labelled || !device_.accepts(message, &error)) {
@@ -90,7 +106,28 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   if (stashed) device_.use_weights(forward_version);
   record(&weight_staleness_, stashed ? 0 : staleness);
   message.payload = device_.backward(message, settings_.index > 0);
-  count_backward_and_maybe_step();
+  const bool complete = count_backward();
+  if (complete && settings_.global_clipping) {
+    // The later stages' squared norms came with the message; add this stage's.
+    const double norm_squared = message.norm_squared + device_.squared_gradient_norm();
+    if (settings_.index > 0) {
+      step_pending_ = true;
+      message.norm_squared = norm_squared;
+      outputs->push_back({stage_output::kind::to_previous_stage, message});
+      return;
+    }
+    take_step(norm_squared);
+    key_message step;
+    step.kind = key_kind::step;
+    step.key = message.key;
+    step.step = message.step;
+    step.sample_offset = message.sample_offset;
+    step.norm_squared = norm_squared;
+    outputs->push_back({stage_output::kind::to_next_stage, step});
+    return;
+  }
+  if (complete) take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
+  message.norm_squared = 0;
   if (settings_.index > 0) {
     outputs->push_back({stage_output::kind::to_previous_stage, message});
   } else {
@@ -99,16 +136,38 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   }
 }
 
-void stage_logic::count_backward_and_maybe_step() {
-  if (++keys_since_step_ < settings_.min_update_interval) return;
+bool stage_logic::count_backward() {
+  if (++keys_since_step_ < settings_.min_update_interval) return false;
   keys_since_step_ = 0;
+  return true;
+}
+
+void stage_logic::handle_step_message(const key_message& message,
+                                      std::vector<stage_output>* outputs) {
+  step_pending_ = false;
+  take_step(message.norm_squared);
+  if (!is_last()) {
+    outputs->push_back({stage_output::kind::to_next_stage, message});
+    return;
+  }
+  // Every stage has stepped: the step's last key is done.
+  key_message retired = message;
+  retired.norm_squared = 0;
+  outputs->push_back({stage_output::kind::retired, retired});
+}
+
+void stage_logic::take_step(double norm_squared) {
+  float scale = 1.0f;
+  if (settings_.clip_norm > 0 && norm_squared > settings_.clip_norm * settings_.clip_norm) {
+    scale = static_cast<float>(settings_.clip_norm / std::sqrt(norm_squared));
+  }
   if (settings_.weight_stashing) {
     // Keys whose forward used the current weights still need them for their backward.
     const bool needed = std::any_of(forward_versions_.begin(), forward_versions_.end(),
                                     [&](const auto& entry) { return entry.second == version_; });
     if (needed) device_.stash_weights(version_);
   }
-  device_.step(static_cast<float>(settings_.learning_rate(version_)));
+  device_.step(static_cast<float>(settings_.learning_rate(version_)), scale);
   ++version_;
   if (settings_.weight_stashing) {
     int64_t oldest = version_;

@@ -26,6 +26,15 @@ struct stage_settings {
   float gradient_scale = 1.0f;
   /// Learning rate of the step that produces weight version v + 1 from version v.
   std::function<double(int64_t)> learning_rate = [](int64_t) { return 0.01; };
+  /// Scales a step's gradients down to this L2 norm when larger (0: no clipping).
+  double clip_norm = 0;
+  /// Clip by the norm of every stage's gradients together (sync mode, several stages): the
+  /// step's last backward message carries the later stages' squared norms to stage 0, which
+  /// steps and sends a step message forward carrying the total; the later stages hold their
+  /// step until it arrives, and the last stage retires the step's last key then, so the
+  /// coordinator sees the step finished only once every stage has taken it. Otherwise each
+  /// stage clips by its own norm.
+  bool global_clipping = false;
 };
 
 class stage_logic {
@@ -61,13 +70,19 @@ class stage_logic {
   void forward(const key_message& message, std::vector<stage_output>* outputs);
   void evaluate(const key_message& message, std::vector<stage_output>* outputs);
   void backward(key_message message, std::vector<stage_output>* outputs);
-  void count_backward_and_maybe_step();
+  /// Counts a backward pass; true when it completes a step's worth (min_update_interval).
+  bool count_backward();
+  /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).
+  void take_step(double norm_squared);
+  void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
   static void record(std::vector<int64_t>* histogram, int64_t value);
 
   stage_settings settings_;
   stage_device& device_;
   int64_t version_ = 0;
   int64_t keys_since_step_ = 0;
+  /// Global clipping: a step is held until the step message with the total norm arrives.
+  bool step_pending_ = false;
   std::unordered_map<uint64_t, int64_t> forward_versions_;
   std::vector<int64_t> staleness_;
   std::vector<int64_t> weight_staleness_;

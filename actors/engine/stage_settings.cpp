@@ -21,6 +21,8 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   const int64_t micro_batch_size = config.training.batch_size / p.micro_batches;
   settings.gradient_scale =
       1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
+  settings.clip_norm = config.training.clip_norm;
+  settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
   const training_config training = config.training;
   settings.learning_rate = [training, steps_per_epoch, total_steps](int64_t version) {
     return learning_rate_at(training, version, steps_per_epoch, total_steps);

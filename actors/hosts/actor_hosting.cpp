@@ -37,6 +37,7 @@ bool send_on(transport::outbox& out, const transport::message& message) {
 
 static const char* span_name(key_kind kind, bool last, bool stepped) {
   if (kind == key_kind::evaluate) return "evaluate";
+  if (kind == key_kind::step) return "step";
   if (kind == key_kind::forward)
     return last ? (stepped ? "forward+backward+step" : "forward+backward") : "forward";
   return stepped ? "backward+step" : "backward";

@@ -1,6 +1,7 @@
 #include "actors/hosts/wire_format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace troupe::actors {
@@ -14,6 +15,8 @@ transport::message_kind kind_on_wire(key_kind kind) {
       return transport::message_kind::backward;
     case key_kind::evaluate:
       return transport::message_kind::evaluate;
+    case key_kind::step:
+      return transport::message_kind::optimizer_step;
   }
   return transport::message_kind::control;
 }
@@ -61,6 +64,7 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   result.header = header_for(kind_on_wire(message.kind), message.key, route);
   result.header.step = message.step;
   result.header.sample_offset = message.sample_offset;
+  if (message.norm_squared != 0) result.header.metrics["norm_squared"] = message.norm_squared;
   if (!message.payload.empty()) {
     result.header.frames.push_back({transport::element_type::float32, message.payload.dims()});
     result.payloads.push_back(frame_of(message.payload));
@@ -99,6 +103,9 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     case transport::message_kind::evaluate:
       result.kind = key_kind::evaluate;
       break;
+    case transport::message_kind::optimizer_step:
+      result.kind = key_kind::step;
+      break;
     default:
       *error = std::string("a stage cannot handle a ") + transport::to_string(message.header.kind) +
                " message";
@@ -107,6 +114,8 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
   result.key = message.header.key;
   result.step = message.header.step;
   result.sample_offset = message.header.sample_offset;
+  auto norm = message.header.metrics.find("norm_squared");
+  if (norm != message.header.metrics.end()) result.norm_squared = norm->second;
   for (size_t i = 0; i < message.payloads.size(); ++i) {
     const transport::tensor_frame_info& info = message.header.frames[i];
     const transport::frame& frame = message.payloads[i];
@@ -129,6 +138,14 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
       *error = "unexpected payload frame " + std::to_string(i) + " in a key message";
       return std::nullopt;
     }
+  }
+  if (result.kind == key_kind::step) {
+    if (!result.payload.empty() || result.labels || !(result.norm_squared >= 0) ||
+        !std::isfinite(result.norm_squared)) {
+      *error = "an optimizer_step message carries no frames and a finite norm_squared >= 0";
+      return std::nullopt;
+    }
+    return result;
   }
   if (result.payload.empty() || (result.kind != key_kind::backward && !result.labels)) {
     *error = "a key message needs a payload (and labels unless it is a backward message)";

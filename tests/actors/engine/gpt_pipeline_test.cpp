@@ -120,6 +120,29 @@ TEST(GptPipelineTest, SyncOneForwardOneBackwardEqualsSequential) {
   expect_matches_sequential(gpt_job(2, 8, "sync", "1f1b"), 11);
 }
 
+TEST(GptPipelineTest, SyncGlobalClippingEqualsSequential) {
+  // A bound below every step's norm: every step clips, by the norm of all stages together.
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    job_config config = gpt_job(3, 4, "sync", schedule);
+    config.training.clip_norm = 0.05;
+    expect_matches_sequential(config);
+    expect_matches_sequential(config, 5);
+  }
+}
+
+TEST(GptPipelineTest, PerStageClippingIsNotGlobalClipping) {
+  // The control: async mode clips each stage by its own norm, which the sequential trainer's
+  // global clipping does not reproduce, so the comparison above can tell them apart.
+  job_config config = gpt_job(3, 1, "async", "gpipe");
+  config.training.clip_norm = 0.05;
+  std::string error;
+  auto data = load_job_data(config, &error);
+  ASSERT_TRUE(data.has_value()) << error;
+  EXPECT_GT(testing::max_relative_difference(pipeline_weights(config, data->train, 12, 0),
+                                             testing::sequential_weights(config, data->train, 12)),
+            1e-3);
+}
+
 TEST(GptPipelineTest, AsyncWithOneActiveKeyEqualsSequential) {
   expect_matches_sequential(gpt_job(3, 2, "async", "gpipe"));
 }
