@@ -165,7 +165,7 @@ struct export_options {
 int run_export(const export_options& options);
 
 struct generate_options {
-  std::string weights;  ///< a checkpoint (anything `troupe inspect` takes) or a .safetensors file
+  std::string weights;   ///< a checkpoint (anything `troupe inspect` takes) or a .safetensors file
   std::string job_file;  ///< the job of the weights (default: the run's config.json)
   std::string prompt;
   int64_t tokens = 200;

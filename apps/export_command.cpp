@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
 #include "actors/storage/safetensors.h"
-#include "actors/config/job_data.h"
-#include "actors/config/job_file.h"
 #include "apps/commands.h"
 #include "apps/model_files.h"
 
@@ -44,9 +44,8 @@ int export_initial(const export_options& options) {
     std::fprintf(stderr, "troupe export: %s\n", error.c_str());
     return 1;
   }
-  std::printf("wrote %zu tensors (%lld parameters) of the initial weights to %s\n",
-              tensors.size(), static_cast<long long>(parameter_count(tensors)),
-              options.out.c_str());
+  std::printf("wrote %zu tensors (%lld parameters) of the initial weights to %s\n", tensors.size(),
+              static_cast<long long>(parameter_count(tensors)), options.out.c_str());
   return 0;
 }
 

@@ -67,7 +67,8 @@ int run_generate(const generate_options& options) {
   if (!device) return fail(error);
   auto model = actors::make_layers_stage_device(
       *config, actors::stage_range{0, config->model.layers.size()}, *device);
-  if (!model->load_state(states->front(), true, &error)) return fail(options.weights + ": " + error);
+  if (!model->load_state(states->front(), true, &error))
+    return fail(options.weights + ": " + error);
 
   const auto context = static_cast<int>(config->model.input_shape[0]);
   std::vector<int> tokens;
@@ -86,12 +87,12 @@ int run_generate(const generate_options& options) {
     }
     actors::key_message key;
     key.kind = actors::key_kind::evaluate;
-    key.payload = layers::tensor::from_host(*device, device->default_stream(), {1, context}, window);
-    const std::vector<float> logits =
-        model->forward(key, false).to_host(device->default_stream());
+    key.payload =
+        layers::tensor::from_host(*device, device->default_stream(), {1, context}, window);
+    const std::vector<float> logits = model->forward(key, false).to_host(device->default_stream());
     const int vocab = static_cast<int>(logits.size() / context);
-    const int next = sample(logits.data() + int64_t(used - 1) * vocab, vocab, options.temperature,
-                            random);
+    const int next =
+        sample(logits.data() + int64_t(used - 1) * vocab, vocab, options.temperature, random);
     tokens.push_back(next);
     std::fputc(next, stdout);
     std::fflush(stdout);

@@ -105,7 +105,8 @@ std::optional<actors::job_config> job_of_weights(const std::string& path,
   if (!std::filesystem::is_directory(directory)) directory = directory.parent_path();
   for (int level = 0; level < 4 && !directory.empty(); ++level) {
     const std::filesystem::path candidate = directory / "config.json";
-    if (std::filesystem::is_regular_file(candidate)) return load_job_json(candidate.string(), error);
+    if (std::filesystem::is_regular_file(candidate))
+      return load_job_json(candidate.string(), error);
     if (directory == directory.parent_path()) break;
     directory = directory.parent_path();
   }

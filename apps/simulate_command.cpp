@@ -164,6 +164,12 @@ json summary_json(const sim::simulation_result& result, bool numerics) {
     links[result.link_names[l]] = result.link_utilization[l];
   }
   summary["link_utilization"] = links;
+  double idle = 0;
+  for (double fraction : result.stage_idle_fraction) {
+    idle += fraction / static_cast<double>(result.stage_idle_fraction.size());
+  }
+  summary["bubble"] = idle;  // the mean idle share of the stages
+  if (result.summary.tokens_per_s) summary["tokens_per_s"] = *result.summary.tokens_per_s;
   json memory = json::array();
   for (size_t d = 0; d < result.device_names.size(); ++d) {
     memory.push_back(
@@ -203,6 +209,7 @@ void print_details(const sim::simulation_result& result, bool numerics) {
                 result.device_peak_bytes[d] / 1e9, result.device_memory_bytes[d] / 1e9,
                 over ? "  OUT OF MEMORY" : "");
   }
+  if (result.summary.tokens_per_s) std::printf("\ntokens/s %.0f", *result.summary.tokens_per_s);
   std::printf(
       "\nsamples/s %.1f  simulated %.3f s  %lld events in %.2f s (%.0f events/s)  trace %016llx\n",
       result.summary.samples_per_s, result.virtual_s, static_cast<long long>(result.events),
@@ -276,8 +283,8 @@ int run_simulate(const simulate_options& options) {
   json runs = json::array();
   json first;
   if (!sweep_key.empty()) {
-    std::printf("%-16s %12s %10s %10s %10s %12s%s\n", sweep_key.c_str(), "samples/s", "mean util",
-                "max stale", "peak GB", "simulated s",
+    std::printf("%-16s %12s %12s %10s %10s %10s %12s%s\n", sweep_key.c_str(), "samples/s",
+                "tokens/s", "mean util", "max stale", "peak GB", "simulated s",
                 options.numerics ? "   accuracy  to target s" : "");
   }
   for (const std::string& value : sweep_values) {
@@ -304,8 +311,8 @@ int run_simulate(const simulate_options& options) {
       for (double u : result->stage_utilization) mean += u / result->stage_utilization.size();
       for (double b : result->device_peak_bytes) peak = std::max(peak, b);
       std::printf(
-          "%-16s %12.1f %9.1f%% %10zu %10.2f %12.3f", value.c_str(), result->summary.samples_per_s,
-          100 * mean,
+          "%-16s %12.1f %12.0f %9.1f%% %10zu %10.2f %12.3f", value.c_str(),
+          result->summary.samples_per_s, result->summary.tokens_per_s.value_or(0.0), 100 * mean,
           result->staleness_histogram.empty() ? size_t{0} : result->staleness_histogram.size() - 1,
           peak / 1e9, result->virtual_s);
       if (options.numerics) {
@@ -332,10 +339,14 @@ int run_simulate(const simulate_options& options) {
   for (const json& run : runs) {
     for (const json& device : run["peak_memory"]) {
       if (device["out_of_memory"].get<bool>()) {
+        const std::string where =
+            run.contains("sweep_value")
+                ? " with " + sweep_key + "=" + run["sweep_value"].get<std::string>()
+                : "";
         std::fprintf(
-            stderr, "troupe simulate: warning: %s would run out of memory (%.2f GB of %.2f GB)\n",
+            stderr, "troupe simulate: warning: %s would run out of memory (%.2f GB of %.2f GB)%s\n",
             device["device"].get<std::string>().c_str(), device["peak_bytes"].get<double>() / 1e9,
-            device["capacity_bytes"].get<double>() / 1e9);
+            device["capacity_bytes"].get<double>() / 1e9, where.c_str());
       }
     }
   }

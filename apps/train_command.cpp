@@ -280,11 +280,11 @@ int run_train(const train_options& options) {
                  static_cast<long long>(summary.steps));
   }
   if (summary.bits_per_byte) {
-    std::printf("validation_loss %.4f  bits_per_byte %.4f  steps %lld  epochs %lld  %.0f tokens/s"
-                "  %.1f s\n",
-                summary.final_test_loss, *summary.bits_per_byte,
-                static_cast<long long>(summary.steps), static_cast<long long>(summary.epochs),
-                summary.tokens_per_s.value_or(0.0), summary.wall_s);
+    std::printf(
+        "validation_loss %.4f  bits_per_byte %.4f  steps %lld  epochs %lld  %.0f tokens/s"
+        "  %.1f s\n",
+        summary.final_test_loss, *summary.bits_per_byte, static_cast<long long>(summary.steps),
+        static_cast<long long>(summary.epochs), summary.tokens_per_s.value_or(0.0), summary.wall_s);
     return 0;
   }
   std::printf("final_test_accuracy %.4f  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n",

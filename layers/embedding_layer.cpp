@@ -37,8 +37,8 @@ class embedding_layer final : public layer {
     backend& device = input.device();
     const int batch = static_cast<int>(input.rows());
     tensor output(device, batched(batch, output_shape()));
-    device.embedding_forward(options.work_stream, input.data(), weight_.value.data(),
-                             output.data(), static_cast<int>(input.size()), dim_, vocab_);
+    device.embedding_forward(options.work_stream, input.data(), weight_.value.data(), output.data(),
+                             static_cast<int>(input.size()), dim_, vocab_);
     device.add_row_vector(options.work_stream, output.data(), position_.value.data(), batch,
                           length_ * dim_);
     auto context = std::make_unique<embedding_context>();

@@ -57,7 +57,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
                              to_string(input) + " (add { type = \"flatten\" } before it)");
     }
     const int out = t == "linear" ? spec.out : spec.vocab;
-    if (out < 1) return fail(error, std::string(t == "linear" ? "out" : "vocab") + " must be at least 1");
+    if (out < 1)
+      return fail(error, std::string(t == "linear" ? "out" : "vocab") + " must be at least 1");
     *output = input;
     output->back() = out;
     return true;
@@ -69,8 +70,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     }
     if (spec.vocab < 1 || spec.dim < 1) return fail(error, "vocab and dim must be at least 1");
     if (spec.positions > 0 && input[0] > spec.positions) {
-      return fail(error, "the context is " + std::to_string(input[0]) + " tokens but positions is " +
-                             std::to_string(spec.positions) +
+      return fail(error, "the context is " + std::to_string(input[0]) +
+                             " tokens but positions is " + std::to_string(spec.positions) +
                              " (raise positions or lower data.context)");
     }
     *output = {input[0], spec.dim};
@@ -84,8 +85,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     if (t == "transformer_block") {
       if (spec.heads < 1) return fail(error, "heads must be at least 1");
       if (input[1] % spec.heads != 0) {
-        return fail(error, "heads (" + std::to_string(spec.heads) +
-                               ") must divide the width " + std::to_string(input[1]));
+        return fail(error, "heads (" + std::to_string(spec.heads) + ") must divide the width " +
+                               std::to_string(input[1]));
       }
       if (spec.mlp_ratio < 1) return fail(error, "mlp_ratio must be at least 1");
     }
@@ -137,10 +138,12 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
   std::string error;
   TROUPE_CHECK(infer_output_shape(spec, input, &output, &error));
   const std::string& t = spec.type;
-  if (t == "linear" || t == "lm_head") return make_linear_layer(device, s, spec, input, output, seed);
+  if (t == "linear" || t == "lm_head")
+    return make_linear_layer(device, s, spec, input, output, seed);
   if (t == "embedding") return make_embedding_layer(device, s, spec, input, output, seed);
   if (t == "layernorm") return make_layer_norm_layer(device, s, input);
-  if (t == "transformer_block") return make_transformer_block(device, s, spec, input, seed, layer_index);
+  if (t == "transformer_block")
+    return make_transformer_block(device, s, spec, input, seed, layer_index);
   if (t == "conv2d") return make_convolution_layer(device, s, spec, input, output, seed);
   if (t == "maxpool2d") return make_pooling_layer(spec, input, output);
   if (t == "flatten") return make_flatten_layer(input, output);

@@ -21,8 +21,7 @@ std::unique_ptr<layer> make_dropout_layer(const layer_spec& spec, const shape& i
 std::unique_ptr<layer> make_activation_layer(activation f, const shape& input);
 
 std::unique_ptr<layer> make_embedding_layer(backend& device, stream s, const layer_spec& spec,
-                                            const shape& input, const shape& output,
-                                            uint64_t seed);
+                                            const shape& input, const shape& output, uint64_t seed);
 std::unique_ptr<layer> make_layer_norm_layer(backend& device, stream s, const shape& input);
 /// `layer_index` names the block's dropout streams.
 std::unique_ptr<layer> make_transformer_block(backend& device, stream s, const layer_spec& spec,

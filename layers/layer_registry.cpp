@@ -14,9 +14,18 @@ std::map<std::string, custom_layer_type>& registry() {
 }  // namespace
 
 const std::vector<std::string>& built_in_layer_types() {
-  static const std::vector<std::string> names = {
-      "linear",  "relu",      "tanh",      "gelu", "conv2d", "maxpool2d", "flatten",
-      "dropout", "embedding", "layernorm", "transformer_block", "lm_head"};
+  static const std::vector<std::string> names = {"linear",
+                                                 "relu",
+                                                 "tanh",
+                                                 "gelu",
+                                                 "conv2d",
+                                                 "maxpool2d",
+                                                 "flatten",
+                                                 "dropout",
+                                                 "embedding",
+                                                 "layernorm",
+                                                 "transformer_block",
+                                                 "lm_head"};
   return names;
 }
 

@@ -27,19 +27,26 @@ int64_t first_invalid_byte(const std::string& bytes) {
     const unsigned char lead = data[i];
     int length = 0;
     if (lead == 0) return i;
-    if (lead < 0x80) length = 1;
-    else if (lead >= 0xc2 && lead <= 0xdf) length = 2;
-    else if (lead >= 0xe0 && lead <= 0xef) length = 3;
-    else if (lead >= 0xf0 && lead <= 0xf4) length = 4;
-    else return i;
+    if (lead < 0x80)
+      length = 1;
+    else if (lead >= 0xc2 && lead <= 0xdf)
+      length = 2;
+    else if (lead >= 0xe0 && lead <= 0xef)
+      length = 3;
+    else if (lead >= 0xf0 && lead <= 0xf4)
+      length = 4;
+    else
+      return i;
     if (i + length > size) return i;
     for (int k = 1; k < length; ++k) {
       if ((data[i + k] & 0xc0) != 0x80) return i;
     }
     // Overlong three- and four-byte forms, surrogates and code points past U+10FFFF.
-    if (length == 3 && ((lead == 0xe0 && data[i + 1] < 0xa0) || (lead == 0xed && data[i + 1] > 0x9f)))
+    if (length == 3 &&
+        ((lead == 0xe0 && data[i + 1] < 0xa0) || (lead == 0xed && data[i + 1] > 0x9f)))
       return i;
-    if (length == 4 && ((lead == 0xf0 && data[i + 1] < 0x90) || (lead == 0xf4 && data[i + 1] > 0x8f)))
+    if (length == 4 &&
+        ((lead == 0xf0 && data[i + 1] < 0x90) || (lead == 0xf4 && data[i + 1] > 0x8f)))
       return i;
     i += length;
   }
@@ -55,7 +62,8 @@ bool read_text_file(const std::string& path, std::string* text, std::string* err
   char buffer[1 << 16];
   size_t count = 0;
   text->clear();
-  while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text->append(buffer, count);
+  while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0)
+    text->append(buffer, count);
   if (std::ferror(file.get())) {
     *error = "data.path: cannot read '" + path + "': " + std::strerror(errno);
     return false;
@@ -83,7 +91,8 @@ bool list_text_files(const std::string& directory, std::vector<std::string>* fil
   }
   while (const dirent* entry = readdir(dir.get())) {
     const std::string name = entry->d_name;
-    if (name.empty() || name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8")) continue;
+    if (name.empty() || name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8"))
+      continue;
     const std::string path = directory + "/" + name;
     struct stat info;
     if (lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size == 0) continue;

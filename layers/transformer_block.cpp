@@ -14,7 +14,10 @@ namespace {
 class causal_attention {
  public:
   causal_attention(int length, int width, int heads)
-      : t_(length), d_(width), h_(heads), hd_(width / heads),
+      : t_(length),
+        d_(width),
+        h_(heads),
+        hd_(width / heads),
         scale_(1.0f / std::sqrt(static_cast<float>(width / heads))) {}
 
   /// y [B, T, D]; `probabilities` [B, H, T, T] is kept for the backward pass.
@@ -82,7 +85,18 @@ class causal_attention {
 };
 
 /// The parts of the block, in the order of the forward pass.
-enum part : size_t { ln_1, c_attn, attn_proj, attn_drop, ln_2, c_fc, gelu, mlp_proj, mlp_drop, parts };
+enum part : size_t {
+  ln_1,
+  c_attn,
+  attn_proj,
+  attn_drop,
+  ln_2,
+  c_fc,
+  gelu,
+  mlp_proj,
+  mlp_drop,
+  parts
+};
 
 struct block_context final : layer_context {
   tensor input;
@@ -129,8 +143,8 @@ class transformer_block final : public layer {
     layers_[gelu] = make_activation_layer(activation::gelu, wide);
     layers_[mlp_proj] = linear(width, mlp_proj);
     layers_[mlp_drop] = dropout(mlp_drop);
-    const char* prefixes[parts] = {"ln_1.", "attn.c_attn.", "attn.c_proj.", "", "ln_2.",
-                                   "mlp.c_fc.", "", "mlp.c_proj.", ""};
+    const char* prefixes[parts] = {
+        "ln_1.", "attn.c_attn.", "attn.c_proj.", "", "ln_2.", "mlp.c_fc.", "", "mlp.c_proj.", ""};
     for (size_t i = 0; i < parts; ++i) {
       for (parameter* p : layers_[i]->parameters()) {
         p->name = prefixes[i] + p->name;

@@ -23,20 +23,90 @@ double elementwise_flops(const std::string& type) {
   return 1;
 }
 
+/// The optimizer's part of a block with `parameters` weights in `tensors` tensors.
+void charge_parameters(block_work* work, double parameters, int tensors,
+                       const actors::training_config& training) {
+  work->parameters = static_cast<int64_t>(parameters);
+  const double parameter_bytes = float_bytes * parameters;
+  work->step = {0, 0, step_bytes_per_parameter(training) * parameters, tensors};
+  work->stash = {0, 0, 2 * parameter_bytes, tensors};
+  const double optimizer_tensors =
+      training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
+  work->state_bytes = parameter_bytes * (2 + optimizer_tensors);
+}
+
+/// A GPT block over T tokens of width D (H heads, MLP ratio r): four GEMMs of weights (2·T·D²·
+/// (4 + 2r) FLOPs), attention's two batched GEMMs (4·T²·D) and its H·T×T probabilities, two
+/// layer norms, GELU and two residual adds. The backward pass does twice the GEMM work (the
+/// weight gradients in backward_weights, the rest in backward_input) and, under recompute,
+/// the forward pass again first.
+void transformer_work(const layers::layer_spec& spec, const layers::shape& input, bool recompute,
+                      const actors::training_config& training, block_work* work) {
+  const double t = static_cast<double>(input[0]), d = static_cast<double>(input[1]);
+  const double r = spec.mlp_ratio, h = spec.heads;
+  const double token_weights = d * d * (4 + 2 * r);
+  const double gemm = 2 * t * token_weights;
+  const double attention = 4 * t * t * d;
+  const double scores = h * t * t;
+  const double activations = t * d * (10 + 2 * r);  // floats written and read per sample
+  const double parameters = static_cast<double>(layers::parameter_count(spec, input));
+  const double parameter_bytes = float_bytes * parameters;
+  const double elementwise = 20 * t * d + 20 * t * r * d + 5 * scores;
+  work->forward = {gemm + attention + elementwise, float_bytes * (activations + 2 * scores),
+                   parameter_bytes, 14};
+  work->backward_weights = {gemm, float_bytes * activations, 2 * parameter_bytes, 8};
+  work->backward_input = {gemm + 2 * attention + 2 * elementwise,
+                          float_bytes * (activations + 4 * scores), parameter_bytes, 16};
+  if (recompute) {
+    work->backward_input.flops_per_sample += work->forward.flops_per_sample;
+    work->backward_input.bytes_per_sample += work->forward.bytes_per_sample;
+    work->backward_input.fixed_bytes += work->forward.fixed_bytes;
+    work->backward_input.kernels += work->forward.kernels;
+  }
+  charge_parameters(work, parameters, 12, training);
+  const double kept = t * d * (8 + 2 * r) + scores + (spec.dropout > 0 ? 2 * t * d : 0);
+  work->context_elements = static_cast<int64_t>(recompute ? t * d : kept);
+}
+
 block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
-                   const layers::shape& output, const actors::training_config& training) {
+                   const layers::shape& output, const actors::job_config& job) {
+  const actors::training_config& training = job.training;
   block_work work;
   work.type = spec.type;
   const double in = static_cast<double>(layers::element_count(input));
   const double out = static_cast<double>(layers::element_count(output));
   work.output_elements = layers::element_count(output);
-  if (spec.type == "linear" || spec.type == "conv2d") {
+  work.context_elements = work.output_elements;
+  if (spec.type == "transformer_block") {
+    transformer_work(spec, input, job.parallelism.recompute, training, &work);
+    return work;
+  }
+  if (spec.type == "embedding") {
+    // A gather of T rows and the positions added; the backward pass scatters them back.
+    charge_parameters(&work, static_cast<double>(layers::parameter_count(spec, input)), 2,
+                      training);
+    work.forward = {out, float_bytes * (in + 3 * out), 0, 2};
+    work.backward_weights = {2 * out, float_bytes * 3 * out, 0, 2};
+    work.context_elements = static_cast<int64_t>(in);  // the token ids
+    return work;
+  }
+  if (spec.type == "layernorm") {
+    charge_parameters(&work, 2.0 * input.back(), 2, training);
+    work.forward = {8 * out, float_bytes * 3 * out, 0, 1};
+    work.backward_weights = {3 * out, float_bytes * 3 * out, 0, 3};
+    work.backward_input = {10 * out, float_bytes * 4 * out, 0, 1};
+    return work;
+  }
+  if (spec.type == "linear" || spec.type == "conv2d" || spec.type == "lm_head") {
     // A convolution is a GEMM over unfolded patches: (channels × k × k) inputs per output.
+    // A linear layer over [T, D] tokens is a GEMM of T rows of D features.
     const bool convolution = spec.type == "conv2d";
-    const double fan_in = convolution ? input[0] * double(spec.kernel) * spec.kernel : in;
-    const double positions = convolution ? out / spec.out : 1;  // output pixels
-    const double weights = fan_in * spec.out;
-    work.parameters = static_cast<int64_t>(weights + (spec.bias ? spec.out : 0));
+    const int outputs = spec.type == "lm_head" ? spec.vocab : spec.out;
+    const double fan_in =
+        convolution ? input[0] * double(spec.kernel) * spec.kernel : double(input.back());
+    const double positions = convolution ? out / spec.out : in / fan_in;  // pixels or tokens
+    const double weights = fan_in * outputs;
+    work.parameters = static_cast<int64_t>(weights + (spec.bias ? outputs : 0));
     const double parameter_bytes = float_bytes * work.parameters;
     const double unfolded = convolution ? fan_in * positions : 0;  // im2col columns
     const double gemm_flops = 2 * weights * positions;
@@ -46,27 +116,16 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
                              1 + (spec.bias ? 1 : 0) + (convolution ? 1 : 0)};
     work.backward_input = {gemm_flops, float_bytes * (out + in + unfolded), parameter_bytes,
                            1 + (convolution ? 1 : 0)};
-    const double tensors = spec.bias ? 2 : 1;
-    work.step = {0, 0, step_bytes_per_parameter(training) * work.parameters,
-                 static_cast<int>(tensors)};
-    work.stash = {0, 0, 2 * parameter_bytes, static_cast<int>(tensors)};
-    const double optimizer_tensors =
-        training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
-    work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
+    charge_parameters(&work, static_cast<double>(work.parameters), spec.bias ? 2 : 1, training);
   } else if (const int64_t parameters = layers::parameter_count(spec, input); parameters > 0) {
     // A registered type with weights: charged as a GEMM over them (one multiply-add each per
     // sample), its weights streamed once per kernel.
-    work.parameters = parameters;
     const double parameter_bytes = float_bytes * parameters;
     const double gemm_flops = 2.0 * parameters;
     work.forward = {gemm_flops, float_bytes * (in + out), parameter_bytes, 2};
     work.backward_weights = {gemm_flops, float_bytes * (out + in), 2 * parameter_bytes, 2};
     work.backward_input = {gemm_flops, float_bytes * (out + in), parameter_bytes, 2};
-    work.step = {0, 0, step_bytes_per_parameter(training) * parameters, 2};
-    work.stash = {0, 0, 2 * parameter_bytes, 2};
-    const double optimizer_tensors =
-        training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
-    work.state_bytes = parameter_bytes * (2 + optimizer_tensors);
+    charge_parameters(&work, static_cast<double>(parameters), 2, training);
   } else if (spec.type == "flatten") {
     // A view: no kernel.
   } else if (spec.type == "maxpool2d") {
@@ -96,7 +155,7 @@ std::optional<std::vector<block_work>> model_work(const actors::job_config& conf
   std::vector<block_work> blocks;
   layers::shape input = config.model.input_shape;
   for (size_t i = 0; i < config.model.layers.size(); ++i) {
-    blocks.push_back(work_of(config.model.layers[i], input, (*shapes)[i], config.training));
+    blocks.push_back(work_of(config.model.layers[i], input, (*shapes)[i], config));
     input = (*shapes)[i];
   }
   return blocks;
@@ -106,7 +165,7 @@ stage_cost::stage_cost(std::vector<block_work> blocks, kernel_work loss, device_
     : blocks_(std::move(blocks)), loss_(loss), device_(std::move(device)) {
   for (const block_work& block : blocks_) {
     state_bytes_ += block.state_bytes;
-    context_bytes_per_sample_ += float_bytes * static_cast<double>(block.output_elements);
+    context_bytes_per_sample_ += float_bytes * static_cast<double>(block.context_elements);
   }
 }
 

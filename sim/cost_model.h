@@ -37,6 +37,10 @@ struct block_work {
   int64_t parameters = 0;
   double state_bytes = 0;       ///< weights, gradients and optimizer state
   int64_t output_elements = 0;  ///< per sample
+  /// Floats per sample that a training forward pass keeps until its backward pass (the
+  /// output alone for most blocks; a transformer block's every intermediate, or only its
+  /// input under parallelism.recompute).
+  int64_t context_elements = 0;
 };
 
 /// The costs of one stage's blocks on one device.

@@ -24,19 +24,19 @@ inline constexpr int32_t coordinator_stage = -1;
 
 /// What a message asks its receiver to do.
 enum class message_kind : uint8_t {
-  forward,        ///< activations of one key travelling towards the last stage
-  backward,       ///< gradients of one key travelling towards stage 0
-  evaluate,       ///< activations of an evaluation batch: no backward pass follows
-  loss_report,    ///< loss / accuracy figures (in message_header::metrics) for the coordinator
-  control,        ///< coordinator commands and acknowledgements (admit, checkpoint, stop)
-  save_state,     ///< coordinator → stage: send your state for the checkpoint of step `step`
-  load_state,     ///< coordinator → stage: continue from the shard in the payload frames
-  stage_state,    ///< stage → coordinator: its saved shard, in the payload frames
-  load_weights,   ///< coordinator → stage: take only the weights of the shard (initial weights)
-  state_loaded,   ///< stage → coordinator: the shard of a load_state / load_weights is in place
-  state_refused,  ///< stage → coordinator: the shard did not fit; `text` says why
-  key_retired,    ///< stage 0 → coordinator: key `key` finished its backward pass
-  optimizer_step, ///< stage → next stage: take the step held since key `key`'s backward pass
+  forward,         ///< activations of one key travelling towards the last stage
+  backward,        ///< gradients of one key travelling towards stage 0
+  evaluate,        ///< activations of an evaluation batch: no backward pass follows
+  loss_report,     ///< loss / accuracy figures (in message_header::metrics) for the coordinator
+  control,         ///< coordinator commands and acknowledgements (admit, checkpoint, stop)
+  save_state,      ///< coordinator → stage: send your state for the checkpoint of step `step`
+  load_state,      ///< coordinator → stage: continue from the shard in the payload frames
+  stage_state,     ///< stage → coordinator: its saved shard, in the payload frames
+  load_weights,    ///< coordinator → stage: take only the weights of the shard (initial weights)
+  state_loaded,    ///< stage → coordinator: the shard of a load_state / load_weights is in place
+  state_refused,   ///< stage → coordinator: the shard did not fit; `text` says why
+  key_retired,     ///< stage 0 → coordinator: key `key` finished its backward pass
+  optimizer_step,  ///< stage → next stage: take the step held since key `key`'s backward pass
 };
 
 /// Number of message_kind values; a kind byte at or above it is invalid on the wire.

@@ -29,8 +29,8 @@ struct data_config {
   int64_t test_samples = 0;        ///< use only the first N test samples (0: all)
   int64_t synthetic_train = 8192;  ///< synthetic data set sizes
   int64_t synthetic_test = 1024;
-  int classes = 10;  ///< synthetic data set classes
-  int64_t context = 128;               ///< text: tokens per sequence
+  int classes = 10;                   ///< synthetic data set classes
+  int64_t context = 128;              ///< text: tokens per sequence
   double validation_fraction = 0.05;  ///< text: share of the text held out for evaluation
 };
 
@@ -46,7 +46,7 @@ struct parallelism_config {
   int max_staleness = -1;       ///< -1: unbounded
   bool weight_stashing = false;
   bool recompute = false;  ///< transformer blocks recompute activations in the backward pass
-  int threads = 0;  ///< CPU threads shared among the stages (0: every core)
+  int threads = 0;         ///< CPU threads shared among the stages (0: every core)
 };
 
 struct training_config {
@@ -60,7 +60,7 @@ struct training_config {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-8;
-  double clip_norm = 0.0;  ///< clip each stage's gradient to this L2 norm (0: off)
+  double clip_norm = 0.0;                ///< clip each stage's gradient to this L2 norm (0: off)
   std::string lr_schedule = "constant";  ///< "constant", "cosine" or "step"
   double lr_decay = 0.1;                 ///< "step": factor applied every lr_decay_epochs
   int64_t lr_decay_epochs = 0;

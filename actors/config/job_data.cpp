@@ -46,10 +46,11 @@ bool check_vocabulary(const job_config& config, const job_data& data, std::strin
     const layers::layer_spec& spec = config.model.layers[i];
     if (spec.type != "embedding" && spec.type != "lm_head") continue;
     if (spec.vocab > largest) continue;
-    *error = "model.layers[" + std::to_string(i) + "] (" + spec.type + "): vocab = " +
-             std::to_string(spec.vocab) + " is smaller than the data's largest token " +
-             std::to_string(largest) + " + 1 (" + config.data.path + " has bytes up to " +
-             std::to_string(largest) + "; byte-level text needs vocab = 256)";
+    *error = "model.layers[" + std::to_string(i) + "] (" + spec.type +
+             "): vocab = " + std::to_string(spec.vocab) +
+             " is smaller than the data's largest token " + std::to_string(largest) + " + 1 (" +
+             config.data.path + " has bytes up to " + std::to_string(largest) +
+             "; byte-level text needs vocab = 256)";
     return false;
   }
   return true;

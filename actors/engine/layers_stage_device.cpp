@@ -74,7 +74,8 @@ class layers_stage_device final : public stage_device {
                (backward ? "output " : "input ") + layers::to_string(sample);
       return false;
     }
-    if (message.labels && static_cast<int64_t>(message.labels->size()) != batch * labels_per_sample_) {
+    if (message.labels &&
+        static_cast<int64_t>(message.labels->size()) != batch * labels_per_sample_) {
       *error = std::to_string(message.labels->size()) + " labels for " + std::to_string(batch) +
                " samples of " + std::to_string(labels_per_sample_);
       return false;

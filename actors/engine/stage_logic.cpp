@@ -22,8 +22,9 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
                       std::isfinite(message.norm_squared) && message.norm_squared >= 0;
     if (!fits) {
       if (refusal) {
-        *refusal = step_pending_ ? "a key message while an optimizer step waits for its step message"
-                                 : "a step message but no optimizer step is held here";
+        *refusal = step_pending_
+                       ? "a key message while an optimizer step waits for its step message"
+                       : "a step message but no optimizer step is held here";
       }
       ++refused_;
       return outputs;
@@ -52,6 +53,8 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
       break;
     case key_kind::backward:
       backward(message, &outputs);
+      break;
+    case key_kind::step:  // handled above
       break;
   }
   return outputs;

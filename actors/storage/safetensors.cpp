@@ -465,7 +465,7 @@ std::vector<named_tensor> export_tensors(const std::vector<stage_state>& stages)
 }
 
 std::optional<std::vector<stage_state>> seeded_stage_states(const job_config& config,
-                                                           std::string* error) {
+                                                            std::string* error) {
   auto ranges = partition_model(config, error);
   if (!ranges) return std::nullopt;
   auto backend = layers::create_backend("cpu", 1, error);

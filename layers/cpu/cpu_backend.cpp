@@ -129,8 +129,8 @@ class cpu_backend final : public backend {
   void sum(stream, const float* x, size_t count, float* out) override { cpu::sum(x, count, out); }
 
   void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
-                    float alpha, const float* a, int lda, int64_t stride_a, const float* b,
-                    int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                    float alpha, const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                    int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
                     int batch) override;
 
   void layer_norm_forward(stream, const float* x, const float* gamma, const float* beta, float* y,
@@ -380,10 +380,10 @@ void cpu_backend::gemm_fp32(transpose transpose_a, transpose transpose_b, int m,
   });
 }
 
-void cpu_backend::gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m,
-                               int n, int k, float alpha, const float* a, int lda,
-                               int64_t stride_a, const float* b, int ldb, int64_t stride_b,
-                               float beta, float* c, int ldc, int64_t stride_c, int batch) {
+void cpu_backend::gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n,
+                               int k, float alpha, const float* a, int lda, int64_t stride_a,
+                               const float* b, int ldb, int64_t stride_b, float beta, float* c,
+                               int ldc, int64_t stride_c, int batch) {
   TROUPE_CHECK(batch >= 0);
   TROUPE_CHECK(gemm_arguments_valid(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
   const bool small = double(m) * n * k < parallel_gemm_threshold;

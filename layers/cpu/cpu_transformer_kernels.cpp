@@ -52,8 +52,8 @@ void layer_norm_backward(const float* dy, const float* gamma, const float* norma
   }
 }
 
-void causal_softmax_forward(const float* scores, float* probabilities, int first_row,
-                            int last_row, int t, float scale) {
+void causal_softmax_forward(const float* scores, float* probabilities, int first_row, int last_row,
+                            int t, float scale) {
   for (int r = first_row; r < last_row; ++r) {
     const int visible = r % t + 1;
     const float* in = scores + int64_t(r) * t;

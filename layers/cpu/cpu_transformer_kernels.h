@@ -15,8 +15,8 @@ void layer_norm_backward(const float* dy, const float* gamma, const float* norma
                          const float* rstd, float* dx, int first_row, int last_row, int cols);
 /// Rows [first_row, last_row) of the stacked batch of t×t matrices (row r is row r % t of
 /// matrix r / t).
-void causal_softmax_forward(const float* scores, float* probabilities, int first_row,
-                            int last_row, int t, float scale);
+void causal_softmax_forward(const float* scores, float* probabilities, int first_row, int last_row,
+                            int t, float scale);
 void softmax_backward(const float* probabilities, const float* dp, float* dscores, int first_row,
                       int last_row, int cols, float scale);
 void embedding_forward(const float* ids, const float* table, float* out, int first, int last,

@@ -133,11 +133,11 @@ class cuda_backend final : public backend {
   void sum(stream s, const float* x, size_t count, float* out) override;
 
   void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
-                    float alpha, const float* a, int lda, int64_t stride_a, const float* b,
-                    int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                    float alpha, const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                    int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
                     int batch) override;
-  void layer_norm_forward(stream s, const float* x, const float* gamma, const float* beta,
-                          float* y, float* normalized, float* rstd, int rows, int cols,
+  void layer_norm_forward(stream s, const float* x, const float* gamma, const float* beta, float* y,
+                          float* normalized, float* rstd, int rows, int cols,
                           float epsilon) override {
     cuda_kernels::layer_norm_forward(enter(s), x, gamma, beta, y, normalized, rstd, rows, cols,
                                      epsilon);
@@ -146,8 +146,8 @@ class cuda_backend final : public backend {
                            const float* rstd, float* dx, int rows, int cols) override {
     cuda_kernels::layer_norm_backward(enter(s), dy, gamma, normalized, rstd, dx, rows, cols);
   }
-  void causal_softmax_forward(stream s, const float* scores, float* probabilities, int batch,
-                              int t, float scale) override {
+  void causal_softmax_forward(stream s, const float* scores, float* probabilities, int batch, int t,
+                              float scale) override {
     cuda_kernels::causal_softmax_forward(enter(s), scores, probabilities, batch, t, scale);
   }
   void softmax_backward(stream s, const float* probabilities, const float* dp, float* dscores,
@@ -488,7 +488,8 @@ void cuda_backend::gemm_batched(stream s, transpose transpose_a, transpose trans
   cudaStream_t cs = enter(s);
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
-    for (int i = 0; i < batch; ++i) cuda_kernels::scale_matrix(cs, c + i * stride_c, m, n, ldc, beta);
+    for (int i = 0; i < batch; ++i)
+      cuda_kernels::scale_matrix(cs, c + i * stride_c, m, n, ldc, beta);
     return;
   }
   // The operands swap as in gemm(): row-major C^T is column-major C.

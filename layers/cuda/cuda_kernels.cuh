@@ -101,11 +101,11 @@ void layer_norm_backward(cudaStream_t s, const float* dy, const float* gamma,
                          const float* normalized, const float* rstd, float* dx, int rows, int cols);
 void causal_softmax_forward(cudaStream_t s, const float* scores, float* probabilities, int batch,
                             int t, float scale);
-void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp,
-                      float* dscores, int rows, int cols, float scale);
-void embedding_forward(cudaStream_t s, const float* ids, const float* table, float* out,
-                       int count, int dim, int vocab);
-void embedding_backward(cudaStream_t s, const float* ids, const float* dout,
-                        float* table_gradient, int count, int dim, int vocab, float beta);
+void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp, float* dscores,
+                      int rows, int cols, float scale);
+void embedding_forward(cudaStream_t s, const float* ids, const float* table, float* out, int count,
+                       int dim, int vocab);
+void embedding_backward(cudaStream_t s, const float* ids, const float* dout, float* table_gradient,
+                        int count, int dim, int vocab, float beta);
 
 }  // namespace troupe::layers::cuda_kernels

@@ -37,7 +37,9 @@ __device__ int warp_row() {
 
 __device__ int lane() { return static_cast<int>(threadIdx.x) % warp_size; }
 
-unsigned row_blocks(int rows) { return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block); }
+unsigned row_blocks(int rows) {
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
 
 __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta,
                                           float* y, float* normalized, float* rstd, int rows,
@@ -105,8 +107,8 @@ __global__ void causal_softmax_kernel(const float* scores, float* probabilities,
   for (int j = lane(); j < t; j += warp_size) out[j] = j < visible ? out[j] * inverse : 0.0f;
 }
 
-__global__ void softmax_backward_kernel(const float* probabilities, const float* dp,
-                                        float* dscores, int rows, int cols, float scale) {
+__global__ void softmax_backward_kernel(const float* probabilities, const float* dp, float* dscores,
+                                        int rows, int cols, float scale) {
   const int row = warp_row();
   if (row >= rows) return;
   const float* p = probabilities + static_cast<int64_t>(row) * cols;
@@ -178,29 +180,29 @@ void causal_softmax_forward(cudaStream_t s, const float* scores, float* probabil
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
-void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp,
-                      float* dscores, int rows, int cols, float scale) {
+void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp, float* dscores,
+                      int rows, int cols, float scale) {
   if (rows == 0) return;
   softmax_backward_kernel<<<row_blocks(rows), rows_per_block * warp_size, 0, s>>>(
       probabilities, dp, dscores, rows, cols, scale);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_forward(cudaStream_t s, const float* ids, const float* table, float* out,
-                       int count, int dim, int vocab) {
+void embedding_forward(cudaStream_t s, const float* ids, const float* table, float* out, int count,
+                       int dim, int vocab) {
   const int64_t total = static_cast<int64_t>(count) * dim;
   if (total == 0) return;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
   embedding_forward_kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(ids, table, out, count,
-                                                                        dim, vocab);
+                                                                         dim, vocab);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_backward(cudaStream_t s, const float* ids, const float* dout,
-                        float* table_gradient, int count, int dim, int vocab, float beta) {
+void embedding_backward(cudaStream_t s, const float* ids, const float* dout, float* table_gradient,
+                        int count, int dim, int vocab, float beta) {
   if (vocab == 0 || dim == 0) return;
-  embedding_backward_kernel<<<static_cast<unsigned>(vocab), 128, 0, s>>>(
-      ids, dout, table_gradient, count, dim, vocab, beta);
+  embedding_backward_kernel<<<static_cast<unsigned>(vocab), 128, 0, s>>>(ids, dout, table_gradient,
+                                                                         count, dim, vocab, beta);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -341,7 +341,8 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
       {"[parallelism]\nstages = 3000000000", "parallelism.stages must be <= 2147483647"},
       {"[metrics]\nlog_interval = 0", "metrics.log_interval must be >= 1, got 0"},
       {"[training]\noptimizer = \"adma\"",
-       "training.optimizer must be one of 'sgd', 'adam', got 'adma'; did you mean 'adam'?"},
+       "training.optimizer must be one of 'sgd', 'adam', 'adamw', got 'adma'; did you mean "
+       "'adam'?"},
       {"[parallelism]\nmode = \"ampnet\"", "parallelism.mode must be one of 'sync', 'async'"},
       {"[parallelism]\nschedule = \"pipedream\"", "parallelism.schedule must be one of"},
       {"[data]\ndataset = \"mnist\"", "data.dataset must be one of 'fashion-mnist', 'synthetic'"},
@@ -400,7 +401,8 @@ TEST(JobFileTest, LayerErrorsNameTheLayer) {
             "job.toml: model.layers[0] (conv2d): padding must be >= 0, got -1");
   EXPECT_EQ(error_of(layers("{type=\"lineer\", out=4}")),
             "job.toml: model.layers[0].type must be one of 'linear', 'relu', 'tanh', 'gelu', "
-            "'conv2d', 'maxpool2d', 'flatten', 'dropout', got 'lineer'; did you mean 'linear'?");
+            "'conv2d', 'maxpool2d', 'flatten', 'dropout', 'embedding', 'layernorm', "
+            "'transformer_block', 'lm_head', got 'lineer'; did you mean 'linear'?");
   EXPECT_EQ(error_of(layers("{out=4}")), "job.toml: model.layers[0]: missing required key 'type'");
   EXPECT_THAT(error_of(layers("3")), StartsWith("job.toml: model.layers[0] must be a table"));
   EXPECT_EQ(error_of(layers("")), "job.toml: model.layers must not be empty");
@@ -453,14 +455,14 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
       {"model", {"layers", "input_shape", "loss", "init_from"}},
       {"data",
        {"dataset", "path", "shuffle", "normalize", "train_samples", "test_samples",
-        "synthetic_train", "synthetic_test", "classes"}},
+        "synthetic_train", "synthetic_test", "classes", "context", "validation_fraction"}},
       {"parallelism",
        {"stages", "partition", "devices", "mode", "schedule", "micro_batches", "max_active_keys",
-        "min_update_interval", "max_staleness", "weight_stashing", "threads"}},
+        "min_update_interval", "max_staleness", "weight_stashing", "recompute", "threads"}},
       {"training",
        {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
-        "beta2", "epsilon", "lr_schedule", "lr_decay", "lr_decay_epochs", "warmup_steps", "seed",
-        "target_accuracy", "precision"}},
+        "beta2", "epsilon", "clip_norm", "lr_schedule", "lr_decay", "lr_decay_epochs",
+        "warmup_steps", "seed", "target_accuracy", "precision"}},
       {"checkpoint",
        {"dir", "interval_steps", "interval_s", "keep_last", "max_restarts", "rejoin_timeout_s"}},
       {"metrics", {"log_interval", "trace", "progress"}},

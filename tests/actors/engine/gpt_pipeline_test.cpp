@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 fs::path write_corpus() {
   const fs::path path = fs::temp_directory_path() / "troupe_gpt_pipeline_corpus.txt";
   std::ofstream out(path);
-  const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ",
-                         "dog. ", "Größe ", "naïve ", "café\n"};
+  const char* words[] = {"the ",  "quick ", "brown ", "fox ",   "jumps ", "over ",
+                         "lazy ", "dog. ",  "Größe ", "naïve ", "café\n"};
   uint64_t state = 7;
   for (int i = 0; i < 1500; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;

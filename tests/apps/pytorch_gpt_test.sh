@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# apps/bench/pytorch_gpt.py compare on a small GPT: troupe (2 stages, sync, 2 micro-batches,
+# AdamW, global gradient clipping) and PyTorch, from the same initial weights on the same
+# batches, must give every step's loss within 1e-4 relative. Skips (exit 77) where no Python
+# with PyTorch is installed. Usage: pytorch_gpt_test.sh BUILD_DIR
+set -euo pipefail
+build="$1"
+source="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+python=""
+for candidate in /usr/bin/python3 python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c "import torch" 2>/dev/null; then
+    python="$candidate"
+    break
+  fi
+done
+[ -n "$python" ] || { echo "pytorch_gpt_test.sh: no python3 with torch; skipped"; exit 77; }
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+# A corpus of its own, so the test needs no installed text.
+for i in $(seq 1 300); do echo "Line $i: the quick brown fox jumps over the lazy dog; naïve café."; done >"$scratch/corpus.txt"
+cat >"$scratch/gpt.toml" <<JOB
+[model]
+layers = [
+  { type = "embedding", vocab = 256, dim = 32 },
+  { type = "transformer_block", heads = 4 },
+  { type = "transformer_block", heads = 4 },
+  { type = "layernorm" },
+  { type = "lm_head", vocab = 256 },
+]
+[data]
+dataset = "text"
+path = "$scratch/corpus.txt"
+context = 16
+[parallelism]
+stages = 2
+micro_batches = 2
+[training]
+batch_size = 8
+optimizer = "adamw"
+lr = 3e-3
+weight_decay = 0.1
+clip_norm = 0.5
+lr_schedule = "cosine"
+warmup_steps = 5
+JOB
+output="$("$python" "$source/apps/bench/pytorch_gpt.py" compare "$scratch/gpt.toml" \
+  --troupe "$build/apps/troupe" --steps 30 --tolerance 1e-4)" || { echo "$output"; exit 1; }
+echo "$output"
+grep -q ": PASS$" <<<"$output"
