@@ -180,11 +180,15 @@ class cpu_backend final : public backend {
   }
 
   void activation_forward(stream, activation f, const float* x, float* y, size_t count) override {
-    cpu::activation_forward(f, x, y, count);
+    for_each_range(count, [&](size_t begin, size_t end) {
+      cpu::activation_forward(f, x + begin, y + begin, end - begin);
+    });
   }
   void activation_backward(stream, activation f, const float* x, const float* y, const float* dy,
                            float* dx, size_t count) override {
-    cpu::activation_backward(f, x, y, dy, dx, count);
+    for_each_range(count, [&](size_t begin, size_t end) {
+      cpu::activation_backward(f, x + begin, y + begin, dy + begin, dx + begin, end - begin);
+    });
   }
 
   void softmax_cross_entropy(stream, const float* logits, const int32_t* labels, int rows, int cols,
