@@ -43,6 +43,7 @@ nlohmann::json stages_json(const actors::pipeline_report& report) {
     stages.push_back({{"staleness_histogram", stage.staleness_histogram},
                       {"weight_staleness_histogram", stage.weight_staleness_histogram},
                       {"peak_contexts", stage.peak_contexts},
+                      {"peak_activation_bytes", stage.peak_activation_bytes},
                       {"optimizer_steps", stage.version}});
   }
   return stages;
@@ -278,6 +279,17 @@ int run_train(const train_options& options) {
     std::fprintf(stderr,
                  "troupe: stopped at step %lld after a checkpoint; continue with --resume\n",
                  static_cast<long long>(summary.steps));
+  }
+  if (outcome.stages.is_array() && !outcome.stages.empty()) {
+    std::string memory;
+    for (const auto& stage : outcome.stages) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%s%.1f MB", memory.empty() ? "" : ", ",
+                    stage.value("peak_activation_bytes", int64_t{0}) / 1e6);
+      memory += text;
+    }
+    std::printf("peak activation memory per stage: %s%s\n", memory.c_str(),
+                config->parallelism.recompute ? " (recompute)" : "");
   }
   if (summary.bits_per_byte) {
     std::printf(

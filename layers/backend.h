@@ -11,6 +11,7 @@
 // the stream has been synchronized past it. A backend object may be used by one thread at a
 // time per stream; the stage that owns a stream is its only caller.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -99,6 +100,20 @@ class backend {
 
   /// "cpu" or "cuda:N".
   virtual std::string name() const = 0;
+
+  /// Bytes of tensors on this backend now, and the most there have been since the last
+  /// reset_peak_bytes(): what a stage's weights, optimizer state, held activations and
+  /// temporaries take. Kept by the tensors themselves (device_buffer), from any thread.
+  int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  void reset_peak_bytes() { peak_.store(bytes_in_use(), std::memory_order_relaxed); }
+  /// Called by device_buffer for each allocation (+bytes) and free (-bytes).
+  void count_bytes(int64_t change) {
+    const int64_t now = in_use_.fetch_add(change, std::memory_order_relaxed) + change;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
   virtual device_kind kind() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
@@ -260,6 +275,10 @@ class backend {
   /// One Adam step over `count` weights.
   virtual void adam_step(stream s, float* weights, const float* gradient, float* first_moment,
                          float* second_moment, size_t count, const adam_parameters& p) = 0;
+
+ private:
+  std::atomic<int64_t> in_use_{0};
+  std::atomic<int64_t> peak_{0};
 };
 
 }  // namespace troupe::layers

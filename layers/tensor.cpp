@@ -22,9 +22,14 @@ std::string to_string(const shape& dims) {
 }
 
 device_buffer::device_buffer(backend& device, size_t bytes)
-    : device_(&device), data_(device.allocate(bytes == 0 ? 4 : bytes)), bytes_(bytes) {}
+    : device_(&device), data_(device.allocate(bytes == 0 ? 4 : bytes)), bytes_(bytes) {
+  device.count_bytes(static_cast<int64_t>(bytes));
+}
 
-device_buffer::~device_buffer() { device_->deallocate(data_); }
+device_buffer::~device_buffer() {
+  device_->deallocate(data_);
+  device_->count_bytes(-static_cast<int64_t>(bytes_));
+}
 
 tensor::tensor(backend& device, shape dims)
     : buffer_(std::make_shared<device_buffer>(device, element_count(dims) * sizeof(float))),

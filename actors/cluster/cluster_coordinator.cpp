@@ -50,6 +50,7 @@ stage_report report_from(const json& body, const transport::message& message) {
   stage_report report;
   report.version = body.value("version", int64_t{0});
   report.peak_contexts = body.value("peak_contexts", size_t{0});
+  report.peak_activation_bytes = body.value("peak_activation_bytes", int64_t{0});
   report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
   report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
   for (const transport::frame& frame : message.payloads) {

@@ -129,6 +129,7 @@ transport::message report_message(const stage_report& report, int stage,
                        {"stage", stage},
                        {"version", report.version},
                        {"peak_contexts", report.peak_contexts},
+                       {"peak_activation_bytes", report.peak_activation_bytes},
                        {"staleness", report.staleness_histogram},
                        {"weight_staleness", report.weight_staleness_histogram}});
   for (const auto& weights : report.weights) {

@@ -31,6 +31,7 @@ const std::map<std::string, std::vector<control_field>>& typed_fields() {
        {{"stage", control_field_kind::integer},
         {"version", control_field_kind::integer},
         {"peak_contexts", control_field_kind::unsigned_integer},
+        {"peak_activation_bytes", control_field_kind::integer},
         {"staleness", control_field_kind::integers},
         {"weight_staleness", control_field_kind::integers}}},
       {"trace",

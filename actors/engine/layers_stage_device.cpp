@@ -53,6 +53,8 @@ class layers_stage_device final : public stage_device {
         names_.push_back(layer + "." + p->name);
     }
     device_.synchronize(stream_);  // the initial weights are written on stream_
+    resting_bytes_ = device_.bytes_in_use();
+    device_.reset_peak_bytes();
   }
 
   /// The weights, contexts and stashes are freed after this, with no work left that uses them.
@@ -90,10 +92,14 @@ class layers_stage_device final : public stage_device {
   }
 
   layers::tensor forward(const key_message& message, bool training) override {
+    // Evaluation batches are larger than training keys: their temporaries stay out of the
+    // training peak.
+    if (!training) note_peak(), device_.reset_peak_bytes();
     layers::run_options options = options_for(message, training);
     layers::tensor output =
         model_->forward(options, message.payload, training ? &contexts_[message.key] : nullptr);
     device_.synchronize(stream_);
+    if (!training) device_.reset_peak_bytes();
     return output;
   }
 
@@ -141,6 +147,10 @@ class layers_stage_device final : public stage_device {
   }
 
   size_t held_contexts() const override { return contexts_.size(); }
+
+  int64_t peak_activation_bytes() const override {
+    return std::max<int64_t>(0, std::max(training_peak_, device_.peak_bytes()) - resting_bytes_);
+  }
 
   std::vector<layers::parameter*> parameters() override { return model_->parameters(); }
 
@@ -213,6 +223,8 @@ class layers_stage_device final : public stage_device {
   }
 
  private:
+  void note_peak() { training_peak_ = std::max(training_peak_, device_.peak_bytes()); }
+
   layers::run_options options_for(const key_message& message, bool training) const {
     return {stream_, training ? layers::pass_mode::training : layers::pass_mode::evaluation,
             step_seed(seed_, message.step), static_cast<uint64_t>(message.sample_offset),
@@ -283,6 +295,8 @@ class layers_stage_device final : public stage_device {
   int stages_;
   bool recompute_;
   int64_t labels_per_sample_ = 1;
+  int64_t resting_bytes_ = 0;       ///< weights, gradients and optimizer state
+  int64_t training_peak_ = 0;       ///< the backend's peak bytes outside evaluation passes
   std::vector<std::string> names_;  ///< "linear2.weight", parallel to model_->parameters()
   std::unique_ptr<layers::sequential> model_;
   std::unique_ptr<layers::optimizer> optimizer_;

@@ -60,6 +60,9 @@ class stage_device {
   virtual void release_weights_before(int64_t version) = 0;
   /// Number of forward contexts held (keys between their forward and backward here).
   virtual size_t held_contexts() const = 0;
+  /// The most bytes the stage has held beyond its weights, gradients and optimizer state:
+  /// activations kept for backward passes, messages in flight through it, temporaries.
+  virtual int64_t peak_activation_bytes() const { return 0; }
   /// The stage's trainable parameters, in layer order.
   virtual std::vector<layers::parameter*> parameters() = 0;
   /// Weights, accumulated gradients and optimizer state, copied to host memory (the version

@@ -122,6 +122,7 @@ static stage_report snapshot(stage_parts& parts) {
   report.staleness_histogram = parts.logic->staleness_histogram();
   report.weight_staleness_histogram = parts.logic->weight_staleness_histogram();
   report.peak_contexts = parts.logic->peak_contexts();
+  report.peak_activation_bytes = parts.device->peak_activation_bytes();
   report.version = parts.logic->version();
   if (parts.collect_weights) {
     // The weights are finished (stage_device's contract), so any stream may read them.

@@ -42,6 +42,7 @@ struct stage_report {
   std::vector<int64_t> staleness_histogram;
   std::vector<int64_t> weight_staleness_histogram;
   size_t peak_contexts = 0;
+  int64_t peak_activation_bytes = 0;  ///< see stage_device::peak_activation_bytes
   int64_t version = 0;
   std::vector<std::vector<float>> weights;
 };

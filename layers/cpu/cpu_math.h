@@ -82,8 +82,7 @@ inline float normal_cdf_vectorizable(float x) {
 /// The standard normal density φ(x), vectorizable; 0 where it underflows.
 inline float normal_pdf_vectorizable(float x) {
   const float half_square = 0.5f * x * x;
-  return blend(half_square > 87.0f, 0.0f,
-               0.39894228040143267794f * exp_in_range(-std::fmin(half_square, 87.0f)));
+  return blend(half_square > 87.0f, 0.0f, 0.39894228040143267794f * exp_in_range(-half_square));
 }
 
 }  // namespace troupe::layers::cpu
