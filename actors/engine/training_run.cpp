@@ -206,12 +206,14 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
     paused_ = true;
   }
   if (!admission_->finished()) {
-    if (!paused_) return admit_training();
-    if (admission_->quiet()) {
+    // Paused, admission still runs up to the step boundary it pauses at: in async mode with
+    // several micro-batches a step's last keys may not have been admitted yet.
+    std::vector<key_message> admitted = admit_training();
+    if (paused_ && admission_->quiet()) {
       due_step_ = retired / micro_batches;
       after_ = after_checkpoint::admit;
     }
-    return {};
+    return admitted;
   }
   const double epoch_s = now_s - epoch_start_s_;
   train_s_ += epoch_s;

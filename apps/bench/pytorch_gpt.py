@@ -313,30 +313,18 @@ def compare(args):
     return 0 if worst <= args.tolerance else 1
 
 
-def resolved_config(args, extra):
-    """The job as troupe resolves it, from a zero-step export of its initial weights."""
+def resolved_config(args):
+    """The job as troupe resolves it (DIR/config.json of a one-step run)."""
     work = tempfile.mkdtemp(prefix="troupe_gpt_config_")
     out = os.path.join(work, "run")
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
-        args.set + extra + ["training.max_steps=1", "checkpoint.interval_steps=0",
-                            "checkpoint.interval_s=0", "data.validation_fraction=0.001",
-                            "metrics.progress=false"]))
-    config = json.load(open(os.path.join(out, "config.json")))
-    config["data"]["validation_fraction"] = json.load(
-        open(os.path.join(out, "config.json")))["data"]["validation_fraction"]
-    return config
+        args.set + ["training.max_steps=1", "training.epochs=1", "checkpoint.interval_steps=0",
+                    "checkpoint.interval_s=0", "metrics.progress=false"]))
+    return json.load(open(os.path.join(out, "config.json")))
 
 
 def train(args):
-    config = resolved_config(args, [])
-    job = json.load(open(args.job)) if args.job.endswith(".json") else None
-    del job
-    # The budgeted run uses the job's own validation share, not the probe's.
-    import tomllib
-    with open(args.job, "rb") as file:
-        declared = tomllib.load(file)
-    config["data"]["validation_fraction"] = declared.get("data", {}).get(
-        "validation_fraction", 0.05)
+    config = resolved_config(args)
     torch.manual_seed(config["training"]["seed"])
     model = Model(config)
     training = config["training"]
@@ -402,7 +390,7 @@ def troupe_tokens_per_s(args, layout, steps):
 
 
 def speed(args):
-    config = resolved_config(args, [])
+    config = resolved_config(args)
     layouts = {"troupe 1 stage": ["parallelism.stages=1", "parallelism.mode=sync",
                                   "parallelism.micro_batches=1"]}
     for text in args.pipelines:
@@ -419,8 +407,11 @@ def speed(args):
         print(f"round {round_index + 1}: " + "  ".join(
             f"{name} {values[-1]:.0f}" for name, values in rates.items()), flush=True)
     reference = statistics.median(rates["pytorch"])
-    width = config["model"]["layers"][0].get("dim")
-    print(f"\nmodel {len(config['model']['layers'])} blocks, width {width}, batch "
+    layers = config["model"]["layers"]
+    blocks = sum(1 for spec in layers if spec["type"] == "transformer_block")
+    parameters = sum(p.numel() for p in Model(config).parameters())
+    print(f"\nGPT of {blocks} transformer blocks, width {layers[0].get('dim')}, "
+          f"{parameters / 1e6:.1f} M parameters, batch "
           f"{config['training']['batch_size']} x {config['data']['context']} tokens, fp32, "
           f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads, "
           f"median of {args.rounds} alternating rounds of {args.steps} steps")
@@ -442,7 +433,7 @@ def main():
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pipelines", nargs="*", default=["2:async:1", "4:async:1", "2:sync:4"],
+    parser.add_argument("--pipelines", nargs="*", default=["2:async:4", "4:async:4", "2:sync:4", "4:sync:8"],
                         help="pipeline layouts STAGES:MODE:MICRO_BATCHES to time")
     args = parser.parse_args()
     args.troupe = troupe_binary(args.troupe)

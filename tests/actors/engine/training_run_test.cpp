@@ -152,6 +152,21 @@ TEST(TrainingRunTest, MaxStepsStopsEarly) {
   EXPECT_EQ(run.summary.epochs, 2);
 }
 
+TEST(TrainingRunTest, AsyncCheckpointsWithSeveralMicroBatchesPauseAtAStepBoundary) {
+  // MAK 3 and 4 keys per step: when a checkpoint falls due, the step under way may still lack
+  // keys; admission must go on to the step's end before the pipeline can be quiet.
+  job_config config = synthetic_job();
+  config.parallelism.stages = 3;
+  config.parallelism.mode = "async";
+  config.parallelism.micro_batches = 4;
+  config.parallelism.min_update_interval = 4;
+  config.parallelism.max_active_keys = 3;
+  config.checkpoint.interval_steps = 3;
+  config.training.epochs = 1;
+  finished_run run = train(config);
+  EXPECT_EQ(run.summary.steps, 1024 / 32);
+}
+
 TEST(LearningRateTest, SchedulesAndWarmup) {
   training_config training;
   training.lr = 0.1;
