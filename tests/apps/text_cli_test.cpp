@@ -82,6 +82,21 @@ TEST_F(text_command_test, TrainsReportsBitsPerByteAndGenerates) {
   EXPECT_EQ(again.output, sample.output) << again.errors;
 }
 
+TEST_F(text_command_test, GlobalClippingAcrossWorkerProcessesMatchesOneProcess) {
+  // Sync mode with clip_norm: the optimizer_step messages travel between worker processes.
+  const fs::path job = gpt_job(corpus(), "[metrics]\nprogress = false\n");
+  const run_result one =
+      troupe("train " + job.string() + " --out " + (directory_ / "one").string());
+  const run_result two =
+      troupe("train " + job.string() + " --workers 2 --out " + (directory_ / "two").string());
+  ASSERT_EQ(one.status, 0) << one.errors;
+  ASSERT_EQ(two.status, 0) << two.errors;
+  const auto first = nlohmann::json::parse(read_file(directory_ / "one" / "summary.json"));
+  const auto second = nlohmann::json::parse(read_file(directory_ / "two" / "summary.json"));
+  EXPECT_EQ(first["validation_loss"], second["validation_loss"]);
+  EXPECT_EQ(first["steps"], 20);
+}
+
 TEST_F(text_command_test, ContextLongerThanPositions) {
   expect_one_line_error(
       troupe("train " +
