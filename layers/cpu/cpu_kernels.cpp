@@ -92,7 +92,6 @@ void map_gradient(const float* x, const float* y, const float* dy, float* dx, si
   }
 }
 
-
 }  // namespace
 
 void add_row_vector(float* matrix, const float* vector, int rows, int cols) {
