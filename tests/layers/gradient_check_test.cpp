@@ -7,109 +7,33 @@
 
 #include "layers/layer.h"
 #include "layers/loss.h"
+#include "tests/support/gradient_checker.h"
 #include "tests/support/test_helpers.h"
 
 namespace troupe::layers {
 namespace {
 
+using testing::gradient_checker;
+
 constexpr int batch = 3;
 constexpr float step_size = 1e-2f;
 
-double weighted_sum(const std::vector<float>& values, const std::vector<float>& weights) {
-  double sum = 0;
-  for (size_t i = 0; i < values.size(); ++i) sum += static_cast<double>(values[i]) * weights[i];
-  return sum;
+/// A batch of random samples in [low, 1); distinct: spaced 0.05 apart, so a finite-difference
+/// step cannot change a maximum.
+std::vector<float> random_input(const shape& sample, float low, bool distinct) {
+  std::vector<float> values = testing::random_values(batch * element_count(sample), 5, low, 1.0f);
+  if (!distinct) return values;
+  std::vector<size_t> rank(values.size());
+  for (size_t i = 0; i < rank.size(); ++i) rank[i] = i;
+  std::sort(rank.begin(), rank.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+  for (size_t r = 0; r < rank.size(); ++r) values[rank[r]] = -1.0f + 0.05f * r;
+  return values;
 }
 
-/// Holds a layer, an input and the upstream weights r of the objective sum(r * layer(x)).
-class gradient_checker {
- public:
-  /// distinct: inputs spaced 0.05 apart, so a finite-difference step cannot change a maximum.
-  gradient_checker(const layer_spec& spec, const shape& sample, float input_low = -1.0f,
-                   bool distinct = false)
-      : device_(testing::cpu_backend()), stream_(device_->default_stream()) {
-    layer_ = make_layer(*device_, stream_, spec, sample, 99, 4);
-    shape dims{batch};
-    dims.insert(dims.end(), sample.begin(), sample.end());
-    input_values_ = testing::random_values(element_count(dims), 5, input_low, 1.0f);
-    if (distinct) spread_apart(input_values_);
-    input_ = tensor::from_host(*device_, stream_, dims, input_values_);
-    options_ = run_options{stream_, pass_mode::training, 1234, 0};
-    auto result = layer_->forward(options_, input_);
-    upstream_ = testing::random_values(result.output.size(), 6);
-    output_dims_ = result.output.dims();
-  }
-
-  double objective() {
-    auto result = layer_->forward(options_, input_);
-    return weighted_sum(result.output.to_host(stream_), upstream_);
-  }
-
-  /// Runs backward once; returns the input gradient and records the parameter gradients.
-  std::vector<float> analytic_input_gradient() {
-    auto result = layer_->forward(options_, input_);
-    auto upstream = tensor::from_host(*device_, stream_, output_dims_, upstream_);
-    for (parameter* p : layer_->parameters()) p->has_gradient = false;
-    tensor gradient = layer_->backward(options_, *result.context, upstream, true);
-    return gradient.to_host(stream_);
-  }
-
-  /// Central difference of the objective with respect to element i of `values` (stored in t).
-  double numeric(tensor& t, std::vector<float>& values, size_t i) {
-    const float saved = values[i];
-    values[i] = saved + step_size;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    const double plus = objective();
-    values[i] = saved - step_size;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    const double minus = objective();
-    values[i] = saved;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    return (plus - minus) / (2.0 * step_size);
-  }
-
-  void check_input_gradient() {
-    std::vector<float> analytic = analytic_input_gradient();
-    ASSERT_EQ(analytic.size(), input_values_.size());
-    for (size_t i = 0; i < analytic.size(); ++i) {
-      const double expected = numeric(input_, input_values_, i);
-      EXPECT_NEAR(analytic[i], expected, 2e-3 + 1e-2 * std::fabs(expected))
-          << layer_->type() << " input element " << i;
-    }
-  }
-
-  void check_parameter_gradients() {
-    analytic_input_gradient();
-    for (parameter* p : layer_->parameters()) {
-      std::vector<float> analytic = p->gradient.to_host(stream_);
-      std::vector<float> values = p->value.to_host(stream_);
-      for (size_t i = 0; i < values.size(); ++i) {
-        const double expected = numeric(p->value, values, i);
-        EXPECT_NEAR(analytic[i], expected, 2e-3 + 1e-2 * std::fabs(expected))
-            << layer_->type() << " " << p->name << " element " << i;
-      }
-    }
-  }
-
-  layer& subject() { return *layer_; }
-
- private:
-  static void spread_apart(std::vector<float>& values) {
-    std::vector<size_t> rank(values.size());
-    for (size_t i = 0; i < rank.size(); ++i) rank[i] = i;
-    std::sort(rank.begin(), rank.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
-    for (size_t r = 0; r < rank.size(); ++r) values[rank[r]] = -1.0f + 0.05f * r;
-  }
-
-  std::unique_ptr<backend> device_;
-  stream stream_;
-  std::unique_ptr<layer> layer_;
-  std::vector<float> input_values_;
-  tensor input_;
-  run_options options_;
-  std::vector<float> upstream_;
-  shape output_dims_;
-};
+gradient_checker checker_for(const layer_spec& spec, const shape& sample, float low = -1.0f,
+                             bool distinct = false) {
+  return gradient_checker(spec, sample, random_input(sample, low, distinct));
+}
 
 layer_spec spec_of(const std::string& type, int out = 0, int kernel = 0, int stride = 0,
                    int padding = 0) {
@@ -123,7 +47,7 @@ layer_spec spec_of(const std::string& type, int out = 0, int kernel = 0, int str
 }
 
 TEST(GradientCheckTest, Linear) {
-  gradient_checker checker(spec_of("linear", 5), {7});
+  gradient_checker checker = checker_for(spec_of("linear", 5), {7});
   checker.check_input_gradient();
   checker.check_parameter_gradients();
 }
@@ -131,62 +55,62 @@ TEST(GradientCheckTest, Linear) {
 TEST(GradientCheckTest, LinearWithoutBias) {
   layer_spec spec = spec_of("linear", 4);
   spec.bias = false;
-  gradient_checker checker(spec, {6});
+  gradient_checker checker = checker_for(spec, {6});
   EXPECT_EQ(checker.subject().parameters().size(), 1u);
   checker.check_input_gradient();
   checker.check_parameter_gradients();
 }
 
 TEST(GradientCheckTest, Conv2dPadded) {
-  gradient_checker checker(spec_of("conv2d", 3, 3, 1, 1), {2, 5, 5});
+  gradient_checker checker = checker_for(spec_of("conv2d", 3, 3, 1, 1), {2, 5, 5});
   checker.check_input_gradient();
   checker.check_parameter_gradients();
 }
 
 TEST(GradientCheckTest, Conv2dStridedUnpadded) {
-  gradient_checker checker(spec_of("conv2d", 2, 3, 2, 0), {2, 7, 6});
+  gradient_checker checker = checker_for(spec_of("conv2d", 2, 3, 2, 0), {2, 7, 6});
   checker.check_input_gradient();
   checker.check_parameter_gradients();
 }
 
 TEST(GradientCheckTest, MaxPool) {
-  gradient_checker checker(spec_of("maxpool2d", 0, 2), {2, 4, 6}, -1.0f, true);
+  gradient_checker checker = checker_for(spec_of("maxpool2d", 0, 2), {2, 4, 6}, -1.0f, true);
   checker.check_input_gradient();
 }
 
 TEST(GradientCheckTest, MaxPoolOverlappingWindows) {
-  gradient_checker checker(spec_of("maxpool2d", 0, 3, 2), {1, 7, 7}, -1.0f, true);
+  gradient_checker checker = checker_for(spec_of("maxpool2d", 0, 3, 2), {1, 7, 7}, -1.0f, true);
   checker.check_input_gradient();
 }
 
 TEST(GradientCheckTest, Relu) {
   // Inputs kept away from the kink at 0, where the derivative is not defined.
-  gradient_checker checker(spec_of("relu"), {20}, 0.05f);
+  gradient_checker checker = checker_for(spec_of("relu"), {20}, 0.05f);
   checker.check_input_gradient();
-  gradient_checker mixed(spec_of("relu"), {20});
+  gradient_checker mixed = checker_for(spec_of("relu"), {20});
   std::vector<float> gradient = mixed.analytic_input_gradient();
   EXPECT_TRUE(std::any_of(gradient.begin(), gradient.end(), [](float g) { return g == 0; }));
 }
 
 TEST(GradientCheckTest, Tanh) {
-  gradient_checker checker(spec_of("tanh"), {20});
+  gradient_checker checker = checker_for(spec_of("tanh"), {20});
   checker.check_input_gradient();
 }
 
 TEST(GradientCheckTest, Gelu) {
-  gradient_checker checker(spec_of("gelu"), {20});
+  gradient_checker checker = checker_for(spec_of("gelu"), {20});
   checker.check_input_gradient();
 }
 
 TEST(GradientCheckTest, Flatten) {
-  gradient_checker checker(spec_of("flatten"), {2, 3, 3});
+  gradient_checker checker = checker_for(spec_of("flatten"), {2, 3, 3});
   checker.check_input_gradient();
 }
 
 TEST(GradientCheckTest, Dropout) {
   layer_spec spec = spec_of("dropout");
   spec.probability = 0.3f;
-  gradient_checker checker(spec, {40});
+  gradient_checker checker = checker_for(spec, {40});
   checker.check_input_gradient();
 }
 

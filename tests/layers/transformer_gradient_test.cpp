@@ -7,6 +7,7 @@
 
 #include "layers/layer.h"
 #include "layers/loss.h"
+#include "tests/support/gradient_checker.h"
 #include "tests/support/test_helpers.h"
 
 namespace troupe::layers {
@@ -14,86 +15,13 @@ namespace {
 
 constexpr int batch = 2;
 
-/// The objective sum(r * layer(x)) for fixed weights r, its analytic gradients, and central
-/// differences of it in double-checked float32 (steps of 1e-2).
-class block_checker {
+/// A transformer block's checker: sums over more terms than a linear layer's, so the absolute
+/// tolerance is 3e-3.
+class block_checker : public testing::gradient_checker {
  public:
   block_checker(const layer_spec& spec, const shape& sample, std::vector<float> input,
                 bool recompute = false)
-      : device_(testing::cpu_backend()), stream_(device_->default_stream()), values_(input) {
-    layer_ = make_layer(*device_, stream_, spec, sample, 99, 4);
-    shape dims{batch};
-    dims.insert(dims.end(), sample.begin(), sample.end());
-    input_ = tensor::from_host(*device_, stream_, dims, values_);
-    options_ = run_options{stream_, pass_mode::training, 1234, 0, recompute};
-    auto result = layer_->forward(options_, input_);
-    upstream_ = testing::random_values(result.output.size(), 6);
-    output_dims_ = result.output.dims();
-  }
-
-  double objective() {
-    std::vector<float> out = layer_->forward(options_, input_).output.to_host(stream_);
-    double sum = 0;
-    for (size_t i = 0; i < out.size(); ++i) sum += double(out[i]) * upstream_[i];
-    return sum;
-  }
-
-  std::vector<float> analytic_input_gradient() {
-    auto result = layer_->forward(options_, input_);
-    auto upstream = tensor::from_host(*device_, stream_, output_dims_, upstream_);
-    for (parameter* p : layer_->parameters()) p->has_gradient = false;
-    return layer_->backward(options_, *result.context, upstream, true).to_host(stream_);
-  }
-
-  double numeric(tensor& t, std::vector<float>& values, size_t i) {
-    const float saved = values[i];
-    const float step = 1e-2f;
-    values[i] = saved + step;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    const double plus = objective();
-    values[i] = saved - step;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    const double minus = objective();
-    values[i] = saved;
-    t = tensor::from_host(*device_, stream_, t.dims(), values);
-    return (plus - minus) / (2.0 * step);
-  }
-
-  void check_input_gradient() {
-    std::vector<float> analytic = analytic_input_gradient();
-    ASSERT_EQ(analytic.size(), values_.size());
-    for (size_t i = 0; i < analytic.size(); ++i) {
-      const double expected = numeric(input_, values_, i);
-      EXPECT_NEAR(analytic[i], expected, 3e-3 + 1e-2 * std::fabs(expected))
-          << layer_->type() << " input element " << i;
-    }
-  }
-
-  /// Checks every `stride`-th element of every parameter (all of them with stride 1).
-  void check_parameter_gradients(size_t stride = 1) {
-    analytic_input_gradient();
-    for (parameter* p : layer_->parameters()) {
-      std::vector<float> analytic = p->gradient.to_host(stream_);
-      std::vector<float> values = p->value.to_host(stream_);
-      for (size_t i = 0; i < values.size(); i += stride) {
-        const double expected = numeric(p->value, values, i);
-        EXPECT_NEAR(analytic[i], expected, 3e-3 + 1e-2 * std::fabs(expected))
-            << layer_->type() << " " << p->name << " element " << i;
-      }
-    }
-  }
-
-  layer& subject() { return *layer_; }
-
- private:
-  std::unique_ptr<backend> device_;
-  stream stream_;
-  std::unique_ptr<layer> layer_;
-  std::vector<float> values_;
-  tensor input_;
-  run_options options_;
-  std::vector<float> upstream_;
-  shape output_dims_;
+      : gradient_checker(spec, sample, std::move(input), 3e-3, recompute) {}
 };
 
 layer_spec block(const std::string& type) {
