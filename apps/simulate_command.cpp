@@ -182,6 +182,10 @@ json summary_json(const sim::simulation_result& result, bool numerics) {
   if (numerics) {
     summary["final_test_accuracy"] = result.summary.final_test_accuracy;
     summary["final_test_loss"] = result.summary.final_test_loss;
+    if (result.summary.bits_per_byte) {
+      summary["validation_loss"] = result.summary.final_test_loss;
+      summary["bits_per_byte"] = *result.summary.bits_per_byte;
+    }
     summary["time_to_target_s"] =
         result.summary.time_to_target_s ? json(*result.summary.time_to_target_s) : json(nullptr);
   }
@@ -221,6 +225,10 @@ void print_details(const sim::simulation_result& result, bool numerics) {
         static_cast<long long>(result.checkpoints), result.checkpoint_s,
         static_cast<long long>(result.restarts), result.recovery_s,
         static_cast<long long>(result.lost_steps));
+  }
+  if (numerics && result.summary.bits_per_byte) {
+    std::printf("validation_loss %.4f  bits_per_byte %.4f\n", result.summary.final_test_loss,
+                *result.summary.bits_per_byte);
   }
   if (numerics) {
     std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
