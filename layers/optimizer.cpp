@@ -1,5 +1,7 @@
 #include "layers/optimizer.h"
 
+#include <cmath>
+
 #include "layers/check.h"
 
 namespace troupe::layers {
@@ -48,17 +50,25 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale) {
   }
 }
 
+float clip_scale(double norm_squared, double clip_norm) {
+  if (clip_norm <= 0 || norm_squared <= clip_norm * clip_norm) return 1.0f;
+  return static_cast<float>(clip_norm / std::sqrt(norm_squared));
+}
+
 double optimizer::squared_gradient_norm(stream s, float gradient_scale) {
-  double total = 0;
-  for (parameter* p : parameters_) {
-    if (!p->has_gradient) continue;
-    backend& device = p->gradient.device();
-    tensor squares(device, p->gradient.dims());
-    tensor sum(device, {1});
-    device.multiply(s, p->gradient.data(), p->gradient.data(), squares.data(), squares.size());
-    device.sum(s, squares.data(), squares.size(), sum.data());
-    total += static_cast<double>(sum.to_host(s)[0]);
+  if (parameters_.empty()) return 0;
+  // Each tensor's sum of squares on the device, all read back at once.
+  backend& device = parameters_.front()->gradient.device();
+  tensor sums = tensor::filled(device, s, {static_cast<int64_t>(parameters_.size())}, 0.0f);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const parameter& p = *parameters_[i];
+    if (!p.has_gradient) continue;
+    tensor squares(device, p.gradient.dims());
+    device.multiply(s, p.gradient.data(), p.gradient.data(), squares.data(), squares.size());
+    device.sum(s, squares.data(), squares.size(), sums.data() + i);
   }
+  double total = 0;
+  for (float sum : sums.to_host(s)) total += static_cast<double>(sum);
   return total * static_cast<double>(gradient_scale) * gradient_scale;
 }
 

@@ -20,6 +20,10 @@ struct optimizer_settings {
   float epsilon = 1e-8f;
 };
 
+/// The factor that scales gradients of squared L2 norm `norm_squared` down to `clip_norm`
+/// (PyTorch's clip_grad_norm_): clip_norm / norm when larger, else 1; 1 when clip_norm is 0.
+float clip_scale(double norm_squared, double clip_norm);
+
 class optimizer {
  public:
   /// State (velocity, moments) is allocated on the parameters' device, zeroed, on `s`.

@@ -1,6 +1,5 @@
 #include <cmath>
 
-#include "layers/check.h"
 #include "layers/layer_kinds.h"
 #include "layers/random.h"
 

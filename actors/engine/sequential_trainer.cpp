@@ -1,7 +1,5 @@
 #include "actors/engine/sequential_trainer.h"
 
-#include <cmath>
-
 #include <vector>
 
 #include "layers/check.h"
@@ -71,12 +69,8 @@ batch_totals sequential_trainer::train_step(const float* features, const int32_t
   const float scale = 1.0f / static_cast<float>(samples);
   layers::loss_output loss = layers::softmax_cross_entropy(stream_, logits, labels_, scale, true);
   model_->backward(options, context, loss.gradient, false);
-  float clip = 1.0f;
-  if (clip_norm_ > 0) {
-    const double norm = std::sqrt(optimizer_->squared_gradient_norm(stream_));
-    if (norm > clip_norm_) clip = static_cast<float>(clip_norm_ / norm);
-  }
-  optimizer_->step(stream_, learning_rate, clip);
+  const double norm_squared = clip_norm_ > 0 ? optimizer_->squared_gradient_norm(stream_) : 0.0;
+  optimizer_->step(stream_, learning_rate, layers::clip_scale(norm_squared, clip_norm_));
   layers::loss_totals totals = layers::read_totals(stream_, loss);
   return {totals.loss_sum, totals.correct, samples * labels_per_sample()};
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/check.h"
+#include "layers/optimizer.h"
 
 namespace troupe::actors {
 
@@ -160,10 +161,7 @@ void stage_logic::handle_step_message(const key_message& message,
 }
 
 void stage_logic::take_step(double norm_squared) {
-  float scale = 1.0f;
-  if (settings_.clip_norm > 0 && norm_squared > settings_.clip_norm * settings_.clip_norm) {
-    scale = static_cast<float>(settings_.clip_norm / std::sqrt(norm_squared));
-  }
+  const float scale = layers::clip_scale(norm_squared, settings_.clip_norm);
   if (settings_.weight_stashing) {
     // Keys whose forward used the current weights still need them for their backward.
     const bool needed = std::any_of(forward_versions_.begin(), forward_versions_.end(),

@@ -170,7 +170,7 @@ def text_files(path):
             continue
         if os.path.isfile(full) and os.path.getsize(full) > 0:
             files.append(full)
-    return sorted(files)
+    return files
 
 
 def text_splits(config):

@@ -16,6 +16,16 @@ constexpr int block_threads = 256;
 constexpr size_t max_blocks = 65536;
 constexpr float sqrt_half = 0.70710678118654752440f;
 constexpr float inverse_sqrt_two_pi = 0.39894228040143267794f;
+constexpr int warp_size = 32;
+constexpr unsigned full_warp = 0xffffffffu;
+
+/// A butterfly sum over a warp: every lane ends with the same bits, since a + b == b + a.
+__device__ inline float warp_sum(float value) {
+  for (int offset = warp_size / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(full_warp, value, offset);
+  }
+  return value;
+}
 
 template <typename Op>
 __global__ void for_each_kernel(size_t count, Op op) {

@@ -12,9 +12,6 @@
 namespace troupe::layers::cuda_kernels {
 namespace {
 
-constexpr int warp_size = 32;
-constexpr unsigned full_warp = 0xffffffffu;
-
 /// The sum of `value` over a block of block_threads threads, added in a fixed tree order;
 /// every thread of the block must call it and receives the total.
 __device__ float block_sum(float value) {
@@ -27,14 +24,6 @@ __device__ float block_sum(float value) {
     __syncthreads();
   }
   return partial[0];
-}
-
-/// A butterfly sum: every lane ends with the same bits, since a + b == b + a.
-__device__ float warp_sum(float value) {
-  for (int offset = warp_size / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(full_warp, value, offset);
-  }
-  return value;
 }
 
 /// The largest value with the smallest index among the lanes' (value, index) pairs.

@@ -7,21 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/cuda/cuda_elementwise.cuh"
 #include "layers/cuda/cuda_kernels.cuh"
 
 namespace troupe::layers::cuda_kernels {
 namespace {
 
-constexpr int warp_size = 32;
-constexpr int rows_per_block = 8;  // one warp per row
-constexpr unsigned full_warp = 0xffffffffu;
-
-__device__ float warp_total(float value) {
-  for (int offset = warp_size / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(full_warp, value, offset);
-  }
-  return value;
-}
+constexpr int rows_per_block = block_threads / warp_size;  // one warp per row
 
 __device__ float warp_largest(float value) {
   for (int offset = warp_size / 2; offset > 0; offset /= 2) {
@@ -49,13 +41,13 @@ __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, co
   const float* in = x + static_cast<int64_t>(row) * cols;
   float sum = 0;
   for (int c = lane(); c < cols; c += warp_size) sum += in[c];
-  const float mean = warp_total(sum) / static_cast<float>(cols);
+  const float mean = warp_sum(sum) / static_cast<float>(cols);
   float squares = 0;
   for (int c = lane(); c < cols; c += warp_size) {
     const float d = in[c] - mean;
     squares += d * d;
   }
-  const float inverse = rsqrtf(warp_total(squares) / static_cast<float>(cols) + epsilon);
+  const float inverse = rsqrtf(warp_sum(squares) / static_cast<float>(cols) + epsilon);
   if (lane() == 0) rstd[row] = inverse;
   float* out = y + static_cast<int64_t>(row) * cols;
   float* hat = normalized + static_cast<int64_t>(row) * cols;
@@ -79,8 +71,8 @@ __global__ void layer_norm_backward_kernel(const float* dy, const float* gamma,
     sum += g;
     dot += g * hat[c];
   }
-  const float mean = warp_total(sum) / static_cast<float>(cols);
-  const float mean_dot = warp_total(dot) / static_cast<float>(cols);
+  const float mean = warp_sum(sum) / static_cast<float>(cols);
+  const float mean_dot = warp_sum(dot) / static_cast<float>(cols);
   float* out = dx + static_cast<int64_t>(row) * cols;
   for (int c = lane(); c < cols; c += warp_size) {
     out[c] = rstd[row] * (grad[c] * gamma[c] - mean - hat[c] * mean_dot);
@@ -103,7 +95,7 @@ __global__ void causal_softmax_kernel(const float* scores, float* probabilities,
     out[j] = e;
     total += e;
   }
-  const float inverse = 1.0f / warp_total(total);
+  const float inverse = 1.0f / warp_sum(total);
   for (int j = lane(); j < t; j += warp_size) out[j] = j < visible ? out[j] * inverse : 0.0f;
 }
 
@@ -115,7 +107,7 @@ __global__ void softmax_backward_kernel(const float* probabilities, const float*
   const float* grad = dp + static_cast<int64_t>(row) * cols;
   float dot = 0;
   for (int j = lane(); j < cols; j += warp_size) dot += grad[j] * p[j];
-  dot = warp_total(dot);
+  dot = warp_sum(dot);
   float* out = dscores + static_cast<int64_t>(row) * cols;
   for (int j = lane(); j < cols; j += warp_size) out[j] = scale * p[j] * (grad[j] - dot);
 }
@@ -157,7 +149,7 @@ void layer_norm_forward(cudaStream_t s, const float* x, const float* gamma, cons
                         float* y, float* normalized, float* rstd, int rows, int cols,
                         float epsilon) {
   if (rows == 0) return;
-  layer_norm_forward_kernel<<<row_blocks(rows), rows_per_block * warp_size, 0, s>>>(
+  layer_norm_forward_kernel<<<row_blocks(rows), block_threads, 0, s>>>(
       x, gamma, beta, y, normalized, rstd, rows, cols, epsilon);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
@@ -166,8 +158,8 @@ void layer_norm_backward(cudaStream_t s, const float* dy, const float* gamma,
                          const float* normalized, const float* rstd, float* dx, int rows,
                          int cols) {
   if (rows == 0) return;
-  layer_norm_backward_kernel<<<row_blocks(rows), rows_per_block * warp_size, 0, s>>>(
-      dy, gamma, normalized, rstd, dx, rows, cols);
+  layer_norm_backward_kernel<<<row_blocks(rows), block_threads, 0, s>>>(dy, gamma, normalized, rstd,
+                                                                        dx, rows, cols);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -175,16 +167,16 @@ void causal_softmax_forward(cudaStream_t s, const float* scores, float* probabil
                             int t, float scale) {
   const int rows = batch * t;
   if (rows == 0) return;
-  causal_softmax_kernel<<<row_blocks(rows), rows_per_block * warp_size, 0, s>>>(
-      scores, probabilities, rows, t, scale);
+  causal_softmax_kernel<<<row_blocks(rows), block_threads, 0, s>>>(scores, probabilities, rows, t,
+                                                                   scale);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
 void softmax_backward(cudaStream_t s, const float* probabilities, const float* dp, float* dscores,
                       int rows, int cols, float scale) {
   if (rows == 0) return;
-  softmax_backward_kernel<<<row_blocks(rows), rows_per_block * warp_size, 0, s>>>(
-      probabilities, dp, dscores, rows, cols, scale);
+  softmax_backward_kernel<<<row_blocks(rows), block_threads, 0, s>>>(probabilities, dp, dscores,
+                                                                     rows, cols, scale);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 
