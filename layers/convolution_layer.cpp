@@ -9,6 +9,9 @@ namespace {
 struct convolution_context final : layer_context {
   tensor columns;  // im2col of the input: [batch * out_height * out_width, channels * k * k]
   int64_t batch = 0;
+  // Kept by backward_input() for backward_weights(): the output gradient, and as NHWC rows.
+  tensor output_gradient;
+  tensor gradient_rows;
 };
 
 /// A 2-D convolution over NCHW images by im2col + GEMM. The weight is [out, in, k, k] as in
@@ -68,32 +71,32 @@ class convolution_layer final : public layer {
   tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
                   bool need_input_gradient) override {
     auto& saved = static_cast<convolution_context&>(context);
-    backend& device = output_gradient.device();
     const stream s = options.work_stream;
-    const convolution_geometry g = geometry_for(saved.batch);
-    const int pixels = g.out_height * g.out_width;
-    const int rows = g.batch * pixels;
-    tensor gradient_rows(device, {rows, out_channels_});
-    device.transpose_batched(s, output_gradient.data(), gradient_rows.data(), g.batch,
-                             out_channels_, pixels);
-    device.gemm(s, transpose::yes, transpose::no, out_channels_, patch_, rows, 1.0f,
-                gradient_rows.data(), out_channels_, saved.columns.data(), patch_,
-                weight_.accumulate_beta(), weight_.gradient.data(), patch_);
-    weight_.has_gradient = true;
-    if (!bias_.value.empty()) {
-      device.sum_channels(s, output_gradient.data(), g.batch, out_channels_, pixels,
-                          bias_.accumulate_beta(), bias_.gradient.data());
-      bias_.has_gradient = true;
-    }
+    const tensor gradient_rows = rows_of(s, saved.batch, output_gradient);
+    add_weight_gradients(s, saved, output_gradient, gradient_rows);
     if (!need_input_gradient) return tensor();
     // The saved columns are not needed any more: their memory takes the column gradient.
-    tensor& column_gradient = saved.columns;
-    device.gemm(s, transpose::no, transpose::no, rows, patch_, out_channels_, 1.0f,
-                gradient_rows.data(), out_channels_, weight_.value.data(), patch_, 0.0f,
-                column_gradient.data(), patch_);
-    tensor input_gradient(device, batched(saved.batch, input_shape()));
-    device.col2im(s, g, column_gradient.data(), input_gradient.data());
-    return input_gradient;
+    return input_gradient(s, saved.batch, gradient_rows, saved.columns);
+  }
+
+  tensor backward_input(const run_options& options, layer_context& context,
+                        const tensor& output_gradient, bool need_input_gradient) override {
+    auto& saved = static_cast<convolution_context&>(context);
+    const stream s = options.work_stream;
+    saved.output_gradient = output_gradient;
+    saved.gradient_rows = rows_of(s, saved.batch, output_gradient);
+    if (!need_input_gradient) return tensor();
+    // The columns wait for backward_weights(): the column gradient takes memory of its own.
+    tensor column_gradient(output_gradient.device(), saved.columns.dims());
+    return input_gradient(s, saved.batch, saved.gradient_rows, column_gradient);
+  }
+
+  bool splits_backward() const override { return true; }
+
+  void backward_weights(const run_options& options, layer_context& context) override {
+    auto& saved = static_cast<convolution_context&>(context);
+    add_weight_gradients(options.work_stream, saved, saved.output_gradient, saved.gradient_rows);
+    saved = convolution_context();
   }
 
   std::vector<parameter*> parameters() override {
@@ -111,6 +114,46 @@ class convolution_layer final : public layer {
     convolution_geometry g = geometry_;
     g.batch = static_cast<int>(batch);
     return g;
+  }
+
+  /// The output gradient [batch, out, h, w] as rows [batch * h * w, out].
+  tensor rows_of(stream s, int64_t batch, const tensor& output_gradient) const {
+    const convolution_geometry g = geometry_for(batch);
+    const int pixels = g.out_height * g.out_width;
+    tensor rows(output_gradient.device(), {g.batch * pixels, out_channels_});
+    output_gradient.device().transpose_batched(s, output_gradient.data(), rows.data(), g.batch,
+                                               out_channels_, pixels);
+    return rows;
+  }
+
+  void add_weight_gradients(stream s, const convolution_context& saved,
+                            const tensor& output_gradient, const tensor& gradient_rows) {
+    backend& device = output_gradient.device();
+    const convolution_geometry g = geometry_for(saved.batch);
+    const int pixels = g.out_height * g.out_width;
+    device.gemm(s, transpose::yes, transpose::no, out_channels_, patch_, g.batch * pixels, 1.0f,
+                gradient_rows.data(), out_channels_, saved.columns.data(), patch_,
+                weight_.accumulate_beta(), weight_.gradient.data(), patch_);
+    weight_.has_gradient = true;
+    if (!bias_.value.empty()) {
+      device.sum_channels(s, output_gradient.data(), g.batch, out_channels_, pixels,
+                          bias_.accumulate_beta(), bias_.gradient.data());
+      bias_.has_gradient = true;
+    }
+  }
+
+  /// The input gradient from the output gradient's rows, through `column_gradient` (a
+  /// [rows, patch] tensor it overwrites).
+  tensor input_gradient(stream s, int64_t batch, const tensor& gradient_rows,
+                        tensor& column_gradient) const {
+    backend& device = gradient_rows.device();
+    const convolution_geometry g = geometry_for(batch);
+    device.gemm(s, transpose::no, transpose::no, g.batch * g.out_height * g.out_width, patch_,
+                out_channels_, 1.0f, gradient_rows.data(), out_channels_, weight_.value.data(),
+                patch_, 0.0f, column_gradient.data(), patch_);
+    tensor result(device, batched(batch, input_shape()));
+    device.col2im(s, g, column_gradient.data(), result.data());
+    return result;
   }
 
   convolution_geometry geometry_;

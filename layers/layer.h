@@ -70,6 +70,22 @@ class layer {
   /// respect to the input (empty when !need_input_gradient). May overwrite output_gradient.
   virtual tensor backward(const run_options& options, layer_context& context,
                           const tensor& output_gradient, bool need_input_gradient) = 0;
+  /// The first half of backward() (B, on a pipeline's critical path): returns the input
+  /// gradient and keeps in `context` what backward_weights() needs for the weight gradients.
+  /// Layers whose backward does not split run all of it here.
+  virtual tensor backward_input(const run_options& options, layer_context& context,
+                                const tensor& output_gradient, bool need_input_gradient) {
+    return backward(options, context, output_gradient, need_input_gradient);
+  }
+  /// The second half (W): adds the weight gradients of the instance whose backward_input()
+  /// ran on `context`. Zero-bubble schedules run it later, to fill the pipeline's idle time;
+  /// the gradients it adds are the very ones backward() would.
+  virtual void backward_weights(const run_options& options, layer_context& context) {
+    (void)options, (void)context;
+  }
+  /// Whether backward_input() leaves work for backward_weights() (layers with weights that
+  /// split their backward); the context of one that does not is done after backward_input().
+  virtual bool splits_backward() const { return false; }
   virtual std::vector<parameter*> parameters() { return {}; }
   /// Floating-point operations of one forward pass over `batch` samples (GEMMs only).
   virtual double forward_flops(int64_t batch) const { return 0.0 * batch; }

@@ -20,6 +20,7 @@ namespace {
 
 struct linear_context final : layer_context {
   tensor input;
+  tensor output_gradient;  ///< kept by backward_input() for backward_weights()
 };
 
 /// y = x W^T + b with W stored [out, in] as in PyTorch, over the last dimension of the input
@@ -63,24 +64,26 @@ class linear_layer final : public layer {
   tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
                   bool need_input_gradient) override {
     const tensor& input = static_cast<linear_context&>(context).input;
-    backend& device = input.device();
-    const stream s = options.work_stream;
-    const int batch = static_cast<int>(input.size() / inputs_);
-    device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
-                output_gradient.data(), outputs_, input.data(), inputs_, weight_.accumulate_beta(),
-                weight_.gradient.data(), inputs_);
-    weight_.has_gradient = true;
-    if (!bias_.value.empty()) {
-      device.sum_rows(s, output_gradient.data(), batch, outputs_, bias_.accumulate_beta(),
-                      bias_.gradient.data());
-      bias_.has_gradient = true;
-    }
+    add_weight_gradients(options.work_stream, input, output_gradient);
     if (!need_input_gradient) return tensor();
-    tensor input_gradient(device, input.dims());
-    device.gemm(s, transpose::no, transpose::no, batch, inputs_, outputs_, 1.0f,
-                output_gradient.data(), outputs_, weight_.value.data(), inputs_, 0.0f,
-                input_gradient.data(), inputs_);
-    return input_gradient;
+    return input_gradient(options.work_stream, input, output_gradient);
+  }
+
+  tensor backward_input(const run_options& options, layer_context& context,
+                        const tensor& output_gradient, bool need_input_gradient) override {
+    auto& saved = static_cast<linear_context&>(context);
+    saved.output_gradient = output_gradient;
+    if (!need_input_gradient) return tensor();
+    return input_gradient(options.work_stream, saved.input, output_gradient);
+  }
+
+  bool splits_backward() const override { return true; }
+
+  void backward_weights(const run_options& options, layer_context& context) override {
+    auto& saved = static_cast<linear_context&>(context);
+    add_weight_gradients(options.work_stream, saved.input, saved.output_gradient);
+    saved.input = tensor();
+    saved.output_gradient = tensor();
   }
 
   std::vector<parameter*> parameters() override {
@@ -93,6 +96,30 @@ class linear_layer final : public layer {
   }
 
  private:
+  void add_weight_gradients(stream s, const tensor& input, const tensor& output_gradient) {
+    backend& device = input.device();
+    const int batch = static_cast<int>(input.size() / inputs_);
+    device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
+                output_gradient.data(), outputs_, input.data(), inputs_, weight_.accumulate_beta(),
+                weight_.gradient.data(), inputs_);
+    weight_.has_gradient = true;
+    if (!bias_.value.empty()) {
+      device.sum_rows(s, output_gradient.data(), batch, outputs_, bias_.accumulate_beta(),
+                      bias_.gradient.data());
+      bias_.has_gradient = true;
+    }
+  }
+
+  tensor input_gradient(stream s, const tensor& input, const tensor& output_gradient) {
+    backend& device = input.device();
+    const int batch = static_cast<int>(input.size() / inputs_);
+    tensor result(device, input.dims());
+    device.gemm(s, transpose::no, transpose::no, batch, inputs_, outputs_, 1.0f,
+                output_gradient.data(), outputs_, weight_.value.data(), inputs_, 0.0f,
+                result.data(), inputs_);
+    return result;
+  }
+
   int inputs_;
   int outputs_;
   int64_t rows_per_sample_;

@@ -62,6 +62,26 @@ tensor sequential::backward(const run_options& options, sequential_context& cont
   return gradient;
 }
 
+tensor sequential::backward_input(const run_options& options, sequential_context& context,
+                                  const tensor& output_gradient, bool need_input_gradient) {
+  TROUPE_CHECK(context.layers.size() == layers_.size());
+  tensor gradient = output_gradient;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const bool need = i > 0 || need_input_gradient;
+    gradient = layers_[i]->backward_input(options, *context.layers[i], gradient, need);
+    if (!layers_[i]->splits_backward()) context.layers[i].reset();
+  }
+  return gradient;
+}
+
+void sequential::backward_weights(const run_options& options, sequential_context& context) {
+  TROUPE_CHECK(context.layers.size() == layers_.size());
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (context.layers[i]) layers_[i]->backward_weights(options, *context.layers[i]);
+    context.layers[i].reset();
+  }
+}
+
 std::vector<parameter*> sequential::parameters() {
   std::vector<parameter*> result;
   for (auto& each : layers_) {

@@ -35,6 +35,13 @@ class sequential {
   tensor backward(const run_options& options, sequential_context& context,
                   const tensor& output_gradient, bool need_input_gradient);
 
+  /// Backward's first half (B): the input gradient, every layer's weight-gradient work left
+  /// in `context` for backward_weights() (layers that do not split do theirs now).
+  tensor backward_input(const run_options& options, sequential_context& context,
+                        const tensor& output_gradient, bool need_input_gradient);
+  /// Backward's second half (W) on a context backward_input() ran on; frees the context.
+  void backward_weights(const run_options& options, sequential_context& context);
+
   std::vector<parameter*> parameters();
   int64_t parameter_count();
   size_t size() const { return layers_.size(); }

@@ -225,6 +225,22 @@ double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
   return total;
 }
 
+/// Blocks whose layers split their backward pass (layers::layer::splits_backward).
+static bool splits_backward(const std::string& type) {
+  return type == "linear" || type == "conv2d" || type == "lm_head";
+}
+
+double stage_cost::deferred_weights_s(int64_t batch) const {
+  double total = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!splits_backward(blocks_[i].type)) continue;
+    // Measured: the backward without the input gradient is the weight gradients alone.
+    total += measured_.empty() ? seconds(blocks_[i].backward_weights, batch)
+                               : measured(measured_[i].backward_first_s, batch);
+  }
+  return total;
+}
+
 double stage_cost::step_s() const {
   double total = 0;
   if (!measured_.empty()) {

@@ -58,6 +58,9 @@ class stage_cost {
   /// The last stage's loss and its gradient.
   double loss_s(int64_t batch) const;
   double backward_s(int64_t batch, bool need_input_gradient) const;
+  /// The part of backward_s that zero-bubble schedules defer (W): the weight gradients of the
+  /// blocks whose backward splits (linear, conv2d, lm_head); the rest is B.
+  double deferred_weights_s(int64_t batch) const;
   double step_s() const;
   /// A copy of the stage's weights, kept for the keys that still need this version.
   double stash_s() const;

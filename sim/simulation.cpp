@@ -156,6 +156,9 @@ class simulator {
   void start_work(int pool);
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
+  /// A free device with no message waiting runs a stage's deferred weight-gradient work
+  /// (zero-bubble schedules), if one of its stages has some.
+  void begin_deferred_work(int device);
   void finish_work(int device);
   /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
   charged_work handle(int stage, int device, int id);
@@ -211,6 +214,8 @@ class simulator {
   double now_ = 0;
   int64_t events_handled_ = 0;
   bool finished_ = false;
+  /// Stages take waiting backward passes before forwards (the sync schedules after GPipe).
+  bool backward_first_ = false;
   std::string failure_;
   std::unique_ptr<actors::trace_recorder> trace_;
   size_t spans_ = 0;
@@ -284,8 +289,13 @@ bool simulator::build(std::string* error) {
       }
     }
   }
+  backward_first_ = actors::backward_first(config_);
+  // The interleaved schedule places stage s on worker s % workers, its device.
+  const bool interleaved = config_.parallelism.schedule == "interleaved" &&
+                           cluster_.placement.size() != static_cast<size_t>(stages);
+  const int workers = interleaved ? stages / config_.parallelism.virtual_stages : stages;
   for (int s = 0; s < stages; ++s) {
-    const int device = cluster_.device_of_stage(s, stages, error);
+    const int device = cluster_.device_of_stage(s % workers, workers, error);
     if (device < 0) return false;
     device_of_stage_.push_back(device);
     const actors::stage_range range = (*ranges)[s];
@@ -433,9 +443,26 @@ void simulator::start_work(int pool) {
   }
   for (int device : queue.devices) {
     if (devices_[device].busy) continue;
-    auto next = std::find_if(queue.waiting.begin(), queue.waiting.end(),
-                             [&](int id) { return !stage_at_work_[parcels_[id].target]; });
-    if (next == queue.waiting.end()) return;
+    const auto ready = [&](int id) {
+      const int stage = parcels_[id].target;
+      return !stage_at_work_[stage] &&
+             (parcels_[id].content.message.kind != actors::key_kind::forward ||
+              stages_[stage]->ready_for_forward());
+    };
+    auto next = std::find_if(queue.waiting.begin(), queue.waiting.end(), ready);
+    if (backward_first_) {
+      // 1F1B and its descendants: a waiting backward pass goes before forwards that arrived
+      // earlier, as the real stages' mailboxes order them.
+      auto backward = std::find_if(queue.waiting.begin(), queue.waiting.end(), [&](int id) {
+        return ready(id) && parcels_[id].content.message.kind != actors::key_kind::forward &&
+               parcels_[id].content.message.kind != actors::key_kind::evaluate;
+      });
+      if (backward != queue.waiting.end()) next = backward;
+    }
+    if (next == queue.waiting.end()) {
+      begin_deferred_work(device);
+      continue;
+    }
     const int id = *next;
     queue.waiting.erase(next);
     begin_work(device, id);
@@ -488,6 +515,27 @@ void simulator::begin_work(int device, int id) {
     trace_->span(stage, work.name, work.key, now_, work.seconds);
   }
   schedule(now_ + work.seconds, event_kind::work_done, device);
+}
+
+void simulator::begin_deferred_work(int device) {
+  device_state& state = devices_[device];
+  for (size_t stage = 0; stage < stages_.size(); ++stage) {
+    if (stage_at_work_[stage] || devices_[device_of_stage_[stage]].pool != state.pool) continue;
+    if (!stages_[stage]->has_deferred_work()) continue;
+    stages_[stage]->run_deferred_work();
+    const double seconds = stage_devices_[stage]->take_charge();
+    stage_busy_s_[stage] += seconds;
+    state.busy = true;
+    state.stage = static_cast<int>(stage);
+    state.outputs.clear();
+    stage_at_work_[stage] = true;
+    if (trace_ && spans_ < options_.trace_spans) {
+      ++spans_;
+      trace_->span(static_cast<int>(stage), "weight-gradients", -1, now_, seconds);
+    }
+    schedule(now_ + seconds, event_kind::work_done, device);
+    return;
+  }
 }
 
 void simulator::finish_work(int device) {

@@ -77,6 +77,30 @@ layers::tensor timed_stage_device::backward(const actors::key_message& message,
   return need_input_gradient ? shaped(batch, input_) : layers::tensor();
 }
 
+layers::tensor timed_stage_device::backward_input(const actors::key_message& message,
+                                                  bool need_input_gradient) {
+  const int64_t batch = message.payload.rows();
+  charge_s_ += cost_.backward_s(batch, need_input_gradient) - cost_.deferred_weights_s(batch);
+  auto found = contexts_.find(message.key);
+  if (found != contexts_.end()) {
+    // The context stays until W: only its weight-gradient inputs, counted as all of it.
+    pending_weights_[message.key] = found->second;
+    contexts_.erase(found);
+  }
+  if (numerics_) return numerics_->backward_input(message, need_input_gradient);
+  return need_input_gradient ? shaped(batch, input_) : layers::tensor();
+}
+
+void timed_stage_device::backward_weights(uint64_t key) {
+  auto found = pending_weights_.find(key);
+  if (found != pending_weights_.end()) {
+    charge_s_ += cost_.deferred_weights_s(found->second);
+    context_samples_ -= found->second;
+    pending_weights_.erase(found);
+  }
+  if (numerics_) numerics_->backward_weights(key);
+}
+
 double timed_stage_device::squared_gradient_norm() {
   // Without numerics there are no gradients; a norm of 0 never clips.
   return numerics_ ? numerics_->squared_gradient_norm() : 0.0;
@@ -103,7 +127,9 @@ void timed_stage_device::release_weights_before(int64_t version) {
   if (numerics_) numerics_->release_weights_before(version);
 }
 
-size_t timed_stage_device::held_contexts() const { return contexts_.size(); }
+size_t timed_stage_device::held_contexts() const {
+  return contexts_.size() + pending_weights_.size();
+}
 
 std::vector<layers::parameter*> timed_stage_device::parameters() {
   return numerics_ ? numerics_->parameters() : std::vector<layers::parameter*>{};
@@ -116,6 +142,7 @@ actors::stage_state timed_stage_device::save_state() {
 bool timed_stage_device::load_state(const actors::stage_state& state, bool weights_only,
                                     std::string* error) {
   contexts_.clear();
+  pending_weights_.clear();
   context_samples_ = 0;
   stashed_.clear();
   return numerics_ ? numerics_->load_state(state, weights_only, error) : true;

@@ -32,6 +32,9 @@ class timed_stage_device final : public actors::stage_device {
   actors::loss_result loss(const layers::tensor& logits, const std::vector<int32_t>& labels,
                            float scale, bool want_gradient) override;
   layers::tensor backward(const actors::key_message& message, bool need_input_gradient) override;
+  layers::tensor backward_input(const actors::key_message& message,
+                                bool need_input_gradient) override;
+  void backward_weights(uint64_t key) override;
   double squared_gradient_norm() override;
   void step(float learning_rate, float gradient_scale) override;
   void stash_weights(int64_t version) override;
@@ -51,7 +54,8 @@ class timed_stage_device final : public actors::stage_device {
   layers::shape output_;
   std::unique_ptr<actors::stage_device> numerics_;
   double charge_s_ = 0;
-  std::map<uint64_t, int64_t> contexts_;  ///< key -> batch, between forward and backward
+  std::map<uint64_t, int64_t> contexts_;         ///< key -> batch, between forward and backward
+  std::map<uint64_t, int64_t> pending_weights_;  ///< key -> batch, between B and W
   int64_t context_samples_ = 0;
   std::set<int64_t> stashed_;  ///< versions whose weights are stashed
   double peak_bytes_ = 0;

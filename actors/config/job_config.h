@@ -38,8 +38,12 @@ struct parallelism_config {
   int stages = 1;
   std::string partition = "balanced";  ///< "balanced", "uniform" or cut points "3,7"
   std::vector<std::string> devices{"cpu"};
-  std::string mode = "sync";       ///< "sync" or "async"
-  std::string schedule = "gpipe";  ///< "gpipe" or "1f1b" (sync mode)
+  std::string mode = "sync";  ///< "sync" or "async"
+  /// Sync mode: "gpipe", "1f1b", "zb-h1" (1F1B with weight gradients deferred into the
+  /// bubbles) or "interleaved" (1F1B over stages / virtual_stages workers, each hosting
+  /// virtual_stages non-adjacent stages: worker w runs stages w, w + workers, ...).
+  std::string schedule = "gpipe";
+  int virtual_stages = 1;
   int micro_batches = 1;
   int max_active_keys = 0;      ///< 0: the number of stages
   int min_update_interval = 0;  ///< 0: micro_batches

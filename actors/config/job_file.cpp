@@ -212,7 +212,8 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           {"partition", read_cuts, [&p] { return partition_json(p.partition); }},
           {"devices", read_stage_devices, write_value(&p.devices)},
           string_field("mode", &p.mode, {"sync", "async"}),
-          string_field("schedule", &p.schedule, {"gpipe", "1f1b"}),
+          string_field("schedule", &p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"}),
+          integer_field("virtual_stages", &p.virtual_stages, 1),
           integer_field("micro_batches", &p.micro_batches, 1),
           integer_field("max_active_keys", &p.max_active_keys, 1),
           integer_field("min_update_interval", &p.min_update_interval, 1),
@@ -283,6 +284,25 @@ problem check_partition(const job_config& config) {
   return std::nullopt;
 }
 
+/// The interleaved schedule puts parallelism.virtual_stages stages on each worker.
+problem check_schedule(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  const std::string v = std::to_string(p.virtual_stages);
+  if (p.schedule != "interleaved") {
+    if (p.virtual_stages == 1) return std::nullopt;
+    return "parallelism.virtual_stages = " + v +
+           " needs parallelism.schedule = \"interleaved\" (it is \"" + p.schedule + "\")";
+  }
+  if (p.mode != "sync") return "parallelism.schedule = \"interleaved\" needs mode = \"sync\"";
+  if (p.stages % p.virtual_stages != 0) {
+    return "parallelism.stages (" + std::to_string(p.stages) +
+           ") must be a multiple of parallelism.virtual_stages (" + v +
+           "): the interleaved schedule gives each of stages / virtual_stages workers " + v +
+           " stages";
+  }
+  return std::nullopt;
+}
+
 /// A text job reads Debian's fortunes unless data.path says otherwise, and feeds its model
 /// sequences of data.context token ids.
 problem resolve_text_defaults(job_config* config) {
@@ -318,6 +338,7 @@ problem check_consistency(job_config* config) {
   if (t.lr_schedule == "step" && t.lr_decay_epochs < 1) {
     return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
   }
+  if (problem error = check_schedule(*config)) return error;
   if (problem error = check_partition(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;

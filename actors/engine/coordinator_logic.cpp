@@ -37,7 +37,8 @@ coordinator_logic::coordinator_logic(admission_settings settings)
       limit_ = std::min<int64_t>(
           limit_, int64_t(settings_.max_staleness) * settings_.min_update_interval + 1);
     }
-  } else if (settings_.schedule == "1f1b") {
+  } else if (settings_.schedule != "gpipe") {
+    // 1F1B and its descendants (zero-bubble, interleaved): at most a key per stage in flight.
     limit_ = std::min(settings_.stages, settings_.micro_batches);
   } else {
     limit_ = settings_.micro_batches;

@@ -125,6 +125,29 @@ class layers_stage_device final : public stage_device {
     return gradient;
   }
 
+  layers::tensor backward_input(const key_message& message, bool need_input_gradient) override {
+    auto found = contexts_.find(message.key);
+    TROUPE_CHECK(found != contexts_.end() && next_backward_version_ < 0);
+    layers::tensor gradient = model_->backward_input(options_for(message, true), found->second,
+                                                     message.payload, need_input_gradient);
+    pending_weights_.emplace(message.key, pending_weight_work{std::move(found->second),
+                                                              message.step, message.sample_offset});
+    contexts_.erase(found);
+    device_.synchronize(stream_);
+    return gradient;
+  }
+
+  void backward_weights(uint64_t key) override {
+    auto found = pending_weights_.find(key);
+    TROUPE_CHECK(found != pending_weights_.end());
+    key_message message;
+    message.step = found->second.step;
+    message.sample_offset = found->second.sample_offset;
+    model_->backward_weights(options_for(message, true), found->second.context);
+    pending_weights_.erase(found);
+    device_.synchronize(stream_);
+  }
+
   double squared_gradient_norm() override { return optimizer_->squared_gradient_norm(stream_); }
 
   void step(float learning_rate, float gradient_scale) override {
@@ -145,7 +168,7 @@ class layers_stage_device final : public stage_device {
     stash_.erase(stash_.begin(), stash_.lower_bound(version));
   }
 
-  size_t held_contexts() const override { return contexts_.size(); }
+  size_t held_contexts() const override { return contexts_.size() + pending_weights_.size(); }
 
   int64_t peak_activation_bytes() const override {
     return std::max<int64_t>(0, std::max(training_peak_, device_.peak_bytes()) - resting_bytes_);
@@ -216,6 +239,7 @@ class layers_stage_device final : public stage_device {
       optimizer_->set_steps_taken(state.optimizer_steps);
     }
     contexts_.clear();
+    pending_weights_.clear();
     stash_.clear();
     next_backward_version_ = -1;
     return true;
@@ -300,6 +324,13 @@ class layers_stage_device final : public stage_device {
   std::unique_ptr<layers::sequential> model_;
   std::unique_ptr<layers::optimizer> optimizer_;
   std::unordered_map<uint64_t, layers::sequential_context> contexts_;
+  /// Keys whose backward_input() ran and whose weight gradients wait for backward_weights().
+  struct pending_weight_work {
+    layers::sequential_context context;
+    int64_t step = 0;
+    int64_t sample_offset = 0;
+  };
+  std::unordered_map<uint64_t, pending_weight_work> pending_weights_;
   std::map<int64_t, std::vector<layers::tensor>> stash_;
   int64_t next_backward_version_ = -1;
 };

@@ -47,6 +47,15 @@ class stage_device {
   /// Backward of `key` (whose forward ran here): accumulates weight gradients and returns the
   /// gradient of the stage's input (empty on the first stage).
   virtual layers::tensor backward(const key_message& message, bool need_input_gradient) = 0;
+  /// Backward's first half (B): the gradient of the stage's input, leaving the weight
+  /// gradients of `key` for backward_weights() (zero-bubble schedules). A device whose layers
+  /// do not split does all of backward() here.
+  virtual layers::tensor backward_input(const key_message& message, bool need_input_gradient) {
+    return backward(message, need_input_gradient);
+  }
+  /// Backward's second half (W) of a key whose backward_input() ran: accumulates its weight
+  /// gradients, the same values backward() would have added.
+  virtual void backward_weights(uint64_t key) { (void)key; }
   /// The squared L2 norm of the gradients accumulated since the last step.
   virtual double squared_gradient_norm() = 0;
   /// One optimizer step with the gradients accumulated since the last, multiplied by

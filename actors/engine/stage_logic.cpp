@@ -62,6 +62,9 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
 }
 
 void stage_logic::forward(const key_message& message, std::vector<stage_output>* outputs) {
+  finish_deferred_step();  // a new step's key sees the weights of the step before
+  // A new key's activations take the place of the oldest deferred W's (1F1B's memory).
+  if (settings_.max_held_keys > 0) run_deferred_until(settings_.max_held_keys - 1);
   forward_versions_[message.key] = version_;
   key_message next = message;
   next.payload = device_.forward(message, true);
@@ -84,6 +87,7 @@ void stage_logic::forward(const key_message& message, std::vector<stage_output>*
 }
 
 void stage_logic::evaluate(const key_message& message, std::vector<stage_output>* outputs) {
+  finish_deferred_step();
   key_message next = message;
   next.payload = device_.forward(message, false);
   if (!is_last()) {
@@ -109,9 +113,10 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   const bool stashed = settings_.weight_stashing && staleness > 0;
   if (stashed) device_.use_weights(forward_version);
   record(&weight_staleness_, stashed ? 0 : staleness);
-  message.payload = device_.backward(message, settings_.index > 0);
+  message.payload = run_backward(message);
   const bool complete = count_backward();
   if (complete && settings_.global_clipping) {
+    run_deferred_until(0);  // the norm needs every weight gradient
     // The later stages' squared norms came with the message; add this stage's.
     const double norm_squared = message.norm_squared + device_.squared_gradient_norm();
     if (settings_.index > 0) {
@@ -130,13 +135,47 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
     outputs->push_back({stage_output::kind::to_next_stage, step});
     return;
   }
-  if (complete) take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
+  if (complete) {
+    // Zero-bubble: the step waits for the deferred W, which run in the cool-down after this
+    // input gradient has gone on. Stage 0 steps at once: the key's retirement lets the
+    // coordinator admit the next step's keys.
+    step_after_deferred_ = true;
+    if (deferred_.empty() || settings_.index == 0) finish_deferred_step();
+  }
   message.norm_squared = 0;
   if (settings_.index > 0) {
     outputs->push_back({stage_output::kind::to_previous_stage, message});
   } else {
     message.payload = layers::tensor();
     outputs->push_back({stage_output::kind::retired, message});
+  }
+}
+
+layers::tensor stage_logic::run_backward(const key_message& message) {
+  if (settings_.max_held_keys <= 0) return device_.backward(message, settings_.index > 0);
+  layers::tensor gradient = device_.backward_input(message, settings_.index > 0);
+  deferred_.push_back(message.key);
+  return gradient;
+}
+
+bool stage_logic::run_deferred_work() {
+  if (deferred_.empty()) return false;
+  device_.backward_weights(deferred_.front());
+  deferred_.pop_front();
+  if (deferred_.empty() && step_after_deferred_) finish_deferred_step();
+  return true;
+}
+
+void stage_logic::finish_deferred_step() {
+  if (!step_after_deferred_) return;
+  step_after_deferred_ = false;  // before the W: the last of them must not step as well
+  run_deferred_until(0);
+  take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
+}
+
+void stage_logic::run_deferred_until(size_t keys) {
+  while (!deferred_.empty() && forward_versions_.size() + deferred_.size() > keys) {
+    run_deferred_work();
   }
 }
 
@@ -184,6 +223,7 @@ void stage_logic::record(std::vector<int64_t>* histogram, int64_t value) {
 }
 
 stage_state stage_logic::save_state() {
+  finish_deferred_step();
   stage_state state = device_.save_state();
   state.stage = settings_.index;
   state.stages = settings_.count;
@@ -201,6 +241,8 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   }
   if (!device_.load_state(state, weights_only, error)) return false;
   forward_versions_.clear();
+  deferred_.clear();
+  step_after_deferred_ = false;
   if (!weights_only) {
     version_ = state.weight_version;
     keys_since_step_ = state.keys_since_step;

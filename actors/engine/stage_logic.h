@@ -5,6 +5,7 @@
 // real host and the simulator drive the very same code.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,15 @@ struct stage_settings {
   /// coordinator sees the step finished only once every stage has taken it. Otherwise each
   /// stage clips by its own norm.
   bool global_clipping = false;
+  /// Zero-bubble schedules (ZB-H1): a backward pass computes the input gradient (B) at once and
+  /// defers the weight gradients (W) to run_deferred_work(), which the host calls when the
+  /// stage would otherwise wait. Keys between their forward and their W at this stage stay
+  /// within this many (ZB-H1: stages − index + 1, 1F1B's plus one); 0: no deferral.
+  int max_held_keys = 0;
+  /// 1F1B and its descendants: most keys between their forward and their backward pass here
+  /// (stages − index), so that a stage takes the next forward only after a backward, as the
+  /// schedule orders its work; 0: any number (GPipe, async).
+  int max_forward_keys = 0;
 };
 
 class stage_logic {
@@ -48,6 +58,23 @@ class stage_logic {
   std::vector<stage_output> handle(const key_message& message, std::string* refusal = nullptr);
   /// Messages refused so far.
   int64_t refused() const { return refused_; }
+  /// Whether a forward message may be handled now (max_forward_keys). A host keeps a forward
+  /// that may not waiting, and hands it over after a backward message has been handled.
+  bool ready_for_forward() const {
+    return settings_.max_forward_keys <= 0 ||
+           forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys);
+  }
+  /// Deferred weight-gradient work waits (zero-bubble schedules): the host should call
+  /// run_deferred_work() when no message is waiting for this stage, so that W fills time the
+  /// stage would otherwise wait; a W also runs in front of a forward when the stage holds
+  /// max_held_keys keys.
+  bool has_deferred_work() const { return !deferred_.empty(); }
+  /// Runs the oldest deferred W, and the optimizer step after the last one when the step's
+  /// backward passes are all done; nothing to send comes of it. False when none waited.
+  bool run_deferred_work();
+  /// Runs every deferred W and the step they wait for (before reading the weights or the
+  /// version at the end of a run).
+  void finish_deferred_step();
 
   bool is_last() const { return settings_.index + 1 == settings_.count; }
   /// Weight version: optimizer steps taken so far.
@@ -72,6 +99,10 @@ class stage_logic {
   void backward(key_message message, std::vector<stage_output>* outputs);
   /// Counts a backward pass; true when it completes a step's worth (min_update_interval).
   bool count_backward();
+  /// The device's backward pass: whole, or its B half with W deferred.
+  layers::tensor run_backward(const key_message& message);
+  /// Runs deferred W until at most `keys` keys are held here (every one with 0).
+  void run_deferred_until(size_t keys);
   /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).
   void take_step(double norm_squared);
   void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
@@ -83,7 +114,12 @@ class stage_logic {
   int64_t keys_since_step_ = 0;
   /// Global clipping: a step is held until the step message with the total norm arrives.
   bool step_pending_ = false;
+  /// Zero-bubble: the step's backward passes are done; the step follows the deferred W.
+  bool step_after_deferred_ = false;
   std::unordered_map<uint64_t, int64_t> forward_versions_;
+  /// Keys whose W is deferred, oldest first (the order W would have run in, so the weight
+  /// gradients sum in the same order as without deferral).
+  std::deque<uint64_t> deferred_;
   std::vector<int64_t> staleness_;
   std::vector<int64_t> weight_staleness_;
   size_t peak_contexts_ = 0;

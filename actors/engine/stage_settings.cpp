@@ -23,6 +23,12 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
       1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
+  // ZB-H1 (Qi et al. 2024): 1F1B's keys plus the one whose W waits, so that a stage runs
+  // B, then the next F, then the older W (F B F B W F B W ... at the last stage).
+  if (p.mode == "sync" && p.schedule == "zb-h1") settings.max_held_keys = p.stages - index + 1;
+  if (backward_first(config) && p.schedule != "interleaved") {
+    settings.max_forward_keys = p.stages - index;
+  }
   const training_config training = config.training;
   settings.learning_rate = [training, steps_per_epoch, total_steps](int64_t version) {
     return learning_rate_at(training, version, steps_per_epoch, total_steps);
@@ -36,8 +42,17 @@ int job_threads(const job_config& config) {
              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int pipeline_workers(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  return p.schedule == "interleaved" ? p.stages / p.virtual_stages : p.stages;
+}
+
+bool backward_first(const job_config& config) {
+  return config.parallelism.mode == "sync" && config.parallelism.schedule != "gpipe";
+}
+
 int threads_per_stage(const job_config& config) {
-  return std::max(1, job_threads(config) / config.parallelism.stages);
+  return std::max(1, job_threads(config) / pipeline_workers(config));
 }
 
 const std::string& device_of_stage(const job_config& config, int stage) {

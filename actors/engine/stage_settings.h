@@ -20,7 +20,16 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
 /// The CPU threads the job's stages share: parallelism.threads, or every core when it is 0.
 int job_threads(const job_config& config);
 
-/// The CPU threads each stage's backend may use: job_threads() split evenly over the stages.
+/// Workers that run the stages at once: one per stage, or stages / virtual_stages under the
+/// interleaved schedule (each worker hosting virtual_stages of them).
+int pipeline_workers(const job_config& config);
+
+/// Whether stages handle a waiting backward pass before forwards that arrived earlier: the
+/// sync schedules after GPipe (1F1B, ZB-H1, interleaved), whose order of work is one forward,
+/// one backward. Hosts order their mailboxes so; the stage logic accepts any order.
+bool backward_first(const job_config& config);
+
+/// The CPU threads each stage's backend may use: job_threads() split evenly over the workers.
 int threads_per_stage(const job_config& config);
 
 /// The device of stage `stage` per parallelism.devices (one for all, or one per stage).

@@ -118,6 +118,7 @@ static void handle_state_request(stage_parts& parts, const transport::message& i
 }
 
 static stage_report snapshot(stage_parts& parts) {
+  parts.logic->finish_deferred_step();
   stage_report report;
   report.staleness_histogram = parts.logic->staleness_histogram();
   report.weight_staleness_histogram = parts.logic->weight_staleness_histogram();
@@ -133,6 +134,22 @@ static stage_report snapshot(stage_parts& parts) {
   return report;
 }
 
+/// Deferred weight-gradient work runs when the stage reaches the reminder it sends itself:
+/// after the messages that arrived before it, so B and F on the critical path go first.
+static void remind_of_deferred_work(caf::stateful_actor<stage_actor_state>* self) {
+  if (self->state.deferred_requested || !self->state.parts->logic->has_deferred_work()) return;
+  self->state.deferred_requested = true;
+  self->send(self, deferred_atom::value);
+}
+
+static void run_deferred_work(stage_parts& parts) {
+  const double start = parts.clock->now_seconds();
+  if (!parts.logic->has_deferred_work() || !parts.logic->run_deferred_work() || !parts.trace) {
+    return;
+  }
+  parts.trace->span(parts.index, "weight-gradients", -1, start, parts.clock->now_seconds() - start);
+}
+
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
@@ -145,7 +162,13 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
           handle_state_request(*self->state.parts, incoming);
         } else {
           handle_at_stage(*self->state.parts, incoming);
+          remind_of_deferred_work(self);
         }
+      },
+      [self](deferred_atom) {
+        self->state.deferred_requested = false;
+        run_deferred_work(*self->state.parts);
+        remind_of_deferred_work(self);
       },
       [self](collect_atom) { return snapshot(*self->state.parts); },
   };

@@ -28,6 +28,8 @@ using collect_atom = caf::atom_constant<caf::atom("collect")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 /// Asks the coordinator for a checkpoint at the next step boundary (bool: stop after it).
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
+/// A stage's reminder to itself: deferred weight-gradient work waits (zero-bubble schedules).
+using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
 
 /// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
 /// secured as `security` says (plain by default, which only loopback addresses accept).
@@ -58,6 +60,8 @@ void close_outboxes(stage_parts& parts);
 
 struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
+  /// A deferred_atom is in the mailbox.
+  bool deferred_requested = false;
 };
 
 /// A stage: handles key messages (transport frames) and answers collect_atom with its report.

@@ -171,7 +171,9 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   }
 
   caf::actor_system_config settings;
-  configure_scheduler(settings, std::min<int>(stages, std::thread::hardware_concurrency()));
+  // One scheduler thread per worker (the interleaved schedule's workers run several stages).
+  configure_scheduler(settings,
+                      std::min<int>(pipeline_workers(config), std::thread::hardware_concurrency()));
   caf::actor_system system{settings};
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};

@@ -69,16 +69,25 @@ void local_pipeline::admit(const layers::dataset& data, coordinator_logic& coord
   peak_active_ = std::max(peak_active_, coordinator.active());
 }
 
-bool local_pipeline::next_delivery(int* stage, bool* backward) {
-  std::vector<std::pair<int, bool>> ready;
+bool local_pipeline::next_delivery(int* stage, bool* backward, bool* deferred) {
+  struct choice {
+    int stage;
+    bool backward;
+    bool deferred;
+  };
+  std::vector<choice> ready;
   for (int s = 0; s < stage_count(); ++s) {
-    if (!mailboxes_[s].backwards.empty()) ready.push_back({s, true});
-    if (!mailboxes_[s].forwards.empty()) ready.push_back({s, false});
+    if (!mailboxes_[s].backwards.empty()) ready.push_back({s, true, false});
+    if (!mailboxes_[s].forwards.empty() && stages_[s]->ready_for_forward()) {
+      ready.push_back({s, false, false});
+    }
+    if (stages_[s]->has_deferred_work()) ready.push_back({s, false, true});
   }
   if (ready.empty()) return false;
   const size_t pick = static_cast<size_t>(order_.below(ready.size()));
-  *stage = ready[pick].first;
-  *backward = ready[pick].second;
+  *stage = ready[pick].stage;
+  *backward = ready[pick].backward;
+  *deferred = ready[pick].deferred;
   return true;
 }
 
@@ -93,20 +102,27 @@ bool local_pipeline::deliver(const coordinator_inbox& to_coordinator) {
   if (shuffled_) {
     int stage = 0;
     bool backward = false;
-    if (!next_delivery(&stage, &backward)) return false;
+    bool deferred = false;
+    if (!next_delivery(&stage, &backward, &deferred)) return false;
+    if (deferred) return stages_[stage]->run_deferred_work();
     route(stage, stages_[stage]->handle(take(stage, backward)), to_coordinator);
     return true;
   }
   // Every stage with work handles one message, backward first, as stages running side by
-  // side at equal speed would; what they send arrives in the next round.
+  // side at equal speed would; what they send arrives in the next round. A stage without a
+  // message runs deferred weight-gradient work, as its host does when it would wait.
   std::vector<std::pair<int, std::vector<stage_output>>> sent;
+  bool worked = false;
   for (int s = 0; s < stage_count(); ++s) {
     const bool backward = !mailboxes_[s].backwards.empty();
-    if (!backward && mailboxes_[s].forwards.empty()) continue;
+    if (!backward && (mailboxes_[s].forwards.empty() || !stages_[s]->ready_for_forward())) {
+      if (stages_[s]->has_deferred_work()) worked = stages_[s]->run_deferred_work() || worked;
+      continue;
+    }
     sent.push_back({s, stages_[s]->handle(take(s, backward))});
   }
   for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), to_coordinator);
-  return !sent.empty();
+  return worked || !sent.empty();
 }
 
 void local_pipeline::route(int stage, std::vector<stage_output> outputs,

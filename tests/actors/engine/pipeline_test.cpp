@@ -185,6 +185,79 @@ TEST(PipelineExactnessTest, OneForwardOneBackwardHoldsAtMostStagesContexts) {
   for (int s = 0; s < 4; ++s) EXPECT_LE(pipeline.stage(s).peak_contexts(), 4u);
 }
 
+TEST(PipelineExactnessTest, ZeroBubbleEqualsSequential) {
+  for (int stages : {2, 4}) {
+    for (int micro_batches : {1, 4, 8}) {
+      expect_matches_sequential(small_job(stages, micro_batches, "sync", "zb-h1"), 0);
+    }
+  }
+  expect_matches_sequential(small_job(4, 8, "sync", "zb-h1"), 11);
+}
+
+TEST(PipelineExactnessTest, ZeroBubbleSumsTheWeightGradientsOf1f1bInItsOrder) {
+  // Deferring W changes when the weight gradients are added, not their order: the weights
+  // come out bit for bit those of 1F1B under the same deliveries.
+  const int64_t steps = 20;
+  auto device = cpu();
+  weights result[2];
+  const char* schedules[2] = {"1f1b", "zb-h1"};
+  for (int i = 0; i < 2; ++i) {
+    const job_config config = small_job(4, 8, "sync", schedules[i]);
+    const layers::dataset data = training_set(config);
+    local_pipeline pipeline(config, *device, data.count(), steps, 0);
+    pipeline.train(data, steps);
+    result[i] = pipeline_weights(pipeline, *device);
+  }
+  EXPECT_EQ(result[0], result[1]);
+}
+
+TEST(PipelineExactnessTest, ZeroBubbleHoldsNoMoreKeysThan1f1b) {
+  // A key whose weight gradients wait still holds its activations: counted, ZB-H1 holds at
+  // each stage at most one key more than 1F1B does under the same deliveries.
+  std::vector<size_t> peaks[2];
+  const char* schedules[2] = {"1f1b", "zb-h1"};
+  for (int i = 0; i < 2; ++i) {
+    job_config config = small_job(4, 8, "sync", schedules[i]);
+    const layers::dataset data = training_set(config);
+    auto device = cpu();
+    local_pipeline pipeline(config, *device, data.count(), 4, 0);
+    pipeline.train(data, 4);
+    for (int s = 0; s < 4; ++s) peaks[i].push_back(pipeline.stage(s).peak_contexts());
+  }
+  for (int s = 0; s < 4; ++s) EXPECT_LE(peaks[1][s], peaks[0][s] + 1) << "stage " << s;
+  EXPECT_EQ(peaks[1].back(), 2u) << "the last stage runs a W before its second next forward";
+}
+
+TEST(PipelineExactnessTest, InterleavedEqualsSequential) {
+  for (int micro_batches : {2, 8}) {
+    job_config config = small_job(4, micro_batches, "sync", "interleaved");
+    config.parallelism.virtual_stages = 2;
+    expect_matches_sequential(config, 0);
+    expect_matches_sequential(config, 13);
+  }
+}
+
+TEST(StageLogicTest, ZeroBubbleDefersWeightGradientsUntilAsked) {
+  job_config config = small_job(2, 2, "sync", "zb-h1");
+  auto device = cpu();
+  auto ranges = partition_model(config, nullptr_error());
+  auto last_device = make_layers_stage_device(config, (*ranges)[1], *device);
+  stage_logic last(stage_settings_of(config, 1, 10, 10), *last_device);
+  key_message forward;
+  forward.kind = key_kind::forward;
+  forward.payload = layers::tensor::filled(*device, device->default_stream(), {8, 20}, 0.5f);
+  forward.labels = std::make_shared<const std::vector<int32_t>>(8, 1);
+  const auto outputs = last.handle(forward);
+  ASSERT_EQ(outputs.size(), 2u);  // the loss, and the input gradient for stage 0
+  EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
+  EXPECT_TRUE(last.has_deferred_work());
+  for (layers::parameter* p : last_device->parameters()) EXPECT_FALSE(p->has_gradient);
+  EXPECT_TRUE(last.run_deferred_work());
+  EXPECT_FALSE(last.has_deferred_work());
+  for (layers::parameter* p : last_device->parameters()) EXPECT_TRUE(p->has_gradient);
+  EXPECT_EQ(last.version(), 0);  // one key of the step's two: no step yet
+}
+
 TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
   job_config config = small_job(2, 1, "async", "gpipe");
   auto device = cpu();
