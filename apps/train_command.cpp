@@ -16,6 +16,7 @@
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/local_workers.h"
+#include "apps/partition_choice.h"
 #include "apps/progress.h"
 #include "apps/run_output.h"
 #include "apps/run_signals.h"
@@ -102,16 +103,20 @@ std::string read_text(const std::string& path) {
 }
 
 /// Trains with the stages in worker processes: local ones started here, or ones that join
-/// `options.listen`. A worker that dies ends the run with a message naming it.
+/// `options.listen` presenting `job_file_hash` (the job file's config hash: `troupe launch`
+/// ranks do not see the partition chosen here). A worker that dies ends the run with a message
+/// naming it.
 std::optional<run_outcome> train_cluster(const actors::job_config& config,
                                          const actors::job_data& data, const train_options& options,
-                                         const std::string& out, actors::pipeline_options pipeline,
+                                         const std::string& job_file_hash, const std::string& out,
+                                         actors::pipeline_options pipeline,
                                          actors::training_observer& observer, std::string* error) {
   steady_clock_source clock;
   actors::coordinator_options cluster;
   cluster.workers = options.workers;
   cluster.job_toml = read_text(options.job_file);
   cluster.overrides = options.overrides;
+  cluster.job_hash = job_file_hash;
   cluster.liveness.timeout_s = options.heartbeat_timeout_s;
   auto security = security_from(options.keys_directory, options.key_name, options.insecure, error);
   if (!security) return std::nullopt;
@@ -210,14 +215,26 @@ int run_worker_command(const worker_command_options& options) {
   return status;
 }
 
-int run_train(const train_options& options) {
+int run_train(const train_options& given) {
   actors::job_error job_problem;
-  auto config = actors::load_job_file(options.job_file, options.overrides, &job_problem);
+  auto config = actors::load_job_file(given.job_file, given.overrides, &job_problem);
   if (!config) return bad_input(job_problem.message);
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
       !actors::partition_model(*config, &error)) {
-    return bad_input(options.job_file + ": " + error);
+    return bad_input(given.job_file + ": " + error);
+  }
+  const std::string out =
+      given.out_directory.empty() ? default_out_directory(given.job_file) : given.out_directory;
+  // Chosen once, here: the workers read the job with the chosen cut points added.
+  train_options options = given;
+  const std::string partition = config->parallelism.partition;
+  const std::string job_file_hash = actors::checkpoint_config_hash(*config);
+  auto partition_line =
+      choose_partition(&*config, options.resume ? out + "/config.json" : "", &error);
+  if (!partition_line) return bad_input(options.job_file + ": " + error);
+  if (config->parallelism.partition != partition) {
+    options.overrides.push_back("parallelism.partition=[" + config->parallelism.partition + "]");
   }
   auto data = actors::load_job_data(*config, &error);
   if (!data) return bad_input(error);
@@ -230,8 +247,6 @@ int run_train(const train_options& options) {
                                        config->parallelism.threads, &error);
   if (!device) return bad_input("parallelism.devices: " + error);
 
-  const std::string out = options.out_directory.empty() ? default_out_directory(options.job_file)
-                                                        : options.out_directory;
   if (!make_directory(out, &error) ||
       !write_json_file(out + "/config.json", actors::to_json(*config), &error)) {
     return bad_input(error);
@@ -248,11 +263,14 @@ int run_train(const train_options& options) {
       options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
       config->parallelism.mode.c_str(),
       static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
+  std::printf("%s\n", partition_line->c_str());
+  std::fflush(stdout);
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
   run_outcome outcome;
   if (options.workers > 0) {
-    auto result = train_cluster(*config, *data, options, out, *pipeline, reporter, &error);
+    auto result =
+        train_cluster(*config, *data, options, job_file_hash, out, *pipeline, reporter, &error);
     if (!result) {
       std::fprintf(stderr, "troupe: %s\n", error.c_str());
       return 1;

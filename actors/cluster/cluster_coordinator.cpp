@@ -320,13 +320,15 @@ class cluster_coordinator {
     }
     const int protocol = body.value("protocol", 0);
     const std::string job_hash = body.value("job_hash", std::string());
+    const std::string expected_hash =
+        options_.job_hash.empty() ? checkpoint_config_hash(config_) : options_.job_hash;
     std::string refusal;
     if (protocol != transport::current_protocol_version) {
       refusal = "it speaks protocol version " + std::to_string(protocol) +
                 ", this coordinator speaks " + std::to_string(transport::current_protocol_version);
-    } else if (!job_hash.empty() && job_hash != checkpoint_config_hash(config_)) {
+    } else if (!job_hash.empty() && job_hash != expected_hash) {
       refusal = "it was started for another job (config hash " + job_hash + ", this job's is " +
-                checkpoint_config_hash(config_) + ")";
+                expected_hash + ")";
     } else if (static_cast<int>(workers_.size()) >= expected_workers_) {
       refusal = "the job already has its " + std::to_string(expected_workers_) + " workers";
     }

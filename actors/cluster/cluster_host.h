@@ -55,6 +55,9 @@ struct coordinator_options {
   int workers = 1;
   std::string job_toml;  ///< the job file's text and overrides, shipped to the workers
   std::vector<std::string> overrides;
+  /// The config hash a worker started for this job presents (empty: the run config's
+  /// checkpoint_config_hash); the job file's own when the run chose its partition's cut points.
+  std::string job_hash;
   liveness_settings liveness;
   /// Checkpoints, resume, initial weights and signal requests as in one process.
   pipeline_options pipeline;

@@ -36,7 +36,8 @@ struct data_config {
 
 struct parallelism_config {
   int stages = 1;
-  std::string partition = "balanced";  ///< "balanced", "uniform" or cut points "3,7"
+  /// "balanced", "measured", "uniform" or cut points "3,7" (see actors/engine/partition.h)
+  std::string partition = "balanced";
   std::vector<std::string> devices{"cpu"};
   std::string mode = "sync";  ///< "sync" or "async"
   /// Sync mode: "gpipe", "1f1b", "zb-h1" (1F1B with weight gradients deferred into the

@@ -159,17 +159,18 @@ bool parse_cut_points(const std::string& text, std::vector<int64_t>* cuts) {
   return !cuts->empty();
 }
 
-/// "balanced", "uniform", an array of cut points, or cut points as a string ("3,7", so that
-/// `--set parallelism.partition=3,7` works); cut points are stored comma-joined.
+/// "balanced", "measured", "uniform", an array of cut points, or cut points as a string ("3,7",
+/// so that `--set parallelism.partition=3,7` works); cut points are stored comma-joined.
 problem read_partition(const toml::node& node, const std::string& label, std::string* out) {
-  const std::string expected = "\"balanced\", \"uniform\" or an array of cut points such as [3, 7]";
+  const std::string expected =
+      "\"balanced\", \"measured\", \"uniform\" or an array of cut points such as [3, 7]";
   const std::optional<std::string> text = node.value_exact<std::string>();
   std::vector<int64_t> cuts;
   if (node.is_array()) {
     if (problem error = read_array(node, label, expected, read_positive, &cuts)) return error;
   } else if (!text) {
     return wrong_type(label, expected, node);
-  } else if (*text == "balanced" || *text == "uniform") {
+  } else if (*text == "balanced" || *text == "measured" || *text == "uniform") {
     return *out = *text, std::nullopt;
   } else if (!parse_cut_points(*text, &cuts)) {
     return label + " must be " + expected + ", got '" + *text + "'";
@@ -268,7 +269,7 @@ std::vector<section> job_schema(job_config& config) {
 problem check_partition(const job_config& config) {
   const parallelism_config& p = config.parallelism;
   std::vector<int64_t> cuts;
-  if (!parse_cut_points(p.partition, &cuts)) return std::nullopt;  // "balanced" or "uniform"
+  if (!parse_cut_points(p.partition, &cuts)) return std::nullopt;  // a named partition
   if (cuts.size() + 1 != static_cast<size_t>(p.stages)) {
     return "parallelism.partition [" + p.partition + "] makes " + std::to_string(cuts.size() + 1) +
            " stages but parallelism.stages is " + std::to_string(p.stages);

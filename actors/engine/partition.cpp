@@ -1,6 +1,7 @@
 #include "actors/engine/partition.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -11,26 +12,42 @@
 namespace troupe::actors {
 namespace {
 
-/// Forward multiply-adds of each block for one sample (a small floor keeps cheap blocks from
-/// counting as free, so the balance also spreads them).
-std::vector<double> block_costs(const job_config& config,
-                                const std::vector<layers::shape>& shapes) {
-  std::vector<double> costs;
-  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const auto& spec = config.model.layers[i];
-    double cost = static_cast<double>(layers::element_count(shapes[i]));
-    const double parameters = static_cast<double>(layers::parameter_count(spec, input));
-    if (spec.type == "linear" || spec.type == "conv2d") {
-      const double per_output = parameters / std::max(1, spec.out);
-      cost += per_output * static_cast<double>(layers::element_count(shapes[i]));
-    } else {
-      cost += parameters;  // a registered type: one multiply-add per weight and sample
-    }
-    costs.push_back(cost);
-    input = shapes[i];
+/// One core's float32 GEMM rate at a key's shapes (about 105 GFLOP/s peak, 75-90 % reached).
+constexpr double multiply_adds_per_s = 40e9;
+/// Memory traffic of element-wise work, optimizer steps and message copies (DRAM: 30-50 GB/s).
+constexpr double bytes_per_s = 40e9;
+/// The CPU time one end of a message costs a stage besides its bytes (about 30 us between the
+/// threads of one process, 100 us between processes).
+constexpr double message_overhead_s = 30e-6;
+/// Bytes an optimizer step moves per parameter (weight, gradient and momentum read, two written).
+constexpr double step_bytes_per_parameter = 20;
+
+/// The estimate of block `index` with output `output` for a key of `batch` samples.
+block_cost estimate_block(const job_config& config, size_t index, const layers::shape& input,
+                          const layers::shape& output, double batch) {
+  const auto& spec = config.model.layers[index];
+  const double elements = static_cast<double>(layers::element_count(output));
+  const double parameters = static_cast<double>(layers::parameter_count(spec, input));
+  // Multiply-adds per sample: a registered type does one per weight.
+  double multiply_adds = parameters;
+  if (spec.type == "linear" || spec.type == "conv2d") {
+    multiply_adds = parameters / std::max(1, spec.out) * elements;
   }
-  return costs;
+  const double gemm_s = batch * multiply_adds / multiply_adds_per_s;
+  const double elementwise_s = batch * elements * sizeof(float) / bytes_per_s;
+  block_cost cost;
+  cost.forward = gemm_s + 2 * elementwise_s;         // read the input, write the output
+  cost.backward = gemm_s;                            // the weight gradient: one more GEMM
+  cost.input_gradient = gemm_s + 3 * elementwise_s;  // and one for the input's gradient
+  cost.step = parameters * step_bytes_per_parameter / bytes_per_s / keys_between_steps(config);
+  cost.message = 2 * (message_overhead_s + elementwise_s);  // the activation and its gradient
+  return cost;
+}
+
+/// Block `index`'s work without messages; the model's first block computes no input gradient.
+double compute_cost(const std::vector<block_cost>& costs, size_t index) {
+  const block_cost& block = costs[index];
+  return block.forward + block.backward + block.step + (index > 0 ? block.input_gradient : 0.0);
 }
 
 bool starts_stage_well(const job_config& config, size_t block) {
@@ -39,39 +56,12 @@ bool starts_stage_well(const job_config& config, size_t block) {
   return layers::find_custom_layer_type(type) != nullptr;
 }
 
-/// Cut points that minimize the largest stage cost (exact dynamic programming over blocks),
-/// preferring cuts in front of parameterized blocks.
-std::vector<size_t> balanced_cuts(const job_config& config, const std::vector<double>& costs,
-                                  int stages) {
-  const size_t n = costs.size();
-  std::vector<double> prefix(n + 1, 0.0);
-  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
-  const double infinity = std::numeric_limits<double>::infinity();
-  // best[s][i]: the smallest maximum stage cost splitting blocks [0, i) into s stages.
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, infinity));
-  std::vector<std::vector<size_t>> from(stages + 1, std::vector<size_t>(n + 1, 0));
-  best[0][0] = 0.0;
-  for (int s = 1; s <= stages; ++s) {
-    for (size_t i = s; i <= n; ++i) {
-      for (size_t j = s - 1; j < i; ++j) {
-        if (best[s - 1][j] == infinity) continue;
-        // A cut in front of a parameterless block costs a little extra, so ties prefer others.
-        const double penalty = (j > 0 && !starts_stage_well(config, j)) ? 1e-9 * prefix[n] : 0.0;
-        const double cost = std::max(best[s - 1][j], prefix[i] - prefix[j]) + penalty;
-        if (cost < best[s][i]) {
-          best[s][i] = cost;
-          from[s][i] = j;
-        }
-      }
-    }
+std::vector<bool> good_starts(const job_config& config) {
+  std::vector<bool> starts;
+  for (size_t i = 0; i < config.model.layers.size(); ++i) {
+    starts.push_back(starts_stage_well(config, i));
   }
-  std::vector<size_t> cuts;
-  for (size_t s = stages, i = n; s > 1; --s) {
-    i = from[s][i];
-    cuts.push_back(i);
-  }
-  std::reverse(cuts.begin(), cuts.end());
-  return cuts;
+  return starts;
 }
 
 std::vector<size_t> uniform_cuts(size_t blocks, int stages) {
@@ -91,31 +81,10 @@ bool parse_cuts(const std::string& text, std::vector<size_t>* cuts) {
   return true;
 }
 
-}  // namespace
-
-std::optional<std::vector<stage_range>> partition_model(const job_config& config,
-                                                        std::string* error) {
-  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
-  auto shapes = layers::infer_shapes(config.model.layers, input, error);
-  if (!shapes) return std::nullopt;
-  const size_t blocks = shapes->size();
-  const int stages = config.parallelism.stages;
-  if (stages < 1 || static_cast<size_t>(stages) > blocks) {
-    *error = "parallelism.stages = " + std::to_string(stages) + " needs between 1 and " +
-             std::to_string(blocks) + " stages (one block each at least)";
-    return std::nullopt;
-  }
-  const std::string& mode = config.parallelism.partition;
-  std::vector<size_t> cuts;
-  if (mode == "uniform") {
-    cuts = uniform_cuts(blocks, stages);
-  } else if (mode == "balanced") {
-    cuts = balanced_cuts(config, block_costs(config, *shapes), stages);
-  } else if (!parse_cuts(mode, &cuts) || cuts.size() != static_cast<size_t>(stages - 1)) {
-    *error = "parallelism.partition = \"" + mode + "\": expected \"balanced\", \"uniform\" or " +
-             std::to_string(stages - 1) + " cut points";
-    return std::nullopt;
-  }
+/// The ranges that `cuts` (stage starts after the first) make of `blocks` blocks; nothing, with
+/// `error` set, unless the cuts increase within the model.
+std::optional<std::vector<stage_range>> ranges_of(std::vector<size_t> cuts, size_t blocks,
+                                                  std::string* error) {
   std::vector<stage_range> ranges;
   size_t first = 0;
   cuts.push_back(blocks);
@@ -129,6 +98,146 @@ std::optional<std::vector<stage_range>> partition_model(const job_config& config
     first = cut;
   }
   return ranges;
+}
+
+}  // namespace
+
+int keys_between_steps(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  return std::max(1, p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
+}
+
+std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& config,
+                                                             std::string* error) {
+  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
+  auto shapes = layers::infer_shapes(config.model.layers, input, error);
+  if (!shapes) return std::nullopt;
+  const double batch = static_cast<double>(config.training.batch_size) /
+                       std::max(1, config.parallelism.micro_batches);
+  std::vector<block_cost> costs;
+  for (size_t i = 0; i < shapes->size(); ++i) {
+    costs.push_back(estimate_block(config, i, input, (*shapes)[i], batch));
+    input = (*shapes)[i];
+  }
+  return costs;
+}
+
+double stage_cost(const std::vector<block_cost>& costs, stage_range range) {
+  double total = 0;
+  for (size_t i = range.first; i < range.last; ++i) total += compute_cost(costs, i);
+  if (range.first > 0) total += costs[range.first - 1].message;
+  if (range.last < costs.size()) total += costs[range.last - 1].message;
+  return total;
+}
+
+std::vector<stage_range> cheapest_ranges(const std::vector<block_cost>& costs, int stages,
+                                         const std::vector<bool>& good_starts) {
+  const size_t n = costs.size();
+  // prefix[i]: blocks [0, i) without messages, so that a stage's cost takes constant time.
+  std::vector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + compute_cost(costs, i);
+  const auto cost_of = [&](size_t first, size_t last) {
+    return prefix[last] - prefix[first] + (first > 0 ? costs[first - 1].message : 0.0) +
+           (last < n ? costs[last - 1].message : 0.0);
+  };
+  const double total = prefix[n];
+  const double infinity = std::numeric_limits<double>::infinity();
+  // best[s][i]: the smallest maximum stage cost splitting blocks [0, i) into s stages.
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, infinity));
+  std::vector<std::vector<size_t>> from(stages + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s) {
+    for (size_t i = s; i <= n; ++i) {
+      for (size_t j = s - 1; j < i; ++j) {
+        if (best[s - 1][j] == infinity) continue;
+        // A boundary in front of a poor stage start costs a little extra, so ties prefer others.
+        const bool poor = j > 0 && !good_starts.empty() && !good_starts[j];
+        const double cost = std::max(best[s - 1][j], cost_of(j, i)) + (poor ? 1e-9 * total : 0.0);
+        if (cost < best[s][i]) {
+          best[s][i] = cost;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<stage_range> ranges;
+  for (size_t s = stages, i = n; s > 0; --s) {
+    ranges.push_back({from[s][i], i});
+    i = from[s][i];
+  }
+  std::reverse(ranges.begin(), ranges.end());
+  return ranges;
+}
+
+std::optional<partition_plan> plan_partition(const job_config& config,
+                                             const std::vector<block_cost>* measured,
+                                             std::string* error) {
+  auto estimate = estimated_block_costs(config, error);
+  if (!estimate) return std::nullopt;
+  const size_t blocks = estimate->size();
+  if (measured && measured->size() != blocks) {
+    *error = "parallelism.partition: " + std::to_string(measured->size()) +
+             " measured block costs for the " + std::to_string(blocks) + " blocks of model.layers";
+    return std::nullopt;
+  }
+  const std::vector<block_cost>& costs = measured ? *measured : *estimate;
+  const int stages = config.parallelism.stages;
+  if (stages < 1 || static_cast<size_t>(stages) > blocks) {
+    *error = "parallelism.stages = " + std::to_string(stages) + " needs between 1 and " +
+             std::to_string(blocks) + " stages (one block each at least)";
+    return std::nullopt;
+  }
+  const std::string& mode = config.parallelism.partition;
+  partition_plan plan;
+  std::vector<size_t> cuts;
+  if (mode == "balanced" || mode == "measured") {
+    plan.ranges = cheapest_ranges(costs, stages, good_starts(config));
+  } else if (mode == "uniform") {
+    cuts = uniform_cuts(blocks, stages);
+  } else if (!parse_cuts(mode, &cuts) || cuts.size() != static_cast<size_t>(stages - 1)) {
+    *error = "parallelism.partition = \"" + mode +
+             "\": expected \"balanced\", \"measured\", \"uniform\" or " +
+             std::to_string(stages - 1) + " cut points";
+    return std::nullopt;
+  }
+  if (plan.ranges.empty()) {
+    auto ranges = ranges_of(cuts, blocks, error);
+    if (!ranges) return std::nullopt;
+    plan.ranges = std::move(*ranges);
+  }
+  for (const stage_range& range : plan.ranges) plan.stage_costs.push_back(stage_cost(costs, range));
+  return plan;
+}
+
+std::optional<std::vector<stage_range>> partition_model(const job_config& config,
+                                                        std::string* error) {
+  auto plan = plan_partition(config, nullptr, error);
+  if (!plan) return std::nullopt;
+  return std::move(plan->ranges);
+}
+
+std::string cut_points_text(const std::vector<stage_range>& ranges) {
+  std::string text;
+  for (size_t s = 1; s < ranges.size(); ++s) {
+    text += (text.empty() ? "" : ",") + std::to_string(ranges[s].first);
+  }
+  return text;
+}
+
+std::string describe_plan(const partition_plan& plan) {
+  double total = 0;
+  for (double cost : plan.stage_costs) total += cost;
+  std::string stages, shares;
+  for (size_t s = 0; s < plan.ranges.size(); ++s) {
+    char text[48];
+    std::snprintf(text, sizeof text, "%s[%zu,%zu)", s == 0 ? "" : " ", plan.ranges[s].first,
+                  plan.ranges[s].last);
+    stages += text;
+    const double share = total > 0 ? 100 * plan.stage_costs[s] / total : 0;
+    std::snprintf(text, sizeof text, "%s%.1f%%", s == 0 ? "" : ", ", share);
+    shares += text;
+  }
+  return "stages " + stages + "; predicted share " + shares;
 }
 
 }  // namespace troupe::actors

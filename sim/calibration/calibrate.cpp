@@ -23,6 +23,7 @@
 #include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
+#include "sim/calibration/block_timing.h"
 #include "sim/calibration/measuring.h"
 #include "sim/calibration/process_pipeline.h"
 #include "sim/calibration/this_machine.h"
@@ -32,77 +33,12 @@ namespace troupe::sim {
 namespace {
 
 using json = nlohmann::json;
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values.empty() ? 0 : values[values.size() / 2];
-}
 
 /// A stage's throughput is its mean time per key, slow outliers included.
 double mean(const std::vector<double>& values) {
   double sum = 0;
   for (double value : values) sum += value;
   return values.empty() ? 0 : sum / static_cast<double>(values.size());
-}
-
-/// Seconds `work` takes on `device`, until its stream is idle.
-template <class work_type>
-double timed(layers::backend& device, work_type&& work) {
-  const auto begin = clock_type::now();
-  work();
-  device.synchronize(device.default_stream());
-  return seconds_since(begin);
-}
-
-/// `batch` samples of shape `sample`, every element 0.5, on `device`.
-layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch) {
-  layers::shape dims{batch};
-  dims.insert(dims.end(), sample.begin(), sample.end());
-  std::vector<float> values(static_cast<size_t>(layers::element_count(dims)), 0.5f);
-  return layers::tensor::from_host(device, device.default_stream(), dims, values);
-}
-
-/// Times forward, backward (with and without the input gradient), a weight stash and the step
-/// of block `index` alone, repeating until `seconds` have passed (at least three rounds).
-block_profile time_block(const actors::job_config& config, size_t index, layers::backend& device,
-                         const layers::shape& input, int64_t batch, double seconds) {
-  auto stage = actors::make_layers_stage_device(config, {index, index + 1}, device);
-  actors::key_message message;
-  message.payload = batched(device, input, batch);
-  actors::key_message evaluation;
-  evaluation.kind = actors::key_kind::evaluate;
-  evaluation.payload = batched(device, input, actors::evaluation_batch);
-  std::vector<double> forward, backward, first, step, stash, evaluate;
-  const auto start = clock_type::now();
-  for (uint64_t round = 0; round < 3 || seconds_since(start) < seconds; ++round) {
-    message.key = round;
-    message.kind = actors::key_kind::forward;
-    actors::key_message gradient = message;
-    forward.push_back(timed(device, [&] { gradient.payload = stage->forward(message, true); }));
-    gradient.kind = actors::key_kind::backward;
-    const bool input_gradient = round % 2 == 0;
-    const double took = timed(device, [&] { stage->backward(gradient, input_gradient); });
-    (input_gradient ? backward : first).push_back(took);
-    const auto version = static_cast<int64_t>(round);
-    stash.push_back(timed(device, [&] { stage->stash_weights(version); }));
-    stage->release_weights_before(version);
-    step.push_back(timed(device, [&] { stage->step(0.0f); }));
-    evaluate.push_back(timed(device, [&] { stage->forward(evaluation, false); }));
-  }
-  block_profile result;
-  result.type = config.model.layers[index].type;
-  result.forward_s = median(forward);
-  result.backward_s = median(backward);
-  result.backward_first_s = median(first);
-  result.step_s = median(step);
-  result.stash_s = median(stash);
-  result.evaluate_s = median(evaluate);
-  return result;
 }
 
 /// Keys of one timed training round: the job's min_update_interval, else its micro-batches.
@@ -251,7 +187,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
   std::vector<block_profile> blocks;
   for (size_t i = 0; i < config.model.layers.size(); ++i) {
     const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
-    blocks.push_back(time_block(config, i, device, input, batch, seconds));
+    blocks.push_back(time_block(config, i, device, input, batch, seconds, 3, true));
   }
   const int threads = actors::threads_per_stage(config);
   // As many stages compute at once as the job's threads allow (this machine's cores by default).
@@ -295,55 +231,6 @@ double message_seconds(transport::outbox& out, transport::inbox& in, size_t byte
     times.push_back(seconds_since(begin));
   }
   return median(times);
-}
-
-/// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
-/// (inproc:// or ipc://), as a stage sends and receives one: the engine's own wire encoding of
-/// the key (its payload copied off the device) and the send on this thread, a receiver thread
-/// that wakes, decodes the key onto the device and hands it over, and this thread woken in
-/// turn. The process's CPU time over `rounds` messages, halved: each end gets its share; the
-/// median wall time of one message goes to `latency_s`. The sender's context is the
-/// receiver's for inproc://, and one of its own (its own ZeroMQ I/O thread, as in another
-/// process) for ipc://.
-double message_cpu_seconds(transport::transport_context& context,
-                           transport::transport_context& sending_context,
-                           const std::string& address, layers::backend& device,
-                           const layers::shape& shape, int64_t samples, int rounds,
-                           double* latency_s) {
-  transport::endpoint_error problem;
-  auto in = transport::inbox::bind(context, address, {}, &problem);
-  auto out = in ? transport::outbox::connect(sending_context, address, {}, &problem) : std::nullopt;
-  if (!in || !out) return -1;
-  std::mutex mutex;
-  std::condition_variable arrived;
-  int received = 0;
-  std::vector<transport::inbox> inboxes;
-  inboxes.push_back(std::move(*in));
-  transport::receiver_thread receiver(
-      context, std::move(inboxes), [&](transport::message&& incoming) {
-        std::string ignored;
-        auto key = actors::key_from_wire(incoming, device, &ignored);
-        std::lock_guard<std::mutex> lock(mutex);
-        received += key ? 1 : 0;
-        arrived.notify_one();
-      });
-  actors::key_message key;
-  key.kind = actors::key_kind::forward;
-  key.payload = batched(device, shape, samples);
-  key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
-  const actors::wire_route route{1, 0, 1, 0, 0.0};
-  const double start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
-  std::vector<double> latencies;
-  for (int r = 0; r < rounds; ++r) {
-    const auto begin = clock_type::now();
-    key.key = static_cast<uint64_t>(r);
-    if (!out->send_waiting(actors::to_wire(key, route), std::chrono::seconds(10)).ok()) return -1;
-    std::unique_lock<std::mutex> lock(mutex);
-    if (!arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received > r; })) return -1;
-    latencies.push_back(seconds_since(begin));
-  }
-  *latency_s = median(latencies);
-  return (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - start) / rounds / 2;
 }
 
 bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,

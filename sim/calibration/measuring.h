@@ -4,11 +4,25 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cstddef>
+#include <string>
+#include <vector>
 
+#include "layers/backend.h"
+#include "layers/tensor.h"
+#include "transport/endpoint.h"
 #include "transport/message.h"
 
 namespace troupe::sim {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Wall seconds from `start` until now.
+double seconds_since(clock_type::time_point start);
+
+/// The middle value of `values` (0 for none).
+double median(std::vector<double> values);
 
 /// CPU seconds so far on `clock`: CLOCK_THREAD_CPUTIME_ID (this thread's) or
 /// CLOCK_PROCESS_CPUTIME_ID (all of this process's threads').
@@ -16,5 +30,30 @@ double cpu_seconds(clockid_t clock);
 
 /// A message of `kind` whose one payload is `bytes` of floats (at least one float).
 transport::message filled_message(transport::message_kind kind, size_t bytes);
+
+/// `batch` samples of shape `sample`, every element 0.5, on `device`.
+layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch);
+
+/// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
+/// (inproc:// or ipc://; -1 when it fails), as a stage sends and receives one: the engine's own
+/// wire encoding of the key (its payload copied off the device) and the send on this thread, a
+/// receiver thread that wakes, decodes the key onto the device and hands it over, and this thread
+/// woken in turn. The process's CPU time over `rounds` messages, halved: each end gets its share;
+/// the median wall time of one message goes to `latency_s`. The sender's context is the receiver's
+/// for inproc://, and one of its own (its own ZeroMQ I/O thread, as in another process) for ipc://.
+double message_cpu_seconds(transport::transport_context& context,
+                           transport::transport_context& sending_context,
+                           const std::string& address, layers::backend& device,
+                           const layers::shape& shape, int64_t samples, int rounds,
+                           double* latency_s);
+
+/// Seconds `work` takes on `device`, until its stream is idle.
+template <class work_type>
+double timed(layers::backend& device, work_type&& work) {
+  const auto begin = clock_type::now();
+  work();
+  device.synchronize(device.default_stream());
+  return seconds_since(begin);
+}
 
 }  // namespace troupe::sim

@@ -263,6 +263,13 @@ TEST(JobFileTest, OverridesApplyInOrderAndMayCarryTheWholeModel) {
   EXPECT_EQ(config->parallelism.partition, "uniform");
 }
 
+TEST(JobFileTest, MeasuredPartitionIsAccepted) {
+  std::optional<job_config> config = parse(kMinimal, {"parallelism.partition=measured"});
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->parallelism.partition, "measured");
+  EXPECT_EQ(to_json(*config)["parallelism"]["partition"], "measured");
+}
+
 TEST(JobFileTest, MalformedOverrideIsNamed) {
   EXPECT_EQ(error_of(kMinimal, {"training.lr"}),
             "job.toml: malformed override 'training.lr': expected section.key=value");
@@ -352,7 +359,9 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
       {"[parallelism]\ndevices = \"gpu\"",
        "parallelism.devices must be \"cpu\", \"cuda\" or \"cuda:N\", got 'gpu'"},
       {"[parallelism]\ndevices = [\"cpu\", \"cuda:x\"]", "parallelism.devices[1] must be"},
-      {"[parallelism]\npartition = \"even\"", "parallelism.partition must be \"balanced\""},
+      {"[parallelism]\npartition = \"even\"",
+       "parallelism.partition must be \"balanced\", \"measured\", \"uniform\" or an array of cut "
+       "points such as [3, 7], got 'even'"},
       {"[parallelism]\npartition = [0]", "parallelism.partition[0] must be >= 1, got 0"},
       {"[training]\nbatch_size = 10\n[parallelism]\nmicro_batches = 4",
        "parallelism.micro_batches (4) must divide training.batch_size (10)"},

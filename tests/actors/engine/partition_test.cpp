@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "actors/engine/partition.h"
 #include "tests/support/job_helpers.h"
 
@@ -57,6 +59,144 @@ TEST(PartitionTest, MoreStagesThanBlocksIsAnError) {
   auto ranges = partition_model(mlp(7, "balanced"), &error);
   ASSERT_TRUE(ranges) << error;
   EXPECT_EQ(ranges->size(), 7u);
+}
+
+/// Blocks that cost `forward`, `backward` and `input_gradient` each, and nothing else.
+std::vector<block_cost> costs_of(const std::vector<double>& forward,
+                                 const std::vector<double>& backward,
+                                 const std::vector<double>& input_gradient) {
+  std::vector<block_cost> costs(forward.size());
+  for (size_t i = 0; i < costs.size(); ++i) {
+    costs[i].forward = forward[i];
+    costs[i].backward = backward[i];
+    costs[i].input_gradient = input_gradient[i];
+  }
+  return costs;
+}
+
+TEST(PartitionTest, BackwardWorkMovesTheCutAwayFromForwardBalance) {
+  // Equal forward passes, but the first three blocks also have costly backward passes.
+  const std::vector<double> forward{1, 1, 1, 1, 1, 1};
+  const std::vector<double> none{0, 0, 0, 0, 0, 0};
+  const std::vector<double> backward{1, 1, 1, 0, 0, 0};
+  EXPECT_EQ(pairs(cheapest_ranges(costs_of(forward, none, none), 2)),
+            (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 6}}));
+  // Forward and backward: 2, 3, 3, 1, 1, 1 (the first block computes no input gradient).
+  const auto costs = costs_of(forward, backward, backward);
+  EXPECT_EQ(pairs(cheapest_ranges(costs, 2)),
+            (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 6}}));
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {0, 2}), 5);
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {2, 6}), 6);
+}
+
+TEST(PartitionTest, TheModelsFirstBlockComputesNoInputGradient) {
+  // Counting its input gradient, block 0 alone would cost 12 and make a stage of its own.
+  const auto costs = costs_of({1, 1, 1}, {1, 1, 1}, {10, 1, 1});
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {0, 1}), 2);
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {1, 2}), 3);
+  EXPECT_EQ(pairs(cheapest_ranges(costs, 2)),
+            (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}}));
+}
+
+TEST(PartitionTest, MessageCostsMoveTheCutToASmallerActivation) {
+  auto costs = costs_of({1, 1, 1, 1}, {0, 0, 0, 0}, {0, 0, 0, 0});
+  EXPECT_EQ(pairs(cheapest_ranges(costs, 2)),
+            (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 4}}));
+  // Block 1's output is large: a boundary behind it costs both of its stages 10.
+  costs[0].message = 0.5;
+  costs[1].message = 10;
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {0, 2}), 12);
+  EXPECT_DOUBLE_EQ(stage_cost(costs, {1, 4}), 3.5);
+  EXPECT_EQ(pairs(cheapest_ranges(costs, 2)),
+            (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 4}}));
+}
+
+/// The Fashion-MNIST MLP of apps/examples/fashion_mlp.toml (784-1024-1024-1024-10).
+job_config fashion_mlp(int stages, const std::string& partition) {
+  job_config config;
+  config.model.input_shape = {1, 28, 28};
+  layers::layer_spec dropout = block("dropout");
+  dropout.probability = 0.2f;
+  config.model.layers = {block("flatten")};
+  for (int i = 0; i < 3; ++i) {
+    config.model.layers.insert(config.model.layers.end(),
+                               {block("linear", 1024), block("relu"), dropout});
+  }
+  config.model.layers.push_back(block("linear", 10));
+  config.parallelism.stages = stages;
+  config.parallelism.partition = partition;
+  return config;
+}
+
+double largest_share(const partition_plan& plan) {
+  double total = 0;
+  for (double cost : plan.stage_costs) total += cost;
+  return *std::max_element(plan.stage_costs.begin(), plan.stage_costs.end()) / total;
+}
+
+TEST(PartitionTest, BalancedCountsTheBackwardPassOfTheFashionMlp) {
+  std::string error;
+  auto costs = estimated_block_costs(fashion_mlp(2, "balanced"), &error);
+  ASSERT_TRUE(costs) << error;
+  // A hidden 1024x1024 layer: forward, weight and input gradient GEMMs of equal size.
+  const block_cost& hidden = (*costs)[4];
+  EXPECT_NEAR(hidden.backward / hidden.forward, 1.0, 0.02);
+  EXPECT_NEAR(hidden.input_gradient / hidden.forward, 1.0, 0.02);
+  // Every key steps (min_update_interval 1): 1M weights of memory traffic, a third of a GEMM.
+  EXPECT_NEAR(hidden.step / hidden.forward, 0.3, 0.05);
+  // Only the model's first block, the flatten, skips its input gradient: the first linear
+  // layer computes one, for the flatten before it.
+  EXPECT_DOUBLE_EQ(stage_cost(*costs, {0, 2}) - stage_cost(*costs, {0, 1}),
+                   (*costs)[1].forward + (*costs)[1].backward + (*costs)[1].input_gradient +
+                       (*costs)[1].step + (*costs)[1].message - (*costs)[0].message);
+  EXPECT_DOUBLE_EQ(stage_cost(*costs, {0, 1}),
+                   (*costs)[0].forward + (*costs)[0].backward + (*costs)[0].message);
+}
+
+TEST(PartitionTest, BalancedFashionMlpOnTwoStagesIsTheBestContiguousCut) {
+  std::string error;
+  const job_config config = fashion_mlp(2, "balanced");
+  auto plan = plan_partition(config, nullptr, &error);
+  ASSERT_TRUE(plan) << error;
+  // No single cut does better: whole layers cannot be split, so one stage holds two of the
+  // three big linear layers. The cut falls between the second one and its activation.
+  EXPECT_EQ(pairs(plan->ranges), (std::vector<std::pair<size_t, size_t>>{{0, 5}, {5, 11}}));
+  auto costs = estimated_block_costs(config, &error);
+  ASSERT_TRUE(costs);
+  double best = 1;
+  for (size_t cut = 1; cut < costs->size(); ++cut) {
+    const double first = stage_cost(*costs, {0, cut}), second = stage_cost(*costs, {cut, 11});
+    best = std::min(best, std::max(first, second) / (first + second));
+  }
+  EXPECT_DOUBLE_EQ(largest_share(*plan), best);
+  EXPECT_LT(largest_share(*plan), 0.64);
+  EXPECT_EQ(describe_plan(*plan).rfind("stages [0,5) [5,11); predicted share 6", 0), 0u)
+      << describe_plan(*plan);
+}
+
+TEST(PartitionTest, MeasuredCostsChooseTheCutsAndPredictTheShares) {
+  std::string error;
+  job_config config = mlp(2, "measured");
+  // The estimate cuts behind the second linear layer; measured, the last (small) layer is the
+  // slow one.
+  auto balanced = partition_model(config, &error);
+  ASSERT_TRUE(balanced) << error;
+  EXPECT_EQ(pairs(*balanced), (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 7}}));
+  std::vector<block_cost> measured(7);
+  for (size_t i = 0; i < measured.size(); ++i) measured[i].forward = i == 6 ? 6 : 1;
+  auto plan = plan_partition(config, &measured, &error);
+  ASSERT_TRUE(plan) << error;
+  EXPECT_EQ(pairs(plan->ranges), (std::vector<std::pair<size_t, size_t>>{{0, 6}, {6, 7}}));
+  EXPECT_EQ(cut_points_text(plan->ranges), "6");
+  EXPECT_EQ(describe_plan(*plan), "stages [0,6) [6,7); predicted share 50.0%, 50.0%");
+  // Cut points keep their cuts and get the measured shares.
+  config.parallelism.partition = "4";
+  plan = plan_partition(config, &measured, &error);
+  ASSERT_TRUE(plan) << error;
+  EXPECT_EQ(describe_plan(*plan), "stages [0,4) [4,7); predicted share 33.3%, 66.7%");
+  measured.pop_back();
+  EXPECT_FALSE(plan_partition(config, &measured, &error));
+  EXPECT_NE(error.find("6 measured block costs for the 7 blocks"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+#pragma once
+
+// The partition a run trains with, chosen once by the command that starts it, so that every
+// process of the run (workers, cluster ranks) cuts the model alike.
+
+#include <optional>
+#include <string>
+
+#include "actors/config/job_config.h"
+
+namespace troupe::apps {
+
+/// Seconds each block is timed for parallelism.partition = "measured".
+inline constexpr double measured_seconds_per_block = 0.05;
+
+/// Resolves parallelism.partition = "measured" in `config` into the cut points that timing every
+/// block on the job's first device chooses; with `previous` naming a resolved config.json of the
+/// same model on as many stages (the output of the run being resumed), into its cut points
+/// instead, so that the run's checkpoints still fit. Returns the line that names the partition
+/// and each stage's predicted share of the work, e.g. "partition (measured): stages [0,5)
+/// [5,11); predicted share 62.6%, 37.4%", for every partition. Nothing, with `error` naming the
+/// key, when the model cannot be cut or timed.
+std::optional<std::string> choose_partition(actors::job_config* config, const std::string& previous,
+                                            std::string* error);
+
+}  // namespace troupe::apps
