@@ -142,6 +142,9 @@ int run_bench_pipeline(const bench_options& options);
 /// loopback tcp, with CURVE off and on, and small-message round-trip latency.
 int run_bench_transport(const bench_options& options);
 
+/// `troupe bench hop`: microseconds per message between two stages of the in-process engine.
+int run_bench_hop(const bench_options& options);
+
 /// `troupe bench checkpoint`: save and load time and MB/s of checkpoint shards, for the MLP
 /// example and for a model of over 200 million parameters.
 int run_bench_checkpoint(const bench_options& options);

@@ -123,7 +123,7 @@ void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
 void add_bench(CLI::App& app, troupe::apps::bench_options& options) {
   CLI::App* bench = app.add_subcommand("bench", "Measure the compute backend or the pipeline");
   bench->add_option("what", options.what, "What to measure")
-      ->check(CLI::IsMember({"compute", "pipeline", "transport", "checkpoint"}))
+      ->check(CLI::IsMember({"compute", "pipeline", "transport", "checkpoint", "hop"}))
       ->capture_default_str();
   bench->add_option("--device", options.device, "cpu, cuda or cuda:N (compute, pipeline)")
       ->capture_default_str();
@@ -297,5 +297,6 @@ int main(int argc, char** argv) {
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);
+  if (bench.what == "hop") return troupe::apps::run_bench_hop(bench);
   return troupe::apps::run_bench(bench);
 }

@@ -1,6 +1,7 @@
 #include "actors/hosts/actor_hosting.h"
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <thread>
 
@@ -26,13 +27,40 @@ transport::endpoint_options endpoint_settings(const transport::security_settings
   return options;
 }
 
-bool send_on(transport::outbox& out, const transport::message& message) {
+bool send_on(transport::outbox& out, const transport::message& message, const caf::actor& reader) {
   const transport::send_result result = out.send_waiting(message, std::chrono::milliseconds(-1));
   if (!result.ok()) {
     std::fprintf(stderr, "troupe: send to %s failed: %s\n", out.address().c_str(),
                  result.detail.c_str());
+  } else if (reader) {
+    caf::anon_send(reader, take_atom::value);
   }
   return result.ok();
+}
+
+/// Takes the message a take_atom announced from the actor's own inbox and hands it to
+/// `handle`; frames ahead of it that do not decode are reported and counted in `dropped`. The
+/// send that queued the message happened before the take_atom was sent, so ZeroMQ has it;
+/// should it not (yet) show, the actor looks again after the messages already in its mailbox.
+template <class Handler>
+void take_and_handle(caf::event_based_actor* self, std::optional<transport::inbox>& box,
+                     uint64_t& dropped, Handler handle) {
+  if (!box) return;
+  for (bool dropped_one = false;; dropped_one = true) {
+    std::optional<transport::decode_result> received = box->try_receive();
+    if (!received) {
+      // A dropped frame may have been the one announced (a sender that bypassed send_on).
+      if (!dropped_one) self->send(self, take_atom::value);
+      return;
+    }
+    if (received->ok()) {
+      handle(*received->value);
+      return;
+    }
+    ++dropped;
+    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", box->address().c_str(),
+                 received->error.text.c_str());
+  }
 }
 
 static const char* span_name(key_kind kind, bool last, bool stepped) {
@@ -49,11 +77,13 @@ static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs)
                      parts.logic->version(), parts.clock->now_seconds()};
     const int target = destination_of(parts.index, output);
     if (target == output_for_coordinator) {
-      send_on(*parts.coordinator, report_to_wire(output, route));
+      send_on(*parts.coordinator, report_to_wire(output, route), parts.coordinator_reader);
       continue;
     }
     route.target_stage = target;
-    send_on(target > parts.index ? *parts.next : *parts.previous, to_wire(output.message, route));
+    const bool forward = target > parts.index;
+    send_on(forward ? *parts.next : *parts.previous, to_wire(output.message, route),
+            forward ? parts.next_reader : parts.previous_reader);
   }
 }
 
@@ -100,8 +130,9 @@ static void handle_state_request(stage_parts& parts, const transport::message& i
   if (incoming.header.kind == message_kind::save_state) {
     auto shard =
         std::make_shared<const std::string>(serialize_stage_state(parts.logic->save_state()));
-    send_on(*parts.coordinator, state_to_wire(message_kind::stage_state, incoming.header.step,
-                                              std::move(shard), route));
+    send_on(*parts.coordinator,
+            state_to_wire(message_kind::stage_state, incoming.header.step, std::move(shard), route),
+            parts.coordinator_reader);
     return;
   }
   std::string error;
@@ -114,7 +145,7 @@ static void handle_state_request(stage_parts& parts, const transport::message& i
       state_to_wire(error.empty() ? message_kind::state_loaded : message_kind::state_refused,
                     incoming.header.step, nullptr, route);
   if (!error.empty()) reply.header.text = "stage " + std::to_string(parts.index) + ": " + error;
-  send_on(*parts.coordinator, reply);
+  send_on(*parts.coordinator, reply, parts.coordinator_reader);
 }
 
 static stage_report snapshot(stage_parts& parts) {
@@ -150,20 +181,43 @@ static void run_deferred_work(stage_parts& parts) {
   parts.trace->span(parts.index, "weight-gradients", -1, start, parts.clock->now_seconds() - start);
 }
 
+/// A forward the stage may not take yet (1F1B's bound on keys between forward and backward)
+/// waits in the actor's state until a backward pass has made room.
+static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
+                             const transport::message& incoming) {
+  stage_parts& parts = *self->state.parts;
+  const auto kind = incoming.header.kind;
+  if (kind == transport::message_kind::save_state || kind == transport::message_kind::load_state ||
+      kind == transport::message_kind::load_weights) {
+    handle_state_request(parts, incoming);
+    return;
+  }
+  std::deque<transport::message>& waiting = self->state.waiting_forwards;
+  if (kind == transport::message_kind::forward && !parts.logic->ready_for_forward()) {
+    waiting.push_back(incoming);
+    return;
+  }
+  handle_at_stage(parts, incoming);
+  while (!waiting.empty() && parts.logic->ready_for_forward()) {
+    const transport::message next = std::move(waiting.front());
+    waiting.pop_front();
+    handle_at_stage(parts, next);
+  }
+  remind_of_deferred_work(self);
+}
+
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
   return {
       [self](const transport::message& incoming) {
-        const auto kind = incoming.header.kind;
-        if (kind == transport::message_kind::save_state ||
-            kind == transport::message_kind::load_state ||
-            kind == transport::message_kind::load_weights) {
-          handle_state_request(*self->state.parts, incoming);
-        } else {
-          handle_at_stage(*self->state.parts, incoming);
-          remind_of_deferred_work(self);
-        }
+        on_stage_message(self, incoming);
+      },
+      [self](take_atom) {
+        take_and_handle(self, self->state.parts->inbox, self->state.parts->dropped_frames,
+                        [self](const transport::message& incoming) {
+                          on_stage_message(self, incoming);
+                        });
       },
       [self](deferred_atom) {
         self->state.deferred_requested = false;
@@ -174,10 +228,15 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
   };
 }
 
+/// The actor to tell of a message sent to stage `stage` (null where a receiver thread delivers).
+static caf::actor reader_of(const coordinator_parts& parts, size_t stage) {
+  return stage < parts.stage_readers.size() ? parts.stage_readers[stage] : caf::actor{};
+}
+
 static void dispatch(coordinator_parts& parts, const std::vector<key_message>& messages) {
   for (const key_message& message : messages) {
     wire_route route{parts.job_id, transport::coordinator_stage, 0, 0, parts.clock->now_seconds()};
-    send_on(*parts.stages[0], to_wire(message, route));
+    send_on(*parts.stages[0], to_wire(message, route), reader_of(parts, 0));
   }
 }
 
@@ -192,8 +251,10 @@ static void ask_stages(coordinator_parts& parts) {
                                          : parts.initial_weights_only
                                              ? transport::message_kind::load_weights
                                              : transport::message_kind::load_state;
-    send_on(*parts.stages[s], state_to_wire(kind, parts.round.step(),
-                                            load ? parts.initial_shards[s] : nullptr, route));
+    send_on(
+        *parts.stages[s],
+        state_to_wire(kind, parts.round.step(), load ? parts.initial_shards[s] : nullptr, route),
+        reader_of(parts, s));
   }
 }
 
@@ -297,6 +358,34 @@ static void handle_state_answer(caf::event_based_actor* self, coordinator_parts&
   after_run_changed(self, parts);
 }
 
+static void on_coordinator_message(caf::event_based_actor* self, coordinator_parts& parts,
+                                   const transport::message& incoming) {
+  if (incoming.header.job_id != parts.job_id) return;  // an earlier generation's
+  const auto kind = incoming.header.kind;
+  if (kind == transport::message_kind::stage_state ||
+      kind == transport::message_kind::state_loaded ||
+      kind == transport::message_kind::state_refused) {
+    handle_state_answer(self, parts, incoming);
+    return;
+  }
+  std::string error;
+  auto report = report_from_wire(incoming, &error);
+  if (!report) {
+    std::fprintf(stderr, "troupe: coordinator dropped a message from stage %d: %s\n",
+                 incoming.header.source_stage, error.c_str());
+    return;
+  }
+  dispatch(parts, parts.run->handle(*report, parts.clock->now_seconds()));
+  if (!parts.run->failure().empty()) {
+    if (parts.failure.empty()) {
+      parts.failure = parts.run->failure();
+      self->send(parts.listener, done_atom::value);
+    }
+    return;
+  }
+  after_run_changed(self, parts);
+}
+
 caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
                                 std::shared_ptr<coordinator_parts> parts) {
   self->state.parts = std::move(parts);
@@ -316,31 +405,14 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* se
         parts.run->request_checkpoint(stop_after);
       },
       [self](const transport::message& incoming) {
+        on_coordinator_message(self, *self->state.parts, incoming);
+      },
+      [self](take_atom) {
         coordinator_parts& parts = *self->state.parts;
-        if (incoming.header.job_id != parts.job_id) return;  // an earlier generation's
-        const auto kind = incoming.header.kind;
-        if (kind == transport::message_kind::stage_state ||
-            kind == transport::message_kind::state_loaded ||
-            kind == transport::message_kind::state_refused) {
-          handle_state_answer(self, parts, incoming);
-          return;
-        }
-        std::string error;
-        auto report = report_from_wire(incoming, &error);
-        if (!report) {
-          std::fprintf(stderr, "troupe: coordinator dropped a message from stage %d: %s\n",
-                       incoming.header.source_stage, error.c_str());
-          return;
-        }
-        dispatch(parts, parts.run->handle(*report, parts.clock->now_seconds()));
-        if (!parts.run->failure().empty()) {
-          if (parts.failure.empty()) {
-            parts.failure = parts.run->failure();
-            self->send(parts.listener, done_atom::value);
-          }
-          return;
-        }
-        after_run_changed(self, parts);
+        take_and_handle(self, parts.inbox, parts.dropped_frames,
+                        [self, &parts](const transport::message& incoming) {
+                          on_coordinator_message(self, parts, incoming);
+                        });
       },
   };
 }
@@ -408,6 +480,8 @@ void close_outboxes(stage_parts& parts) {
   parts.next.reset();
   parts.previous.reset();
   parts.coordinator.reset();
+  parts.inbox.reset();
+  parts.next_reader = parts.previous_reader = parts.coordinator_reader = caf::actor{};
 }
 
 void configure_scheduler(caf::actor_system_config& settings, int threads) {

@@ -5,6 +5,7 @@
 // actors/: only the hosts include it (the in-process host and the cluster host).
 
 #include <caf/all.hpp>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ namespace troupe::actors {
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using collect_atom = caf::atom_constant<caf::atom("collect")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
+/// Tells an actor that one message waits for it in its own inbox (one process: see
+/// stage_parts::inbox).
+using take_atom = caf::atom_constant<caf::atom("take")>;
 /// Asks the coordinator for a checkpoint at the next step boundary (bool: stop after it).
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 /// A stage's reminder to itself: deferred weight-gradient work waits (zero-bubble schedules).
@@ -37,7 +41,10 @@ transport::endpoint_options endpoint_settings(const transport::security_settings
 
 /// Sends on `out`; a full queue (which admission should make impossible) is waited out
 /// rather than dropping a key. Returns false with the reason printed when the send failed.
-bool send_on(transport::outbox& out, const transport::message& message);
+/// When `reader` is set (one process), it is the actor that owns the inbox `out` sends to
+/// and is told with a take_atom, after the send, to take the message itself.
+bool send_on(transport::outbox& out, const transport::message& message,
+             const caf::actor& reader = caf::actor{});
 
 /// Everything a stage actor owns, made before the actor is spawned and handed over to it.
 struct stage_parts {
@@ -49,19 +56,29 @@ struct stage_parts {
   std::optional<transport::outbox> next;
   std::optional<transport::outbox> previous;
   std::optional<transport::outbox> coordinator;
+  /// In one process, the actors owning the inboxes of next, previous and coordinator (each
+  /// send is followed by a take_atom to its reader); null where a receiver thread delivers.
+  caf::actor next_reader, previous_reader, coordinator_reader;
+  /// In one process, the stage's own inbox, read by its actor on each take_atom (no receiver
+  /// thread in between: a message crosses one thread boundary, not two); empty in a cluster.
+  std::optional<transport::inbox> inbox;
+  uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
   bool collect_weights = false;
 };
 
-/// Closes the stage's sockets. Messages ZeroMQ still holds may own tensors of its backend, so
-/// the parts (and backend) must outlive the transport context, which ends after this.
+/// Closes the stage's sockets (outboxes and its own inbox). Messages ZeroMQ still holds may own
+/// tensors of its backend, so the parts (and backend) must outlive the transport context, which
+/// ends after this.
 void close_outboxes(stage_parts& parts);
 
 struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
   /// A deferred_atom is in the mailbox.
   bool deferred_requested = false;
+  /// Forward messages the stage may not take yet (stage_logic::ready_for_forward), in order.
+  std::deque<transport::message> waiting_forwards;
 };
 
 /// A stage: handles key messages (transport frames) and answers collect_atom with its report.
@@ -75,6 +92,11 @@ struct coordinator_parts {
   std::unique_ptr<training_run> run;
   /// One outbox per stage: keys enter at stage 0; checkpoints talk to every stage.
   std::vector<std::optional<transport::outbox>> stages;
+  /// In one process, the stages' actors, told to take each message sent to them; else empty.
+  std::vector<caf::actor> stage_readers;
+  /// In one process, the coordinator's own inbox, read on each take_atom; else empty.
+  std::optional<transport::inbox> inbox;
+  uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
   training_observer* observer = nullptr;  ///< checkpoint events (may be null)

@@ -59,7 +59,11 @@ class outbox_closer {
     for (auto& stage : parts_) {
       if (stage) close_outboxes(*stage);
     }
-    if (coordinator_) coordinator_->stages.clear();
+    if (coordinator_) {
+      coordinator_->stages.clear();
+      coordinator_->stage_readers.clear();
+      coordinator_->inbox.reset();
+    }
   }
   outbox_closer(const outbox_closer&) = delete;
   outbox_closer& operator=(const outbox_closer&) = delete;
@@ -68,6 +72,25 @@ class outbox_closer {
   std::vector<std::shared_ptr<stage_parts>>& parts_;
   std::shared_ptr<coordinator_parts>& coordinator_;
 };
+
+/// Hands each inbox to its actor (`targets`: the stages', then the coordinator's) and tells
+/// every sender which actor reads the inbox it sends to. No receiver thread sits between them:
+/// the sending actor's thread queues the frames on ZeroMQ and schedules the reader, which, on
+/// the scheduler thread that picks it (often the sender's own, just freed), takes them.
+void connect_readers(std::vector<std::shared_ptr<stage_parts>>& parts,
+                     coordinator_parts& coordinator, const std::vector<caf::actor>& targets,
+                     std::vector<transport::inbox>& inboxes) {
+  const size_t stages = parts.size();
+  for (size_t s = 0; s < stages; ++s) {
+    stage_parts& stage = *parts[s];
+    stage.inbox = std::move(inboxes[s]);
+    if (s + 1 < stages) stage.next_reader = targets[s + 1];
+    if (s > 0) stage.previous_reader = targets[s - 1];
+    stage.coordinator_reader = targets[stages];
+  }
+  coordinator.inbox = std::move(inboxes[stages]);
+  coordinator.stage_readers.assign(targets.begin(), targets.begin() + stages);
+}
 
 }  // namespace
 
@@ -181,20 +204,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   for (auto& stage : parts) targets.push_back(system.spawn(stage_actor, stage));
   caf::actor coordinator_handle = system.spawn(coordinator_actor, coordinator);
   targets.push_back(coordinator_handle);
-
-  // Decoded messages go to the actor of their target stage; the coordinator's inbox is last.
-  transport::receiver_thread receiver(
-      context, std::move(inboxes),
-      [&targets, stages](transport::message&& incoming) {
-        const int target = incoming.header.target_stage;
-        const int slot = target == transport::coordinator_stage ? stages : target;
-        if (slot < 0 || slot > stages) return;
-        caf::anon_send(targets[slot], std::move(incoming));
-      },
-      [](const std::string& address, const transport::decode_error& problem) {
-        std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", address.c_str(),
-                     problem.text.c_str());
-      });
+  connect_readers(parts, *coordinator, targets, inboxes);
   caf::anon_send(coordinator_handle, start_atom::value);
   await_run(self, coordinator_handle, options.checkpoint_requests);
 
@@ -209,18 +219,18 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
                    [&](const caf::error&) { report.stages.emplace_back(); });
     }
   }
-  // Stop the actors while the receiver still drains their sockets: a stage in the middle of
-  // sending (a failed run leaves keys in flight) must be able to finish before it can exit.
+  // A stage's send never waits (the high-water marks are far above what admission lets in),
+  // so an actor in the middle of sending finishes although nobody reads its peers' inboxes.
   for (auto& target : targets) {
     self->send_exit(target, caf::exit_reason::user_shutdown);
     self->wait_for(target);
   }
-  receiver.stop();
   if (failed) {
     *error = coordinator->failure;
     return std::nullopt;
   }
-  report.dropped_frames = receiver.dropped();
+  report.dropped_frames = coordinator->dropped_frames;
+  for (auto& stage : parts) report.dropped_frames += stage->dropped_frames;
   std::vector<int> all_stages(static_cast<size_t>(stages));
   std::iota(all_stages.begin(), all_stages.end(), 0);
   report.processes.push_back(this_process_usage("process", all_stages));
