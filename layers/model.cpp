@@ -50,12 +50,21 @@ tensor sequential::forward(const run_options& options, const tensor& input,
   return current;
 }
 
+bool sequential::needs_input_gradient(size_t index, bool need_input_gradient) const {
+  if (need_input_gradient) return true;
+  // Without parameters before it, nothing upstream of layer `index` wants a gradient.
+  for (size_t i = 0; i < index; ++i) {
+    if (!layers_[i]->parameters().empty()) return true;
+  }
+  return false;
+}
+
 tensor sequential::backward(const run_options& options, sequential_context& context,
                             const tensor& output_gradient, bool need_input_gradient) {
   TROUPE_CHECK(context.layers.size() == layers_.size());
   tensor gradient = output_gradient;
   for (size_t i = layers_.size(); i-- > 0;) {
-    const bool need = i > 0 || need_input_gradient;
+    const bool need = needs_input_gradient(i, need_input_gradient);
     gradient = layers_[i]->backward(options, *context.layers[i], gradient, need);
     context.layers[i].reset();
   }
@@ -67,7 +76,7 @@ tensor sequential::backward_input(const run_options& options, sequential_context
   TROUPE_CHECK(context.layers.size() == layers_.size());
   tensor gradient = output_gradient;
   for (size_t i = layers_.size(); i-- > 0;) {
-    const bool need = i > 0 || need_input_gradient;
+    const bool need = needs_input_gradient(i, need_input_gradient);
     gradient = layers_[i]->backward_input(options, *context.layers[i], gradient, need);
     if (!layers_[i]->splits_backward()) context.layers[i].reset();
   }

@@ -52,6 +52,11 @@ class sequential {
   double forward_flops(int64_t batch) const;
 
  private:
+  /// Whether layer `index` must compute its input gradient: when the caller wants the whole
+  /// run's (`need_input_gradient`), or when a layer before it has parameters. A leading
+  /// flatten or activation makes the first parameterized layer's input gradient unneeded.
+  bool needs_input_gradient(size_t index, bool need_input_gradient) const;
+
   std::vector<std::unique_ptr<layer>> layers_;
   shape input_shape_;
   shape output_shape_;

@@ -211,9 +211,11 @@ double stage_cost::loss_s(int64_t batch) const {
 
 double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
   double total = 0;
+  bool parameters_before = false;
   for (size_t i = 0; i < blocks_.size(); ++i) {  // measured_, when set, has as many
-    // The first block of the first stage needs no input gradient.
-    const bool input_gradient = need_input_gradient || i > 0;
+    // On the first stage, blocks up to the first with parameters need no input gradient.
+    const bool input_gradient = need_input_gradient || parameters_before;
+    parameters_before = parameters_before || blocks_[i].parameters > 0;
     if (!measured_.empty()) {
       const block_profile& block = measured_[i];
       total += measured(input_gradient ? block.backward_s : block.backward_first_s, batch);

@@ -44,10 +44,11 @@ block_cost estimate_block(const job_config& config, size_t index, const layers::
   return cost;
 }
 
-/// Block `index`'s work without messages; the model's first block computes no input gradient.
+/// Block `index`'s work without messages.
 double compute_cost(const std::vector<block_cost>& costs, size_t index) {
   const block_cost& block = costs[index];
-  return block.forward + block.backward + block.step + (index > 0 ? block.input_gradient : 0.0);
+  return block.forward + block.backward + block.step +
+         (block.input_gradient_needed ? block.input_gradient : 0.0);
 }
 
 bool starts_stage_well(const job_config& config, size_t block) {
@@ -122,6 +123,20 @@ std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& c
   return costs;
 }
 
+/// Blocks before the model's first parameterized block, and that block, compute no input
+/// gradient (layers::sequential skips it).
+void mark_input_gradients(const job_config& config, std::vector<block_cost>* costs) {
+  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
+  std::string error;
+  auto shapes = layers::infer_shapes(config.model.layers, input, &error);
+  if (!shapes) return;
+  for (size_t i = 0; i < costs->size(); ++i) {
+    (*costs)[i].input_gradient_needed = false;
+    if (layers::parameter_count(config.model.layers[i], input) > 0) break;
+    input = (*shapes)[i];
+  }
+}
+
 double stage_cost(const std::vector<block_cost>& costs, stage_range range) {
   double total = 0;
   for (size_t i = range.first; i < range.last; ++i) total += compute_cost(costs, i);
@@ -180,7 +195,8 @@ std::optional<partition_plan> plan_partition(const job_config& config,
              " measured block costs for the " + std::to_string(blocks) + " blocks of model.layers";
     return std::nullopt;
   }
-  const std::vector<block_cost>& costs = measured ? *measured : *estimate;
+  std::vector<block_cost> costs = measured ? *measured : *estimate;
+  mark_input_gradients(config, &costs);
   const int stages = config.parallelism.stages;
   if (stages < 1 || static_cast<size_t>(stages) > blocks) {
     *error = "parallelism.stages = " + std::to_string(stages) + " needs between 1 and " +

@@ -28,6 +28,9 @@ struct block_cost {
   /// What a stage pays to send or receive the block's output and its gradient when a stage
   /// boundary follows the block (each of the two stages at the boundary pays it).
   double message = 0;
+  /// False for blocks with no parameterized block before them in the model: the engine skips
+  /// their input gradient (stage 0 sends none back).
+  bool input_gradient_needed = true;
 };
 
 /// A partition and what the costs it was chosen by predict for each stage.

@@ -1,8 +1,8 @@
 #include "actors/hosts/actor_hosting.h"
 
 #include <algorithm>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <thread>
 
 #include "actors/config/job_file.h"
@@ -210,14 +210,11 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
   return {
-      [self](const transport::message& incoming) {
-        on_stage_message(self, incoming);
-      },
+      [self](const transport::message& incoming) { on_stage_message(self, incoming); },
       [self](take_atom) {
-        take_and_handle(self, self->state.parts->inbox, self->state.parts->dropped_frames,
-                        [self](const transport::message& incoming) {
-                          on_stage_message(self, incoming);
-                        });
+        take_and_handle(
+            self, self->state.parts->inbox, self->state.parts->dropped_frames,
+            [self](const transport::message& incoming) { on_stage_message(self, incoming); });
       },
       [self](deferred_atom) {
         self->state.deferred_requested = false;
