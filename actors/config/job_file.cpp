@@ -289,11 +289,8 @@ problem check_partition(const job_config& config) {
 problem check_schedule(const job_config& config) {
   const parallelism_config& p = config.parallelism;
   const std::string v = std::to_string(p.virtual_stages);
-  if (p.schedule != "interleaved") {
-    if (p.virtual_stages == 1) return std::nullopt;
-    return "parallelism.virtual_stages = " + v +
-           " needs parallelism.schedule = \"interleaved\" (it is \"" + p.schedule + "\")";
-  }
+  // Other schedules ignore virtual_stages, so that a sweep over schedules can keep it set.
+  if (p.schedule != "interleaved") return std::nullopt;
   if (p.mode != "sync") return "parallelism.schedule = \"interleaved\" needs mode = \"sync\"";
   if (p.stages % p.virtual_stages != 0) {
     return "parallelism.stages (" + std::to_string(p.stages) +

@@ -108,21 +108,6 @@ int keys_between_steps(const job_config& config) {
   return std::max(1, p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
 }
 
-std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& config,
-                                                             std::string* error) {
-  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
-  auto shapes = layers::infer_shapes(config.model.layers, input, error);
-  if (!shapes) return std::nullopt;
-  const double batch = static_cast<double>(config.training.batch_size) /
-                       std::max(1, config.parallelism.micro_batches);
-  std::vector<block_cost> costs;
-  for (size_t i = 0; i < shapes->size(); ++i) {
-    costs.push_back(estimate_block(config, i, input, (*shapes)[i], batch));
-    input = (*shapes)[i];
-  }
-  return costs;
-}
-
 /// Blocks before the model's first parameterized block, and that block, compute no input
 /// gradient (layers::sequential skips it).
 void mark_input_gradients(const job_config& config, std::vector<block_cost>* costs) {
@@ -135,6 +120,22 @@ void mark_input_gradients(const job_config& config, std::vector<block_cost>* cos
     if (layers::parameter_count(config.model.layers[i], input) > 0) break;
     input = (*shapes)[i];
   }
+}
+
+std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& config,
+                                                             std::string* error) {
+  layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
+  auto shapes = layers::infer_shapes(config.model.layers, input, error);
+  if (!shapes) return std::nullopt;
+  const double batch = static_cast<double>(config.training.batch_size) /
+                       std::max(1, config.parallelism.micro_batches);
+  std::vector<block_cost> costs;
+  for (size_t i = 0; i < shapes->size(); ++i) {
+    costs.push_back(estimate_block(config, i, input, (*shapes)[i], batch));
+    input = (*shapes)[i];
+  }
+  mark_input_gradients(config, &costs);
+  return costs;
 }
 
 double stage_cost(const std::vector<block_cost>& costs, stage_range range) {

@@ -11,9 +11,12 @@ Two comparisons, each printing every round's figures, the medians and the ratios
             (wall time, evaluations included, as troupe's time_to_target_s counts it).
   pipeline  The MLP 784-2048-2048-2048-2048-10 on synthetic data, batch 64: one stage on one
             core, one stage on both cores, and two asynchronous stages with one core each.
+  schedules apps/examples/fashion_mlp_sync.toml (4 stages, M = 4) under the sync schedules
+            gpipe, 1f1b and zb-h1, --steps steps each.
 
     python3 apps/bench/cpu_pipeline.py fashion [--rounds 3] [--epochs 3] [--troupe PATH]
     python3 apps/bench/cpu_pipeline.py pipeline [--rounds 5] [--steps 600] [--troupe PATH]
+    python3 apps/bench/cpu_pipeline.py schedules [--rounds 5] [--steps 600] [--troupe PATH]
 
 Rounds alternate the contenders (A B C A B C ...), since this machine's speed drifts within
 seconds; medians of the rounds are compared.
@@ -241,9 +244,26 @@ def pipeline(args):
     print("  2 stages async / 1 stage on both cores: %.2fx" % (two / both))
 
 
+def schedules(args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    job = os.path.normpath(os.path.join(here, "..", "examples", "fashion_mlp_sync.toml"))
+    names = ["gpipe", "1f1b", "zb-h1"]
+    results = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as directory:
+        for round_index in range(args.rounds):
+            for name in names:
+                overrides = ["parallelism.schedule=\"%s\"" % name,
+                             "training.max_steps=%d" % args.steps, "training.epochs=1"]
+                summary = run_troupe(args.troupe, job, overrides, os.path.join(directory, "run"))
+                results[name].append(summary)
+                print("round %d  %-6s samples/s %8.1f" % (round_index + 1, name,
+                                                         summary["samples_per_s"]), flush=True)
+    report(results, "gpipe", [("samples_per_s", "samples/s", True)])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["fashion", "pipeline"])
+    parser.add_argument("what", choices=["fashion", "pipeline", "schedules"])
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600)
@@ -253,7 +273,7 @@ def main():
         args.rounds = 3 if args.what == "fashion" else 5
     if not os.path.exists(args.troupe):
         sys.exit("cpu_pipeline: no troupe at %s (build it, or pass --troupe)" % args.troupe)
-    fashion(args) if args.what == "fashion" else pipeline(args)
+    {"fashion": fashion, "pipeline": pipeline, "schedules": schedules}[args.what](args)
     return 0
 
 

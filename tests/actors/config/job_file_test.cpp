@@ -365,6 +365,11 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
       {"[parallelism]\npartition = [0]", "parallelism.partition[0] must be >= 1, got 0"},
       {"[training]\nbatch_size = 10\n[parallelism]\nmicro_batches = 4",
        "parallelism.micro_batches (4) must divide training.batch_size (10)"},
+      {"[parallelism]\nschedule = \"zb-h2\"", "parallelism.schedule must be"},
+      {"[parallelism]\nschedule = \"interleaved\"\nvirtual_stages = 2",
+       "parallelism.stages (1) must be a multiple of parallelism.virtual_stages (2)"},
+      {"[parallelism]\nmode = \"async\"\nschedule = \"interleaved\"",
+       "parallelism.schedule = \"interleaved\" needs mode = \"sync\""},
       {"[parallelism]\nstages = 2", "parallelism.stages (2) exceeds the number of layers"},
   };
   for (const auto& [text, expected] : cases) {
@@ -467,7 +472,8 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
         "synthetic_train", "synthetic_test", "classes", "context", "validation_fraction"}},
       {"parallelism",
        {"stages", "partition", "devices", "mode", "schedule", "micro_batches", "max_active_keys",
-        "min_update_interval", "max_staleness", "weight_stashing", "recompute", "threads"}},
+        "min_update_interval", "max_staleness", "weight_stashing", "recompute", "threads",
+        "virtual_stages"}},
       {"training",
        {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
         "beta2", "epsilon", "clip_norm", "lr_schedule", "lr_decay", "lr_decay_epochs",
