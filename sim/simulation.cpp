@@ -485,11 +485,13 @@ charged_work simulator::handle(int stage, int device, int id) {
     failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
     return work;
   }
-  double message_bytes = payload_bytes(message);
-  for (const stage_output& output : work.outputs) message_bytes += payload_bytes(output.message);
   work.seconds = stage_devices_[stage]->take_charge() +
-                 options_.message_cpu_s * static_cast<double>(1 + work.outputs.size()) +
-                 options_.message_cpu_per_byte_s * message_bytes;
+                 options_.message_cpu_s * static_cast<double>(1 + work.outputs.size());
+  if (options_.message_cpu_per_byte_s > 0) {
+    double bytes = payload_bytes(message);
+    for (const stage_output& output : work.outputs) bytes += payload_bytes(output.message);
+    work.seconds += options_.message_cpu_per_byte_s * bytes;
+  }
   const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
