@@ -250,6 +250,7 @@ int run_simulate(const simulate_options& options) {
     if (!settings.profile) return bad_input(error);
     sim::use_measured_transport(*settings.profile, &*cluster, /*in_process=*/true);
     settings.message_cpu_s = settings.profile->inproc_message_cpu_s;  // stages of one process
+    settings.message_cpu_per_byte_s = settings.profile->inproc_message_cpu_per_byte_s;
   }
   settings.numerics = options.numerics;
   settings.seed = options.seed;

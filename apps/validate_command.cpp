@@ -154,6 +154,8 @@ int run_validate(const validate_options& options) {
         settings.profile = profile;
         settings.message_cpu_s =
             workers == 0 ? profile.inproc_message_cpu_s : profile.ipc_message_cpu_s;
+        settings.message_cpu_per_byte_s = workers == 0 ? profile.inproc_message_cpu_per_byte_s
+                                                       : profile.ipc_message_cpu_per_byte_s;
         struct : actors::training_observer {
           void on_step(int64_t, int64_t, int64_t, double, double) override {}
           void on_metrics(const actors::metrics_record& record) override {

@@ -49,6 +49,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"link_bandwidth", profile.link_bandwidth},
                {"inproc_message_cpu_s", profile.inproc_message_cpu_s},
                {"ipc_message_cpu_s", profile.ipc_message_cpu_s},
+               {"inproc_message_cpu_per_byte_s", profile.inproc_message_cpu_per_byte_s},
+               {"ipc_message_cpu_per_byte_s", profile.ipc_message_cpu_per_byte_s},
                {"inproc_latency_s", profile.inproc_latency_s},
                {"time_slice_efficiency", profile.time_slice_efficiency}};
   return text.dump(2) + "\n";
@@ -85,6 +87,8 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
   const std::pair<const char*, double*> optional[] = {
       {"inproc_message_cpu_s", &profile.inproc_message_cpu_s},
       {"ipc_message_cpu_s", &profile.ipc_message_cpu_s},
+      {"inproc_message_cpu_per_byte_s", &profile.inproc_message_cpu_per_byte_s},
+      {"ipc_message_cpu_per_byte_s", &profile.ipc_message_cpu_per_byte_s},
       {"inproc_latency_s", &profile.inproc_latency_s}};
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;

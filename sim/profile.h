@@ -39,8 +39,14 @@ struct machine_profile {
   double link_bandwidth = 0;
   /// CPU seconds one end of a key's input message costs a stage (sending or receiving it):
   /// between threads of one process (inproc://) and between processes (ipc://).
+  /// With the per-byte figures below these are the fixed part (a message of no payload); a
+  /// profile without them charges every message the figure of a key of the calibrated input.
   double inproc_message_cpu_s = 0;
   double ipc_message_cpu_s = 0;
+  /// CPU seconds per byte of a message's payload on top of the fixed part (copies, encoding):
+  /// a stage's messages are as big as its activations, which can be many times the input.
+  double inproc_message_cpu_per_byte_s = 0;
+  double ipc_message_cpu_per_byte_s = 0;
   /// From a key's send to its receiving thread holding it decoded, between threads of one
   /// process (inproc://, a receiver thread and the handler's thread woken in turn); 0: unknown.
   double inproc_latency_s = 0;

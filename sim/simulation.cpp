@@ -31,6 +31,14 @@ using actors::stage_output;
 
 constexpr int coordinator = -1;  ///< the target of reports; the coordinator's trace track
 
+/// Bytes of a message's payload and labels (its frames after the header).
+double payload_bytes(const key_message& message) {
+  double bytes = 0;
+  if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
+  if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
+  return bytes;
+}
+
 enum class event_kind : uint8_t {
   deliver,
   work_done,
@@ -377,10 +385,7 @@ int simulator::new_parcel(parcel&& p) {
 void simulator::send(int from_device, int target, stage_output&& content, int from_track) {
   const int to_device =
       target == coordinator ? cluster_model::host_device : device_of_stage_[target];
-  const key_message& message = content.message;
-  double bytes = options_.header_bytes;
-  if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
-  if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
+  const double bytes = options_.header_bytes + payload_bytes(content.message);
   const auto& [path, latency_s] = route(from_device, to_device);
   const int id =
       new_parcel(parcel{generation_, target, from_track, now_, latency_s, std::move(content)});
@@ -482,6 +487,11 @@ charged_work simulator::handle(int stage, int device, int id) {
   }
   work.seconds = stage_devices_[stage]->take_charge() +
                  options_.message_cpu_s * static_cast<double>(1 + work.outputs.size());
+  if (options_.message_cpu_per_byte_s > 0) {
+    double bytes = payload_bytes(message);
+    for (const stage_output& output : work.outputs) bytes += payload_bytes(output.message);
+    work.seconds += options_.message_cpu_per_byte_s * bytes;
+  }
   const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {

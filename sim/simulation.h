@@ -63,6 +63,9 @@ struct simulation_options {
   /// CPU seconds a stage's device spends on each message it receives or sends (the profile's
   /// inproc_message_cpu_s or ipc_message_cpu_s); 0: messages cost only link time.
   double message_cpu_s = 0;
+  /// CPU seconds per payload byte of each such message on top of message_cpu_s (the profile's
+  /// inproc_message_cpu_per_byte_s or ipc_message_cpu_per_byte_s).
+  double message_cpu_per_byte_s = 0;
   std::vector<worker_failure> failures;
   /// From a worker's death to the coordinator noticing it (its heartbeat timeout).
   double detection_s = 10;

@@ -89,7 +89,7 @@ double boundary_seconds(transport::transport_context& context, layers::backend& 
       "inproc://troupe-partition-" + std::to_string(getpid()) + "-" + std::to_string(index);
   double latency = 0;
   const double end_s =
-      message_cpu_seconds(context, context, address, device, sample, batch, 30, &latency);
+      taken_message_cpu_seconds(context, address, device, sample, batch, 30, &latency);
   return end_s > 0 ? 2 * end_s : 0.0;
 }
 

@@ -28,7 +28,7 @@ block_profile time_block(const actors::job_config& config, size_t index, layers:
 /// first device with the threads one stage gets: the blocks take turns at time_block()'s rounds
 /// for about `seconds` each (at least six rounds); the optimizer step is divided by the keys
 /// between steps, and a block's message is the CPU time of sending and receiving its output
-/// between two stages of one process (message_cpu_seconds()). `progress` (may be null) gets a
+/// between two stages of one process (taken_message_cpu_seconds()). `progress` (may be null) gets a
 /// line when the whole takes more than a second. Nothing, with `error` set, when the device
 /// cannot be set up or the model's shapes do not chain.
 std::optional<std::vector<actors::block_cost>> measure_block_costs(const actors::job_config& config,

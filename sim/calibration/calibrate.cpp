@@ -233,8 +233,32 @@ double message_seconds(transport::outbox& out, transport::inbox& in, size_t byte
   return median(times);
 }
 
+/// CPU seconds of one end of a message: a fixed part and a part per payload byte.
+struct message_cost {
+  double fixed_s = -1;  ///< -1: a measurement failed
+  double per_byte_s = 0;
+};
+
+/// The line through (`small_bytes`, `small_s`) and (`big_bytes`, `big_s`), its slope at least 0
+/// and its fixed part at least half the small message's time (both measured: a noisy pair
+/// must not make messages free).
+message_cost line_through(double small_s, double big_s, double small_bytes, double big_bytes) {
+  if (small_s <= 0 || big_s <= 0) return {};
+  if (big_bytes <= small_bytes) return {big_s, 0};
+  const double per_byte = std::max(0.0, (big_s - small_s) / (big_bytes - small_bytes));
+  return {std::max(small_s / 2, small_s - per_byte * small_bytes), per_byte};
+}
+
+/// Bytes of the payload of a key of `samples` × `sample`.
+double bytes_of(const layers::shape& sample, int64_t samples) {
+  return static_cast<double>(samples * layers::element_count(sample) * int64_t{sizeof(float)});
+}
+
+/// Times one message between processes (latency and bandwidth) and what one end of a key's
+/// message costs in CPU, in one process and between processes, at the input's size and at the
+/// size of `biggest` (the job's biggest sample among its input and its blocks' outputs).
 bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,
-                    std::string* error) {
+                    const layers::shape& biggest, std::string* error) {
   char pattern[] = "/tmp/troupe-calibrate-XXXXXX";
   if (!mkdtemp(pattern)) {
     *error = "cannot create a directory for the ipc:// endpoints";
@@ -255,19 +279,34 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
       const size_t small = 64, large = size_t{4} << 20;
       const double latency = message_seconds(*out, *in, small, 200);
       const double big = message_seconds(*out, *in, large, 20);
-      double ipc_latency = 0;
+      // A message's CPU at one sample of the input and at a key of the job's biggest message:
+      // a fixed part and a part per byte. In one process each stage's actor takes its messages
+      // from its own inbox.
+      double ipc_latency = 0, small_latency = 0;
       transport::transport_context other_process;
-      const double ipc_cpu = message_cpu_seconds(context, other_process, address + "-cpu", device,
-                                                 input, profile->batch, 200, &ipc_latency);
-      const double inproc_cpu = message_cpu_seconds(
-          context, context, "inproc://troupe-calibrate-" + std::to_string(getpid()), device, input,
-          profile->batch, 200, &profile->inproc_latency_s);
-      ok = latency > 0 && big > latency && ipc_cpu > 0 && inproc_cpu > 0;
+      const std::string inproc = "inproc://troupe-calibrate-" + std::to_string(getpid());
+      const message_cost ipc_cost =
+          line_through(message_cpu_seconds(context, other_process, address + "-cpu-small", device,
+                                           input, 1, 200, &ipc_latency),
+                       message_cpu_seconds(context, other_process, address + "-cpu", device,
+                                           biggest, profile->batch, 200, &ipc_latency),
+                       bytes_of(input, 1), bytes_of(biggest, profile->batch));
+      const message_cost inproc_cost =
+          line_through(taken_message_cpu_seconds(context, inproc + "-small", device, input, 1, 200,
+                                                 &small_latency),
+                       taken_message_cpu_seconds(context, inproc, device, biggest, profile->batch,
+                                                 200, &profile->inproc_latency_s),
+                       bytes_of(input, 1), bytes_of(biggest, profile->batch));
+      ok = latency > 0 && big > latency && ipc_cost.fixed_s > 0 && inproc_cost.fixed_s > 0;
       if (ok) {
         profile->link_latency_s = latency;
         profile->link_bandwidth = static_cast<double>(large - small) / (big - latency);
-        profile->ipc_message_cpu_s = ipc_cpu;
-        profile->inproc_message_cpu_s = inproc_cpu;
+        profile->ipc_message_cpu_s = ipc_cost.fixed_s;
+        profile->ipc_message_cpu_per_byte_s = ipc_cost.per_byte_s;
+        profile->inproc_message_cpu_s = inproc_cost.fixed_s;
+        profile->inproc_message_cpu_per_byte_s = inproc_cost.per_byte_s;
+        // The latency of a key of the input's size, not of the biggest message.
+        profile->inproc_latency_s = std::min(profile->inproc_latency_s, small_latency);
       } else {
         *error = "the ipc:// round of the transport measurement failed";
       }
@@ -275,6 +314,7 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
   }
   std::remove((std::string(pattern) + "/link").c_str());
   std::remove((std::string(pattern) + "/link-cpu").c_str());
+  std::remove((std::string(pattern) + "/link-cpu-small").c_str());
   rmdir(pattern);
   return ok;
 }
@@ -351,7 +391,13 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     times.push_back(seconds_since(begin));
   }
   profile.loss_s = median(times);
-  if (!time_transport(&profile, *device, config.model.input_shape, error)) return std::nullopt;
+  layers::shape biggest = config.model.input_shape;
+  for (const layers::shape& shape : *shapes) {
+    if (layers::element_count(shape) > layers::element_count(biggest)) biggest = shape;
+  }
+  if (!time_transport(&profile, *device, config.model.input_shape, biggest, error)) {
+    return std::nullopt;
+  }
   if (!time_slicing(config, *shapes, stages, seconds, &profile, error)) return std::nullopt;
   return profile;
 }

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "actors/hosts/wire_format.h"
@@ -41,6 +42,58 @@ layers::tensor batched(layers::backend& device, const layers::shape& sample, int
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
 }
 
+namespace {
+
+/// A key message of `samples` × `shape` on `device`, as a stage sends one.
+actors::key_message sample_key(layers::backend& device, const layers::shape& shape,
+                               int64_t samples) {
+  actors::key_message key;
+  key.kind = actors::key_kind::forward;
+  key.payload = batched(device, shape, samples);
+  key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
+  return key;
+}
+
+/// What a receiving end does with each message: counts the keys that decode and wakes the
+/// sender, which waits for each before it sends the next.
+struct arrivals {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  int received = 0;
+
+  void add(bool decoded) {
+    std::lock_guard<std::mutex> lock(mutex);
+    received += decoded ? 1 : 0;
+    arrived.notify_one();
+  }
+  bool wait_for(int count) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received >= count; });
+  }
+};
+
+/// Sends `rounds` keys on `out`, each after the previous one arrived; `told` runs after each
+/// send. The process's CPU seconds per message, halved, or -1 when one went missing.
+template <class told_type>
+double cpu_per_end(transport::outbox& out, actors::key_message& key, arrivals& ends, int rounds,
+                   told_type told, double* latency_s) {
+  const actors::wire_route route{1, 0, 1, 0, 0.0};
+  const double start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  std::vector<double> latencies;
+  for (int r = 0; r < rounds; ++r) {
+    const auto begin = clock_type::now();
+    key.key = static_cast<uint64_t>(r);
+    if (!out.send_waiting(actors::to_wire(key, route), std::chrono::seconds(10)).ok()) return -1;
+    told();
+    if (!ends.wait_for(r + 1)) return -1;
+    latencies.push_back(seconds_since(begin));
+  }
+  *latency_s = median(latencies);
+  return (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - start) / rounds / 2;
+}
+
+}  // namespace
+
 double message_cpu_seconds(transport::transport_context& context,
                            transport::transport_context& sending_context,
                            const std::string& address, layers::backend& device,
@@ -50,36 +103,61 @@ double message_cpu_seconds(transport::transport_context& context,
   auto in = transport::inbox::bind(context, address, {}, &problem);
   auto out = in ? transport::outbox::connect(sending_context, address, {}, &problem) : std::nullopt;
   if (!in || !out) return -1;
-  std::mutex mutex;
-  std::condition_variable arrived;
-  int received = 0;
+  arrivals ends;
   std::vector<transport::inbox> inboxes;
   inboxes.push_back(std::move(*in));
   transport::receiver_thread receiver(
       context, std::move(inboxes), [&](transport::message&& incoming) {
         std::string ignored;
-        auto key = actors::key_from_wire(incoming, device, &ignored);
-        std::lock_guard<std::mutex> lock(mutex);
-        received += key ? 1 : 0;
-        arrived.notify_one();
+        ends.add(actors::key_from_wire(incoming, device, &ignored).has_value());
       });
-  actors::key_message key;
-  key.kind = actors::key_kind::forward;
-  key.payload = batched(device, shape, samples);
-  key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
-  const actors::wire_route route{1, 0, 1, 0, 0.0};
-  const double start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
-  std::vector<double> latencies;
-  for (int r = 0; r < rounds; ++r) {
-    const auto begin = clock_type::now();
-    key.key = static_cast<uint64_t>(r);
-    if (!out->send_waiting(actors::to_wire(key, route), std::chrono::seconds(10)).ok()) return -1;
-    std::unique_lock<std::mutex> lock(mutex);
-    if (!arrived.wait_for(lock, std::chrono::seconds(10), [&] { return received > r; })) return -1;
-    latencies.push_back(seconds_since(begin));
+  actors::key_message key = sample_key(device, shape, samples);
+  return cpu_per_end(
+      *out, key, ends, rounds, [] {}, latency_s);
+}
+
+double taken_message_cpu_seconds(transport::transport_context& context, const std::string& address,
+                                 layers::backend& device, const layers::shape& shape,
+                                 int64_t samples, int rounds, double* latency_s) {
+  transport::endpoint_error problem;
+  auto in = transport::inbox::bind(context, address, {}, &problem);
+  auto out = in ? transport::outbox::connect(context, address, {}, &problem) : std::nullopt;
+  if (!in || !out) return -1;
+  arrivals ends;
+  // The reader's mailbox: how many messages it was told of, and whether to stop.
+  std::mutex mutex;
+  std::condition_variable told;
+  int announced = 0;
+  bool stop = false;
+  std::thread reader([&] {
+    for (int taken = 0;; ++taken) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        told.wait(lock, [&] { return stop || announced > taken; });
+        if (stop) return;
+      }
+      auto received = in->try_receive();
+      std::string ignored;
+      ends.add(received && received->ok() &&
+               actors::key_from_wire(*received->value, device, &ignored).has_value());
+    }
+  });
+  actors::key_message key = sample_key(device, shape, samples);
+  const double cpu = cpu_per_end(
+      *out, key, ends, rounds,
+      [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++announced;
+        told.notify_one();
+      },
+      latency_s);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+    told.notify_one();
   }
-  *latency_s = median(latencies);
-  return (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - start) / rounds / 2;
+  reader.join();
+  return cpu;
 }
 
 }  // namespace troupe::sim

@@ -35,17 +35,27 @@ transport::message filled_message(transport::message_kind kind, size_t bytes);
 layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch);
 
 /// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
-/// (inproc:// or ipc://; -1 when it fails), as a stage sends and receives one: the engine's own
-/// wire encoding of the key (its payload copied off the device) and the send on this thread, a
-/// receiver thread that wakes, decodes the key onto the device and hands it over, and this thread
-/// woken in turn. The process's CPU time over `rounds` messages, halved: each end gets its share;
-/// the median wall time of one message goes to `latency_s`. The sender's context is the receiver's
-/// for inproc://, and one of its own (its own ZeroMQ I/O thread, as in another process) for ipc://.
+/// (ipc://, between worker processes; -1 when it fails), as a stage sends and receives one: the
+/// engine's own wire encoding of the key (its payload copied off the device) and the send on this
+/// thread, a receiver thread that wakes, decodes the key onto the device and hands it over, and
+/// this thread woken in turn. The process's CPU time over `rounds` messages, halved: each end gets
+/// its share; the median wall time of one message goes to `latency_s`. The sender's context is one
+/// of its own (its own ZeroMQ I/O thread, as in another process).
 double message_cpu_seconds(transport::transport_context& context,
                            transport::transport_context& sending_context,
                            const std::string& address, layers::backend& device,
                            const layers::shape& shape, int64_t samples, int rounds,
                            double* latency_s);
+
+/// CPU seconds one end of a key's message costs between two threads of one process over
+/// `address` (inproc://; -1 when it fails), on the engine's in-process path: the sender encodes
+/// the key, sends it and tells the receiving thread (as a take_atom tells a stage's actor),
+/// which wakes, takes it from its own inbox and decodes it onto the device; no receiver thread
+/// in between. Halved process CPU time over `rounds` messages; the median wall time of one
+/// message from its send to its decoding goes to `latency_s`.
+double taken_message_cpu_seconds(transport::transport_context& context, const std::string& address,
+                                 layers::backend& device, const layers::shape& shape,
+                                 int64_t samples, int rounds, double* latency_s);
 
 /// Seconds `work` takes on `device`, until its stream is idle.
 template <class work_type>

@@ -82,6 +82,7 @@ std::optional<double> fit_time_slice_efficiency(const actors::job_config& config
     settings.trace_spans = 0;
     settings.profile = trial;
     settings.message_cpu_s = trial.ipc_message_cpu_s;
+    settings.message_cpu_per_byte_s = trial.ipc_message_cpu_per_byte_s;
     double seconds[2] = {0, 0};
     for (int half = 0; half < 2; ++half) {
       fitting.training.max_steps = (half + 1) * steps;
