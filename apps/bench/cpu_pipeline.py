@@ -15,6 +15,8 @@ Two comparisons, each printing every round's figures, the medians and the ratios
             gpipe, 1f1b and zb-h1, --steps steps each.
 
     python3 apps/bench/cpu_pipeline.py fashion [--rounds 3] [--epochs 3] [--troupe PATH]
+    (the PyTorch side needs Debian's python3-torch: run it with /usr/bin/python3 where another
+    python3 comes first on the PATH)
     python3 apps/bench/cpu_pipeline.py pipeline [--rounds 5] [--steps 600] [--troupe PATH]
     python3 apps/bench/cpu_pipeline.py schedules [--rounds 5] [--steps 600] [--troupe PATH]
 
@@ -202,7 +204,6 @@ def report(results, baseline, fields):
 
 
 def fashion(args):
-    data = fashion_tensors(FASHION)
     results = {"pytorch": []}
     results.update({name: [] for name in FASHION_CONFIGS})
     with tempfile.TemporaryDirectory() as directory:
@@ -211,7 +212,13 @@ def fashion(args):
             file.write(FASHION_JOB % {"path": FASHION, "epochs": args.epochs,
                                       "target": TARGET_ACCURACY})
         for round_index in range(args.rounds):
-            results["pytorch"].append(pytorch_fashion(data, args.epochs))
+            # A process of its own, gone before troupe runs: PyTorch's OpenMP threads keep
+            # spinning on the cores for a while after their last parallel region.
+            child = subprocess.run([sys.executable, os.path.abspath(__file__), "pytorch-fashion",
+                                    "--epochs", str(args.epochs)], capture_output=True, text=True)
+            if child.returncode != 0:
+                sys.exit("cpu_pipeline: the PyTorch run failed:\n" + child.stderr)
+            results["pytorch"].append(json.loads(child.stdout.splitlines()[-1]))
             for name, overrides in FASHION_CONFIGS.items():
                 out = os.path.join(directory, "run")
                 results[name].append(run_troupe(args.troupe, job, overrides, out))
@@ -263,7 +270,7 @@ def schedules(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["fashion", "pipeline", "schedules"])
+    parser.add_argument("what", choices=["fashion", "pipeline", "schedules", "pytorch-fashion"])
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600)
@@ -271,6 +278,9 @@ def main():
     args = parser.parse_args()
     if args.rounds is None:
         args.rounds = 3 if args.what == "fashion" else 5
+    if args.what == "pytorch-fashion":  # one PyTorch run of `fashion`, as a JSON line
+        print(json.dumps(pytorch_fashion(fashion_tensors(FASHION), args.epochs)))
+        return 0
     if not os.path.exists(args.troupe):
         sys.exit("cpu_pipeline: no troupe at %s (build it, or pass --troupe)" % args.troupe)
     {"fashion": fashion, "pipeline": pipeline, "schedules": schedules}[args.what](args)

@@ -14,12 +14,7 @@ namespace troupe::layers {
 namespace {
 
 layer_spec block(const std::string& type, int out = 0, int kernel = 0, int padding = 0) {
-  layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  spec.kernel = kernel;
-  spec.padding = padding;
-  return spec;
+  return testing::layer_block(type, out, kernel, padding);
 }
 
 std::vector<layer_spec> small_cnn() {

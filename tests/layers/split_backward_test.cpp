@@ -16,12 +16,7 @@ struct gradients {
 };
 
 layer_spec spec_of(const std::string& type, int out = 0, int kernel = 0, int padding = 0) {
-  layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  spec.kernel = kernel;
-  spec.padding = padding;
-  return spec;
+  return testing::layer_block(type, out, kernel, padding);
 }
 
 /// Trains two keys through a fresh copy of `specs` and returns the gradients: with `split`

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "layers/backend_registry.h"
+#include "layers/layer_spec.h"
 #include "layers/random.h"
 #include "layers/tensor.h"
 
@@ -16,6 +17,17 @@ namespace troupe::testing {
 inline std::unique_ptr<layers::backend> cpu_backend() {
   std::string error;
   return layers::create_backend("cpu", 1, &error);
+}
+
+/// A block of `type` with the given width, kernel and padding (the rest at their defaults).
+inline layers::layer_spec layer_block(const std::string& type, int out = 0, int kernel = 0,
+                                      int padding = 0) {
+  layers::layer_spec spec;
+  spec.type = type;
+  spec.out = out;
+  spec.kernel = kernel;
+  spec.padding = padding;
+  return spec;
 }
 
 inline std::vector<float> random_values(size_t count, uint64_t seed, float low = -1.0f,
