@@ -237,17 +237,32 @@ TEST(PipelineExactnessTest, InterleavedEqualsSequential) {
   }
 }
 
+/// The last stage of a 2-stage `config` on a CPU backend, and a forward key for it.
+struct last_stage {
+  explicit last_stage(const job_config& config)
+      : device(cpu()),
+        work(make_layers_stage_device(config, (*partition_model(config, nullptr_error()))[1],
+                                      *device)),
+        logic(stage_settings_of(config, 1, 10, 10), *work) {}
+
+  key_message forward(layers::shape dims) const {
+    key_message message;
+    message.kind = key_kind::forward;
+    message.labels = std::make_shared<const std::vector<int32_t>>(dims[0], 1);
+    message.payload = layers::tensor::filled(*device, device->default_stream(), dims, 0.5f);
+    return message;
+  }
+
+  std::unique_ptr<layers::backend> device;
+  std::unique_ptr<stage_device> work;  ///< the stage's device work
+  stage_logic logic;
+};
+
 TEST(StageLogicTest, ZeroBubbleDefersWeightGradientsUntilAsked) {
-  job_config config = small_job(2, 2, "sync", "zb-h1");
-  auto device = cpu();
-  auto ranges = partition_model(config, nullptr_error());
-  auto last_device = make_layers_stage_device(config, (*ranges)[1], *device);
-  stage_logic last(stage_settings_of(config, 1, 10, 10), *last_device);
-  key_message forward;
-  forward.kind = key_kind::forward;
-  forward.payload = layers::tensor::filled(*device, device->default_stream(), {8, 20}, 0.5f);
-  forward.labels = std::make_shared<const std::vector<int32_t>>(8, 1);
-  const auto outputs = last.handle(forward);
+  last_stage stage(small_job(2, 2, "sync", "zb-h1"));
+  stage_logic& last = stage.logic;
+  stage_device* last_device = stage.work.get();
+  const auto outputs = last.handle(stage.forward({8, 20}));
   ASSERT_EQ(outputs.size(), 2u);  // the loss, and the input gradient for stage 0
   EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
   EXPECT_TRUE(last.has_deferred_work());
@@ -259,15 +274,10 @@ TEST(StageLogicTest, ZeroBubbleDefersWeightGradientsUntilAsked) {
 }
 
 TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
-  job_config config = small_job(2, 1, "async", "gpipe");
-  auto device = cpu();
-  auto ranges = partition_model(config, nullptr_error());
-  auto last_device = make_layers_stage_device(config, (*ranges)[1], *device);
-  stage_logic last(stage_settings_of(config, 1, 10, 10), *last_device);
-  key_message wrong_shape;
-  wrong_shape.kind = key_kind::forward;
-  wrong_shape.payload = layers::tensor::filled(*device, device->default_stream(), {4, 7}, 1.0f);
-  wrong_shape.labels = std::make_shared<const std::vector<int32_t>>(4, 0);
+  last_stage stage(small_job(2, 1, "async", "gpipe"));
+  stage_logic& last = stage.logic;
+  layers::backend* device = stage.device.get();
+  const key_message wrong_shape = stage.forward({4, 7});
   std::string refusal;
   EXPECT_TRUE(last.handle(wrong_shape, &refusal).empty());
   EXPECT_NE(refusal.find("does not fit"), std::string::npos) << refusal;
