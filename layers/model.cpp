@@ -35,6 +35,10 @@ sequential::sequential(backend& device, stream s, const std::vector<layer_spec>&
     current = (*shapes)[i];
   }
   output_shape_ = current;
+  while (first_with_parameters_ < layers_.size() &&
+         layers_[first_with_parameters_]->parameters().empty()) {
+    ++first_with_parameters_;
+  }
   device.synchronize(s);
 }
 
@@ -48,15 +52,6 @@ tensor sequential::forward(const run_options& options, const tensor& input,
     current = std::move(result.output);
   }
   return current;
-}
-
-bool sequential::needs_input_gradient(size_t index, bool need_input_gradient) const {
-  if (need_input_gradient) return true;
-  // Without parameters before it, nothing upstream of layer `index` wants a gradient.
-  for (size_t i = 0; i < index; ++i) {
-    if (!layers_[i]->parameters().empty()) return true;
-  }
-  return false;
 }
 
 tensor sequential::backward(const run_options& options, sequential_context& context,

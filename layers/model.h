@@ -55,9 +55,13 @@ class sequential {
   /// Whether layer `index` must compute its input gradient: when the caller wants the whole
   /// run's (`need_input_gradient`), or when a layer before it has parameters. A leading
   /// flatten or activation makes the first parameterized layer's input gradient unneeded.
-  bool needs_input_gradient(size_t index, bool need_input_gradient) const;
+  bool needs_input_gradient(size_t index, bool need_input_gradient) const {
+    return need_input_gradient || index > first_with_parameters_;
+  }
 
   std::vector<std::unique_ptr<layer>> layers_;
+  /// Index of the first layer with parameters (size() when none has any).
+  size_t first_with_parameters_ = 0;
   shape input_shape_;
   shape output_shape_;
 };

@@ -162,6 +162,10 @@ class simulator {
   /// Starts waiting work on the pool's free devices: each takes the oldest parcel whose stage
   /// is not already at work (a stage, like its actor, handles one message at a time).
   void start_work(int pool);
+  /// The parcel a free device of `queue` takes next: the oldest whose stage is free and may
+  /// take it (a forward waits while its stage holds max_forward_keys), a backward first where
+  /// the schedule says so; waiting.end() when none.
+  std::deque<int>::iterator next_ready(pool_state& queue);
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
   /// A free device with no message waiting runs a stage's deferred weight-gradient work
@@ -448,22 +452,7 @@ void simulator::start_work(int pool) {
   }
   for (int device : queue.devices) {
     if (devices_[device].busy) continue;
-    const auto ready = [&](int id) {
-      const int stage = parcels_[id].target;
-      return !stage_at_work_[stage] &&
-             (parcels_[id].content.message.kind != actors::key_kind::forward ||
-              stages_[stage]->ready_for_forward());
-    };
-    auto next = std::find_if(queue.waiting.begin(), queue.waiting.end(), ready);
-    if (backward_first_) {
-      // 1F1B and its descendants: a waiting backward pass goes before forwards that arrived
-      // earlier, as the real stages' mailboxes order them.
-      auto backward = std::find_if(queue.waiting.begin(), queue.waiting.end(), [&](int id) {
-        return ready(id) && parcels_[id].content.message.kind != actors::key_kind::forward &&
-               parcels_[id].content.message.kind != actors::key_kind::evaluate;
-      });
-      if (backward != queue.waiting.end()) next = backward;
-    }
+    const auto next = next_ready(queue);
     if (next == queue.waiting.end()) {
       begin_deferred_work(device);
       continue;
@@ -473,6 +462,21 @@ void simulator::start_work(int pool) {
     begin_work(device, id);
     if (!failure_.empty()) return;
   }
+}
+
+std::deque<int>::iterator simulator::next_ready(pool_state& queue) {
+  auto next = queue.waiting.end();
+  for (auto it = queue.waiting.begin(); it != queue.waiting.end(); ++it) {
+    const int stage = parcels_[*it].target;
+    const actors::key_kind kind = parcels_[*it].content.message.kind;
+    const bool forward = kind == actors::key_kind::forward;
+    if (stage_at_work_[stage] || (forward && !stages_[stage]->ready_for_forward())) continue;
+    if (!backward_first_) return it;
+    // 1F1B and its descendants: a backward (or step) goes before forwards that came earlier.
+    if (!forward && kind != actors::key_kind::evaluate) return it;
+    if (next == queue.waiting.end()) next = it;
+  }
+  return next;
 }
 
 charged_work simulator::handle(int stage, int device, int id) {

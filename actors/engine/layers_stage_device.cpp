@@ -130,8 +130,8 @@ class layers_stage_device final : public stage_device {
     TROUPE_CHECK(found != contexts_.end() && next_backward_version_ < 0);
     layers::tensor gradient = model_->backward_input(options_for(message, true), found->second,
                                                      message.payload, need_input_gradient);
-    pending_weights_.emplace(message.key, pending_weight_work{std::move(found->second),
-                                                              message.step, message.sample_offset});
+    pending_weights_.emplace(
+        message.key, pending_weight_work{std::move(found->second), options_for(message, true)});
     contexts_.erase(found);
     device_.synchronize(stream_);
     return gradient;
@@ -140,10 +140,7 @@ class layers_stage_device final : public stage_device {
   void backward_weights(uint64_t key) override {
     auto found = pending_weights_.find(key);
     TROUPE_CHECK(found != pending_weights_.end());
-    key_message message;
-    message.step = found->second.step;
-    message.sample_offset = found->second.sample_offset;
-    model_->backward_weights(options_for(message, true), found->second.context);
+    model_->backward_weights(found->second.options, found->second.context);
     pending_weights_.erase(found);
     device_.synchronize(stream_);
   }
@@ -327,8 +324,7 @@ class layers_stage_device final : public stage_device {
   /// Keys whose backward_input() ran and whose weight gradients wait for backward_weights().
   struct pending_weight_work {
     layers::sequential_context context;
-    int64_t step = 0;
-    int64_t sample_offset = 0;
+    layers::run_options options;  ///< the key's backward pass's
   };
   std::unordered_map<uint64_t, pending_weight_work> pending_weights_;
   std::map<int64_t, std::vector<layers::tensor>> stash_;

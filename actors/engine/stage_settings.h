@@ -26,7 +26,8 @@ int pipeline_workers(const job_config& config);
 
 /// Whether stages handle a waiting backward pass before forwards that arrived earlier: the
 /// sync schedules after GPipe (1F1B, ZB-H1, interleaved), whose order of work is one forward,
-/// one backward. Hosts order their mailboxes so; the stage logic accepts any order.
+/// one backward. The simulator orders its queues so; the CAF host keeps arrival order (its
+/// forwards wait only at max_forward_keys); the stage logic accepts any order.
 bool backward_first(const job_config& config);
 
 /// The CPU threads each stage's backend may use: job_threads() split evenly over the workers.

@@ -175,9 +175,7 @@ static void remind_of_deferred_work(caf::stateful_actor<stage_actor_state>* self
 
 static void run_deferred_work(stage_parts& parts) {
   const double start = parts.clock->now_seconds();
-  if (!parts.logic->has_deferred_work() || !parts.logic->run_deferred_work() || !parts.trace) {
-    return;
-  }
+  if (!parts.logic->run_deferred_work() || !parts.trace) return;
   parts.trace->span(parts.index, "weight-gradients", -1, start, parts.clock->now_seconds() - start);
 }
 
