@@ -111,6 +111,7 @@ std::vector<key_message> training_run::start_epoch(double now_s) {
   epoch_start_s_ = now_s;
   last_log_s_ = now_s;
   epoch_totals_ = batch_totals();
+  next_logged_step_ = settings.first_step;
   return admit_training();
 }
 
@@ -177,12 +178,41 @@ std::vector<key_message> training_run::handle(const stage_output& report, double
     ++ignored_reports_;
     return {};
   }
-  for (batch_totals* totals : {&interval_, &epoch_totals_}) {
-    totals->loss_sum += report.loss_sum;
-    totals->correct += report.correct;
-    totals->samples += report.samples;
-  }
+  add_to(&epoch_totals_, report);
+  step_losses& losses = step_losses_[report.message.step];
+  add_to(&losses.totals, report);
+  ++losses.reports;
+  log_completed_steps(now_s, false);
   return {};
+}
+
+void training_run::add_to(batch_totals* totals, const stage_output& report) {
+  totals->loss_sum += report.loss_sum;
+  totals->correct += report.correct;
+  totals->samples += report.samples;
+}
+
+void training_run::log_completed_steps(double now_s, bool all_reported) {
+  const int64_t micro_batches = config_.parallelism.micro_batches;
+  while (!unlogged_steps_.empty()) {
+    const int64_t boundary = unlogged_steps_.front();
+    for (; next_logged_step_ < boundary; ++next_logged_step_) {
+      auto found = step_losses_.find(next_logged_step_);
+      if (!all_reported && (found == step_losses_.end() || found->second.reports < micro_batches))
+        return;  // a loss report still on its way: stage 0's retirement overtook it
+      if (found == step_losses_.end()) continue;
+      interval_.loss_sum += found->second.totals.loss_sum;
+      interval_.correct += found->second.totals.correct;
+      interval_.samples += found->second.totals.samples;
+      step_losses_.erase(found);
+    }
+    unlogged_steps_.pop_front();
+    observer_.on_step(boundary, total_steps_, epoch_, interval_.mean_loss(),
+                      samples_of(interval_) / std::max(1e-9, now_s - last_log_s_));
+    if (config_.metrics.log_interval > 0 && boundary % config_.metrics.log_interval == 0) {
+      emit_metrics(epoch_, std::nullopt, now_s, boundary);
+    }
+  }
 }
 
 std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s) {
@@ -194,11 +224,9 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
   const int64_t retired = admission_->retired_count();
   if (retired % micro_batches == 0) {
     const int64_t step = retired / micro_batches;
-    observer_.on_step(step, total_steps_, epoch_, interval_.mean_loss(),
-                      samples_of(interval_) / std::max(1e-9, now_s - last_log_s_));
-    if (config_.metrics.log_interval > 0 && step % config_.metrics.log_interval == 0) {
-      emit_metrics(epoch_, std::nullopt, now_s);
-    }
+    // Reports travel apart: the step is logged once the last stage's losses for it are in.
+    unlogged_steps_.push_back(step);
+    log_completed_steps(now_s, false);
     note_step_for_checkpoint(step, now_s);
   }
   if (checkpoint_requested_ && !paused_) {
@@ -215,9 +243,7 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
     }
     return admitted;
   }
-  const double epoch_s = now_s - epoch_start_s_;
-  train_s_ += epoch_s;
-  train_samples_ += epoch_totals_.samples;
+  train_s_ += now_s - epoch_start_s_;
   return start_evaluation(now_s);
 }
 
@@ -250,6 +276,9 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
     finish(now_s);
     return {};
   }
+  // The last stage sent the epoch's losses before these results, on the same connection.
+  log_completed_steps(now_s, true);
+  train_samples_ += epoch_totals_.samples;
   ++epoch_;
   summary_.epochs = epoch_;
   summary_.final_test_accuracy = evaluation_.accuracy();
@@ -355,13 +384,16 @@ run_progress training_run::progress(double now_s) const {
   return progress;
 }
 
-void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s) {
+void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s,
+                                std::optional<int64_t> step) {
   // A log-interval record covers the steps since the previous one; an evaluation record
   // covers the whole epoch.
   const batch_totals& span = test ? epoch_totals_ : interval_;
   const double seconds = test ? now_s - epoch_start_s_ : now_s - last_log_s_;
   metrics_record record;
-  record.step = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0;
+  record.step =
+      step ? *step
+           : (admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0);
   record.epoch = epoch;
   record.loss = span.mean_loss();
   record.learning_rate =

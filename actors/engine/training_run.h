@@ -6,6 +6,8 @@
 // real host and the simulator drive the same code.
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -87,7 +89,13 @@ class training_run {
   key_message training_key(const admission& entry);
   key_message message_for(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
                           const layers::dataset& data);
-  void emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s);
+  /// A log record at `step`, or (without it) an evaluation record at the retired step.
+  void emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s,
+                    std::optional<int64_t> step = std::nullopt);
+  static void add_to(batch_totals* totals, const stage_output& report);
+  /// Logs the retired steps whose loss reports are all in, in order; `all_reported` logs
+  /// every retired step with what came.
+  void log_completed_steps(double now_s, bool all_reported);
   bool checkpoints_enabled() const;
   void note_step_for_checkpoint(int64_t step, double now_s);
   /// After an evaluation: the next epoch, a checkpoint first, or the end.
@@ -114,6 +122,15 @@ class training_run {
   // Training figures since the last metrics line and over the current epoch.
   batch_totals interval_;
   batch_totals epoch_totals_;
+  // Loss reports by step, until the step is retired and logged: the last stage's reports and
+  // stage 0's retirements reach the coordinator by different connections, in either order.
+  struct step_losses {
+    batch_totals totals;
+    int64_t reports = 0;
+  };
+  std::map<int64_t, step_losses> step_losses_;
+  std::deque<int64_t> unlogged_steps_;  ///< retired step counts not logged yet
+  int64_t next_logged_step_ = 0;
   double interval_train_s_ = 0;
   double epoch_start_s_ = 0;
   double train_s_ = 0;

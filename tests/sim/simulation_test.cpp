@@ -96,7 +96,9 @@ TEST(SimulationTest, NewerSchedulesShrinkTheBubbleAsPublished) {
       EXPECT_LT(zero_bubble, one_f_one_b - 0.3 * (one_f_one_b - expected[1]))
           << "p=" << stages << " m=" << micro_batches;
       EXPECT_LT(interleaved, one_f_one_b) << "p=" << stages << " m=" << micro_batches;
-      if (stages == 2) EXPECT_NEAR(interleaved, expected[2], 0.01) << "m=" << micro_batches;
+      if (stages == 2) {
+        EXPECT_NEAR(interleaved, expected[2], 0.01) << "m=" << micro_batches;
+      }
     }
   }
 }
