@@ -168,9 +168,9 @@ class simulator {
   std::deque<int>::iterator next_ready(pool_state& queue);
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
-  /// A free device with no message waiting runs a stage's deferred weight-gradient work
-  /// (zero-bubble schedules), if one of its stages has some.
-  void begin_deferred_work(int device);
+  /// A free device with no message waiting runs the next pass of a stage's zero-bubble order
+  /// (a W, or a message that came before its turn), if one of its stages has one ready.
+  void begin_ready_work(int device);
   void finish_work(int device);
   /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
   charged_work handle(int stage, int device, int id);
@@ -306,6 +306,7 @@ bool simulator::build(std::string* error) {
   const bool interleaved = config_.parallelism.schedule == "interleaved" &&
                            cluster_.placement.size() != static_cast<size_t>(stages);
   const int workers = interleaved ? stages / config_.parallelism.virtual_stages : stages;
+  const auto turns = actors::make_pass_turns(config_);
   for (int s = 0; s < stages; ++s) {
     const int device = cluster_.device_of_stage(s % workers, workers, error);
     if (device < 0) return false;
@@ -331,7 +332,7 @@ bool simulator::build(std::string* error) {
     stage_devices_.push_back(std::make_unique<timed_stage_device>(
         std::move(cost), input, (*shapes)[range.last - 1], std::move(numerics)));
     stages_.push_back(std::make_unique<actors::stage_logic>(
-        actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps()),
+        actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps(), turns),
         *stage_devices_.back()));
   }
   stage_busy_s_.assign(stages, 0);
@@ -454,7 +455,7 @@ void simulator::start_work(int pool) {
     if (devices_[device].busy) continue;
     const auto next = next_ready(queue);
     if (next == queue.waiting.end()) {
-      begin_deferred_work(device);
+      begin_ready_work(device);
       continue;
     }
     const int id = *next;
@@ -531,21 +532,26 @@ void simulator::begin_work(int device, int id) {
   schedule(now_ + work.seconds, event_kind::work_done, device);
 }
 
-void simulator::begin_deferred_work(int device) {
+void simulator::begin_ready_work(int device) {
   device_state& state = devices_[device];
   for (size_t stage = 0; stage < stages_.size(); ++stage) {
     if (stage_at_work_[stage] || devices_[device_of_stage_[stage]].pool != state.pool) continue;
-    if (!stages_[stage]->has_deferred_work()) continue;
-    stages_[stage]->run_deferred_work();
-    const double seconds = stage_devices_[stage]->take_charge();
+    if (!stages_[stage]->has_ready_work()) continue;
+    state.outputs = stages_[stage]->run_ready_work();
+    double seconds = stage_devices_[stage]->take_charge();
+    if (!state.outputs.empty()) {
+      seconds += options_.message_cpu_s * static_cast<double>(state.outputs.size());
+      double bytes = 0;
+      for (const stage_output& output : state.outputs) bytes += payload_bytes(output.message);
+      seconds += options_.message_cpu_per_byte_s * bytes;
+    }
     stage_busy_s_[stage] += seconds;
     state.busy = true;
     state.stage = static_cast<int>(stage);
-    state.outputs.clear();
     stage_at_work_[stage] = true;
     if (trace_ && spans_ < options_.trace_spans) {
       ++spans_;
-      trace_->span(static_cast<int>(stage), "weight-gradients", -1, now_, seconds);
+      trace_->span(static_cast<int>(stage), "scheduled", -1, now_, seconds);
     }
     schedule(now_ + seconds, event_kind::work_done, device);
     return;

@@ -436,7 +436,8 @@ class cluster_coordinator {
     std::vector<std::string> addresses(stages_), keys(stages_);
     for (auto& worker : workers_) worker.stages.clear();
     for (int s = 0; s < stages_; ++s) {
-      worker_peer& owner = workers_[static_cast<size_t>(s) * workers_.size() / stages_];
+      worker_peer& owner =
+          workers_[process_of_stage(config_, s, static_cast<int>(workers_.size()))];
       owner.stages.push_back(s);
       addresses[s] = owner.address;
       keys[s] = owner.public_key;

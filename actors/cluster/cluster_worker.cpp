@@ -169,6 +169,8 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
   addresses.stage_keys = assignment.value("keys", std::vector<std::string>{});
   addresses.coordinator_key = assignment.value("coordinator_key", "");
   addresses.security = security;
+  auto turns = make_pass_turns(result.config);
+  keep_local_turns(result.config, assignment.value("stages", std::vector<int>{}), &turns);
   for (int stage : assignment.value("stages", std::vector<int>{})) {
     if (stage < 0 || stage >= static_cast<int>(ranges->size()) ||
         addresses.stages.size() != ranges->size()) {
@@ -178,7 +180,7 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
     }
     auto parts = make_stage_parts(
         result.config, (*ranges)[stage], stage, assignment.value("steps_per_epoch", int64_t{1}),
-        assignment.value("total_steps", int64_t{0}), context, addresses, error);
+        assignment.value("total_steps", int64_t{0}), turns, context, addresses, error);
     if (!parts) return std::nullopt;
     parts->job_id = assignment.value("job_id", uint64_t{0});
     parts->clock = &clock;
@@ -287,9 +289,12 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     caf::actor_system system{settings};
     caf::scoped_actor self{system};
     std::vector<std::pair<int, caf::actor>> actors;
+    std::vector<caf::actor> handles;
     for (size_t i = 0; i < stages->parts.size(); ++i) {
-      actors.push_back({stages->indices[i], system.spawn(stage_actor, stages->parts[i])});
+      handles.push_back(system.spawn(stage_actor, stages->parts[i]));
+      actors.push_back({stages->indices[i], handles.back()});
     }
+    connect_worker_siblings(stages->config, stages->parts, handles);
     const uint64_t job_id = assignment.value("job_id", uint64_t{0});
     routes.set(actors, job_id);
     coordinator.send({{"type", "ready"}, {"stages", stages->indices}, {"job_id", job_id}});

@@ -45,26 +45,72 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
     ++refused_;
     return outputs;
   }
-  switch (message.kind) {
-    case key_kind::forward:
-      forward(message, &outputs);
-      break;
-    case key_kind::evaluate:
-      evaluate(message, &outputs);
-      break;
-    case key_kind::backward:
-      backward(message, &outputs);
-      break;
-    case key_kind::step:  // handled above
-      break;
+  if (message.kind == key_kind::evaluate) {
+    evaluate(message, &outputs);
+  } else if (!ordered() || is_next_pass(pass_of(message), micro_batch_of(message))) {
+    run_pass(message, &outputs);
+  } else {
+    early_[{static_cast<int>(pass_of(message)), micro_batch_of(message)}] = message;
   }
+  return outputs;
+}
+
+scheduled_pass::kind stage_logic::backward_pass() const {
+  return settings_.turn->splits_backward ? scheduled_pass::kind::input_gradient
+                                         : scheduled_pass::kind::backward;
+}
+
+scheduled_pass::kind stage_logic::pass_of(const key_message& message) const {
+  return message.kind == key_kind::forward ? scheduled_pass::kind::forward : backward_pass();
+}
+
+bool stage_logic::is_next_pass(scheduled_pass::kind kind, int micro_batch) const {
+  const scheduled_pass& next = settings_.turn->next_pass();
+  return next.stage == settings_.index && next.what == kind && next.micro_batch == micro_batch;
+}
+
+void stage_logic::run_pass(const key_message& message, std::vector<stage_output>* outputs) {
+  if (message.kind == key_kind::forward) {
+    forward(message, outputs);
+  } else {
+    backward(message, outputs);
+  }
+  // The turn moves on once the pass is done, so that the worker runs one pass at a time.
+  if (!ordered()) return;
+  settings_.turn->advance();
+  if (is_last() && message.kind == key_kind::forward) {
+    // The last stage turned the forward around: its backward was the order's next pass.
+    TROUPE_CHECK(is_next_pass(backward_pass(), micro_batch_of(message)));
+    settings_.turn->advance();
+  }
+}
+
+bool stage_logic::has_ready_work() const {
+  if (!ordered()) return false;
+  const scheduled_pass& next = settings_.turn->next_pass();
+  if (next.stage != settings_.index) return false;
+  return next.what == scheduled_pass::kind::weight_gradients ||
+         early_.count({static_cast<int>(next.what), next.micro_batch}) > 0;
+}
+
+std::vector<stage_output> stage_logic::run_ready_work() {
+  std::vector<stage_output> outputs;
+  if (!has_ready_work()) return outputs;
+  const scheduled_pass next = settings_.turn->next_pass();
+  if (next.what == scheduled_pass::kind::weight_gradients) {
+    run_weight_gradients();
+    settings_.turn->advance();
+    return outputs;
+  }
+  auto found = early_.find({static_cast<int>(next.what), next.micro_batch});
+  const key_message message = std::move(found->second);
+  early_.erase(found);
+  run_pass(message, &outputs);
   return outputs;
 }
 
 void stage_logic::forward(const key_message& message, std::vector<stage_output>* outputs) {
   finish_deferred_step();  // a new step's key sees the weights of the step before
-  // A new key's activations take the place of the oldest deferred W's (1F1B's memory).
-  if (settings_.max_held_keys > 0) run_deferred_until(settings_.max_held_keys - 1);
   forward_versions_[message.key] = version_;
   key_message next = message;
   next.payload = device_.forward(message, true);
@@ -116,7 +162,7 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   message.payload = run_backward(message);
   const bool complete = count_backward();
   if (complete && settings_.global_clipping) {
-    run_deferred_until(0);  // the norm needs every weight gradient
+    run_all_deferred();  // the norm needs every weight gradient
     // The later stages' squared norms came with the message; add this stage's.
     const double norm_squared = message.norm_squared + device_.squared_gradient_norm();
     if (settings_.index > 0) {
@@ -137,10 +183,9 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   }
   if (complete) {
     // Zero-bubble: the step waits for the deferred W, which run in the cool-down after this
-    // input gradient has gone on. Stage 0 steps at once: the key's retirement lets the
-    // coordinator admit the next step's keys.
+    // input gradient has gone on.
     step_after_deferred_ = true;
-    if (deferred_.empty() || settings_.index == 0) finish_deferred_step();
+    if (deferred_.empty()) finish_deferred_step();
   }
   message.norm_squared = 0;
   if (settings_.index > 0) {
@@ -152,31 +197,31 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
 }
 
 layers::tensor stage_logic::run_backward(const key_message& message) {
-  if (settings_.max_held_keys <= 0) return device_.backward(message, settings_.index > 0);
+  if (!ordered() || !settings_.turn->splits_backward) {
+    return device_.backward(message, settings_.index > 0);
+  }
   layers::tensor gradient = device_.backward_input(message, settings_.index > 0);
   deferred_.push_back(message.key);
   return gradient;
 }
 
-bool stage_logic::run_deferred_work() {
-  if (deferred_.empty()) return false;
+void stage_logic::run_weight_gradients() {
+  // Global clipping ran the step's W already, to take its norm.
+  if (deferred_.empty()) return;
   device_.backward_weights(deferred_.front());
   deferred_.pop_front();
   if (deferred_.empty() && step_after_deferred_) finish_deferred_step();
-  return true;
 }
 
 void stage_logic::finish_deferred_step() {
   if (!step_after_deferred_) return;
   step_after_deferred_ = false;  // before the W: the last of them must not step as well
-  run_deferred_until(0);
+  run_all_deferred();
   take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
 }
 
-void stage_logic::run_deferred_until(size_t keys) {
-  while (!deferred_.empty() && forward_versions_.size() + deferred_.size() > keys) {
-    run_deferred_work();
-  }
+void stage_logic::run_all_deferred() {
+  while (!deferred_.empty()) run_weight_gradients();
 }
 
 bool stage_logic::count_backward() {
@@ -242,6 +287,8 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   if (!device_.load_state(state, weights_only, error)) return false;
   forward_versions_.clear();
   deferred_.clear();
+  early_.clear();
+  if (ordered()) settings_.turn->next.store(0);
   step_after_deferred_ = false;
   if (!weights_only) {
     version_ = state.weight_version;

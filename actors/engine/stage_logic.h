@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
+#include "actors/engine/pass_order.h"
 #include "actors/engine/pipeline_messages.h"
 #include "actors/engine/stage_device.h"
 
@@ -36,11 +39,12 @@ struct stage_settings {
   /// coordinator sees the step finished only once every stage has taken it. Otherwise each
   /// stage clips by its own norm.
   bool global_clipping = false;
-  /// Zero-bubble schedules (ZB-H1): a backward pass computes the input gradient (B) at once and
-  /// defers the weight gradients (W) to run_deferred_work(), which the host calls when the
-  /// stage would otherwise wait. Keys between their forward and their W at this stage stay
-  /// within this many (ZB-H1: stages − index + 1, 1F1B's plus one); 0: no deferral.
-  int max_held_keys = 0;
+  /// Schedules with a fixed order of passes (ZB-H1, interleaved): the order of the worker
+  /// that hosts this stage, shared by the stages it hosts (pass_order.h). A forward or backward
+  /// message that comes before its turn waits in the stage; under ZB-H1 a backward pass
+  /// computes the input gradient (B) and defers the weight gradients (W) to where the order
+  /// puts them. Null: passes run as messages come, and a backward pass is whole.
+  std::shared_ptr<pass_turn> turn;
   /// 1F1B and its descendants: most keys between their forward and their backward pass here
   /// (stages − index), so that a stage takes the next forward only after a backward, as the
   /// schedule orders its work; 0: any number (GPipe, async).
@@ -64,14 +68,16 @@ class stage_logic {
     return settings_.max_forward_keys <= 0 ||
            forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys);
   }
-  /// Deferred weight-gradient work waits (zero-bubble schedules): the host should call
-  /// run_deferred_work() when no message is waiting for this stage, so that W fills time the
-  /// stage would otherwise wait; a W also runs in front of a forward when the stage holds
-  /// max_held_keys keys.
-  bool has_deferred_work() const { return !deferred_.empty(); }
-  /// Runs the oldest deferred W, and the optimizer step after the last one when the step's
-  /// backward passes are all done; nothing to send comes of it. False when none waited.
-  bool run_deferred_work();
+  /// The worker's next pass is this stage's and can run: a W, or a message that came before
+  /// its turn. The host calls run_ready_work() after it has sent what the last call returned
+  /// (so that a B's input gradient leaves before the W behind it runs), and tells the stage
+  /// whose pass is next when another stage of the worker moved the turn on.
+  bool has_ready_work() const;
+  /// The stage whose pass the worker runs next; -1 without a fixed order.
+  int stage_with_next_pass() const { return ordered() ? settings_.turn->next_pass().stage : -1; }
+  /// Runs the next pass (and the optimizer step after the step's last W); what to send comes
+  /// out, as from handle(). Nothing when none is ready.
+  std::vector<stage_output> run_ready_work();
   /// Runs every deferred W and the step they wait for (before reading the weights or the
   /// version at the end of a run).
   void finish_deferred_step();
@@ -101,8 +107,22 @@ class stage_logic {
   bool count_backward();
   /// The device's backward pass: whole, or its B half with W deferred.
   layers::tensor run_backward(const key_message& message);
-  /// Runs deferred W until at most `keys` keys are held here (every one with 0).
-  void run_deferred_until(size_t keys);
+  /// Runs a forward or backward message.
+  void run_pass(const key_message& message, std::vector<stage_output>* outputs);
+  /// The oldest deferred W, and the step after the step's last one.
+  void run_weight_gradients();
+  /// Runs every deferred W.
+  void run_all_deferred();
+  /// Whether the worker's next pass is this stage's pass of `kind` for `micro_batch`.
+  bool is_next_pass(scheduled_pass::kind kind, int micro_batch) const;
+  /// The pass a backward message asks for: B under ZB-H1, the whole backward otherwise.
+  scheduled_pass::kind backward_pass() const;
+  /// The pass a forward or backward message asks for, and its micro-batch.
+  scheduled_pass::kind pass_of(const key_message& message) const;
+  int micro_batch_of(const key_message& message) const {
+    return static_cast<int>(message.key % settings_.min_update_interval);
+  }
+  bool ordered() const { return settings_.turn != nullptr; }
   /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).
   void take_step(double norm_squared);
   void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
@@ -120,6 +140,8 @@ class stage_logic {
   /// Keys whose W is deferred, oldest first (the order W would have run in, so the weight
   /// gradients sum in the same order as without deferral).
   std::deque<uint64_t> deferred_;
+  /// Messages that came before their turn, by pass kind and micro-batch.
+  std::map<std::pair<int, int>, key_message> early_;
   std::vector<int64_t> staleness_;
   std::vector<int64_t> weight_staleness_;
   size_t peak_contexts_ = 0;

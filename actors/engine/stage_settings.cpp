@@ -8,7 +8,8 @@
 namespace troupe::actors {
 
 stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
-                                 int64_t total_steps) {
+                                 int64_t total_steps,
+                                 const std::vector<std::shared_ptr<pass_turn>>& turns) {
   const parallelism_config& p = config.parallelism;
   stage_settings settings;
   settings.index = index;
@@ -23,9 +24,7 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
       1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
-  // ZB-H1 (Qi et al. 2024): 1F1B's keys plus the one whose W waits, so that a stage runs
-  // B, then the next F, then the older W (F B F B W F B W ... at the last stage).
-  if (p.mode == "sync" && p.schedule == "zb-h1") settings.max_held_keys = p.stages - index + 1;
+  if (!turns.empty()) settings.turn = turns[static_cast<size_t>(pipeline_worker_of(config, index))];
   if (backward_first(config) && p.schedule != "interleaved") {
     settings.max_forward_keys = p.stages - index;
   }

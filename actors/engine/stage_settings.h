@@ -5,7 +5,9 @@
 // driver and the simulator all take their stages' settings from here.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/config/job_config.h"
 #include "actors/engine/stage_logic.h"
@@ -13,9 +15,12 @@
 namespace troupe::actors {
 
 /// The settings of stage `index` of `config` (its update interval, gradient scale, learning
-/// rate schedule over `steps_per_epoch` and `total_steps`).
+/// rate schedule over `steps_per_epoch` and `total_steps`). `turns` are the job's
+/// make_pass_turns(), made once for all the stages of a process: the stages of one worker
+/// share its turn.
 stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
-                                 int64_t total_steps);
+                                 int64_t total_steps,
+                                 const std::vector<std::shared_ptr<pass_turn>>& turns);
 
 /// The CPU threads the job's stages share: parallelism.threads, or every core when it is 0.
 int job_threads(const job_config& config);
@@ -27,7 +32,8 @@ int pipeline_workers(const job_config& config);
 /// Whether stages handle a waiting backward pass before forwards that arrived earlier: the
 /// sync schedules after GPipe (1F1B, ZB-H1, interleaved), whose order of work is one forward,
 /// one backward. The simulator orders its queues so; the CAF host keeps arrival order (its
-/// forwards wait only at max_forward_keys); the stage logic accepts any order.
+/// forwards wait only at max_forward_keys); the stage logic accepts any order, holding a
+/// message until its turn under the schedules with a fixed order (pass_order.h).
 bool backward_first(const job_config& config);
 
 /// The CPU threads each stage's backend may use: job_threads() split evenly over the workers.

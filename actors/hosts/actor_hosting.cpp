@@ -165,18 +165,33 @@ static stage_report snapshot(stage_parts& parts) {
   return report;
 }
 
-/// Deferred weight-gradient work runs when the stage reaches the reminder it sends itself:
-/// after the messages that arrived before it, so B and F on the critical path go first.
-static void remind_of_deferred_work(caf::stateful_actor<stage_actor_state>* self) {
-  if (self->state.deferred_requested || !self->state.parts->logic->has_deferred_work()) return;
-  self->state.deferred_requested = true;
-  self->send(self, deferred_atom::value);
+/// The next pass of a zero-bubble order runs when the stage reaches the reminder it sends
+/// itself, once what came before it has been sent on (a B's input gradient before its W).
+static void remind_of_ready_work(caf::stateful_actor<stage_actor_state>* self) {
+  if (self->state.ready_work_requested || !self->state.parts->logic->has_ready_work()) return;
+  self->state.ready_work_requested = true;
+  self->send(self, ready_work_atom::value);
 }
 
-static void run_deferred_work(stage_parts& parts) {
+static void run_ready_work(stage_parts& parts) {
   const double start = parts.clock->now_seconds();
-  if (!parts.logic->run_deferred_work() || !parts.trace) return;
-  parts.trace->span(parts.index, "weight-gradients", -1, start, parts.clock->now_seconds() - start);
+  const int64_t version = parts.logic->version();
+  std::vector<stage_output> outputs = parts.logic->run_ready_work();
+  if (parts.trace) {
+    parts.trace->span(parts.index,
+                      parts.logic->version() != version ? "scheduled+step" : "scheduled", -1, start,
+                      parts.clock->now_seconds() - start);
+  }
+  send_outputs(parts, outputs);
+}
+
+/// After this stage moved its worker's turn on, the sibling whose pass is next may hold the
+/// message for it already: it is told to look.
+static void wake_turn_holder(caf::event_based_actor* self, stage_parts& parts, int before) {
+  const int holder = parts.logic->stage_with_next_pass();
+  if (holder == before || holder == parts.index) return;
+  auto sibling = parts.worker_siblings.find(holder);
+  if (sibling != parts.worker_siblings.end()) self->send(sibling->second, ready_work_atom::value);
 }
 
 /// A forward the stage may not take yet (1F1B's bound on keys between forward and backward)
@@ -195,13 +210,15 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
     waiting.push_back(incoming);
     return;
   }
+  const int before = parts.logic->stage_with_next_pass();
   handle_at_stage(parts, incoming);
   while (!waiting.empty() && parts.logic->ready_for_forward()) {
     const transport::message next = std::move(waiting.front());
     waiting.pop_front();
     handle_at_stage(parts, next);
   }
-  remind_of_deferred_work(self);
+  remind_of_ready_work(self);
+  wake_turn_holder(self, parts, before);
 }
 
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
@@ -214,10 +231,12 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
             self, self->state.parts->inbox, self->state.parts->dropped_frames,
             [self](const transport::message& incoming) { on_stage_message(self, incoming); });
       },
-      [self](deferred_atom) {
-        self->state.deferred_requested = false;
-        run_deferred_work(*self->state.parts);
-        remind_of_deferred_work(self);
+      [self](ready_work_atom) {
+        self->state.ready_work_requested = false;
+        const int before = self->state.parts->logic->stage_with_next_pass();
+        run_ready_work(*self->state.parts);
+        remind_of_ready_work(self);
+        wake_turn_holder(self, *self->state.parts, before);
       },
       [self](collect_atom) { return snapshot(*self->state.parts); },
   };
@@ -503,6 +522,7 @@ static std::string key_of(const address_book& addresses, int stage) {
 std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
                                               int index, int64_t steps_per_epoch,
                                               int64_t total_steps,
+                                              const std::vector<std::shared_ptr<pass_turn>>& turns,
                                               transport::transport_context& context,
                                               const address_book& addresses, std::string* error) {
   auto parts = std::make_shared<stage_parts>();
@@ -512,7 +532,7 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   if (!parts->backend) return nullptr;
   parts->device = make_layers_stage_device(config, range, *parts->backend);
   parts->logic = std::make_unique<stage_logic>(
-      stage_settings_of(config, index, steps_per_epoch, total_steps), *parts->device);
+      stage_settings_of(config, index, steps_per_epoch, total_steps, turns), *parts->device);
   const int stages = config.parallelism.stages;
   if (index + 1 < stages) {
     parts->next = connect_outbox(context, addresses.stages[index + 1], error, addresses.security,
@@ -528,6 +548,19 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
                                       addresses.coordinator_key);
   if (!parts->coordinator) return nullptr;
   return parts;
+}
+
+void connect_worker_siblings(const job_config& config,
+                             const std::vector<std::shared_ptr<stage_parts>>& parts,
+                             const std::vector<caf::actor>& actors) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (i != j && pipeline_worker_of(config, parts[i]->index) ==
+                        pipeline_worker_of(config, parts[j]->index)) {
+        parts[i]->worker_siblings[parts[j]->index] = actors[j];
+      }
+    }
+  }
 }
 
 }  // namespace troupe::actors

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,8 +33,8 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using take_atom = caf::atom_constant<caf::atom("take")>;
 /// Asks the coordinator for a checkpoint at the next step boundary (bool: stop after it).
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
-/// A stage's reminder to itself: deferred weight-gradient work waits (zero-bubble schedules).
-using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
+/// A stage's reminder to itself: the next pass of its zero-bubble order can run.
+using ready_work_atom = caf::atom_constant<caf::atom("ready")>;
 
 /// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
 /// secured as `security` says (plain by default, which only loopback addresses accept).
@@ -62,6 +63,9 @@ struct stage_parts {
   /// In one process, the stage's own inbox, read by its actor on each take_atom (no receiver
   /// thread in between: a message crosses one thread boundary, not two); empty in a cluster.
   std::optional<transport::inbox> inbox;
+  /// The actors of the other stages its pipeline worker hosts in this process (interleaved),
+  /// by stage: the one whose pass is next is told when this stage moves the turn on.
+  std::map<int, caf::actor> worker_siblings;
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
@@ -75,8 +79,8 @@ void close_outboxes(stage_parts& parts);
 
 struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
-  /// A deferred_atom is in the mailbox.
-  bool deferred_requested = false;
+  /// A ready_work_atom is in the mailbox.
+  bool ready_work_requested = false;
   /// Forward messages the stage may not take yet (stage_logic::ready_for_forward), in order.
   std::deque<transport::message> waiting_forwards;
 };
@@ -96,6 +100,9 @@ struct coordinator_parts {
   std::vector<caf::actor> stage_readers;
   /// In one process, the coordinator's own inbox, read on each take_atom; else empty.
   std::optional<transport::inbox> inbox;
+  /// The actors of the other stages its pipeline worker hosts in this process (interleaved),
+  /// by stage: the one whose pass is next is told when this stage moves the turn on.
+  std::map<int, caf::actor> worker_siblings;
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
@@ -161,11 +168,19 @@ struct address_book {
 /// Builds stage `index` of `config` (blocks `range`) with outboxes to its neighbours and the
 /// coordinator per `addresses`. Returns null with `error` set when its device cannot be opened
 /// or an address is malformed.
+/// `turns` are the job's make_pass_turns(), made once for all the stages of the process.
 std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
                                               int index, int64_t steps_per_epoch,
                                               int64_t total_steps,
+                                              const std::vector<std::shared_ptr<pass_turn>>& turns,
                                               transport::transport_context& context,
                                               const address_book& addresses, std::string* error);
+
+/// Tells each of `parts` (with its `actors`, in the same order) the actors of the other stages
+/// of its pipeline worker (stage_parts::worker_siblings). Before the first message.
+void connect_worker_siblings(const job_config& config,
+                             const std::vector<std::shared_ptr<stage_parts>>& parts,
+                             const std::vector<caf::actor>& actors);
 
 /// An outbox to `address` with the engine's settings; with CURVE the inbox there must prove
 /// it holds `server_key`. Nothing with `error` set on failure.

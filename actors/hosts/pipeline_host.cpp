@@ -183,9 +183,11 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     if (!coordinator->stages.back()) return std::nullopt;
   }
 
+  const auto turns = make_pass_turns(config);
   for (int s = 0; s < stages; ++s) {
     parts.push_back(make_stage_parts(config, (*ranges)[s], s, coordinator->run->steps_per_epoch(),
-                                     coordinator->run->total_steps(), context, addresses, error));
+                                     coordinator->run->total_steps(), turns, context, addresses,
+                                     error));
     if (!parts.back()) return std::nullopt;
     parts.back()->job_id = job_id;
     parts.back()->clock = &clock;
@@ -205,6 +207,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   caf::actor coordinator_handle = system.spawn(coordinator_actor, coordinator);
   targets.push_back(coordinator_handle);
   connect_readers(parts, *coordinator, targets, inboxes);
+  connect_worker_siblings(config, parts, targets);
   caf::anon_send(coordinator_handle, start_atom::value);
   await_run(self, coordinator_handle, options.checkpoint_requests);
 

@@ -22,10 +22,12 @@ local_pipeline::local_pipeline(const job_config& config, layers::backend& device
   auto ranges = partition_model(config, &error);
   TROUPE_CHECK(ranges.has_value());
   const int64_t per_epoch = batches_.batches_per_epoch();
+  const auto turns = make_pass_turns(config);
   for (size_t i = 0; i < ranges->size(); ++i) {
     devices_.push_back(make_layers_stage_device(config, (*ranges)[i], device));
     stages_.push_back(std::make_unique<stage_logic>(
-        stage_settings_of(config, static_cast<int>(i), per_epoch, total_steps), *devices_[i]));
+        stage_settings_of(config, static_cast<int>(i), per_epoch, total_steps, turns),
+        *devices_[i]));
   }
   mailboxes_.resize(ranges->size());
 }
@@ -69,11 +71,11 @@ void local_pipeline::admit(const layers::dataset& data, coordinator_logic& coord
   peak_active_ = std::max(peak_active_, coordinator.active());
 }
 
-bool local_pipeline::next_delivery(int* stage, bool* backward, bool* deferred) {
+bool local_pipeline::next_delivery(int* stage, bool* backward, bool* ready_pass) {
   struct choice {
     int stage;
     bool backward;
-    bool deferred;
+    bool ready_pass;
   };
   std::vector<choice> ready;
   for (int s = 0; s < stage_count(); ++s) {
@@ -81,13 +83,13 @@ bool local_pipeline::next_delivery(int* stage, bool* backward, bool* deferred) {
     if (!mailboxes_[s].forwards.empty() && stages_[s]->ready_for_forward()) {
       ready.push_back({s, false, false});
     }
-    if (stages_[s]->has_deferred_work()) ready.push_back({s, false, true});
+    if (stages_[s]->has_ready_work()) ready.push_back({s, false, true});
   }
   if (ready.empty()) return false;
   const size_t pick = static_cast<size_t>(order_.below(ready.size()));
   *stage = ready[pick].stage;
   *backward = ready[pick].backward;
-  *deferred = ready[pick].deferred;
+  *ready_pass = ready[pick].ready_pass;
   return true;
 }
 
@@ -102,27 +104,29 @@ bool local_pipeline::deliver(const coordinator_inbox& to_coordinator) {
   if (shuffled_) {
     int stage = 0;
     bool backward = false;
-    bool deferred = false;
-    if (!next_delivery(&stage, &backward, &deferred)) return false;
-    if (deferred) return stages_[stage]->run_deferred_work();
-    route(stage, stages_[stage]->handle(take(stage, backward)), to_coordinator);
+    bool ready_pass = false;
+    if (!next_delivery(&stage, &backward, &ready_pass)) return false;
+    route(stage,
+          ready_pass ? stages_[stage]->run_ready_work()
+                     : stages_[stage]->handle(take(stage, backward)),
+          to_coordinator);
     return true;
   }
   // Every stage with work handles one message, backward first, as stages running side by
-  // side at equal speed would; what they send arrives in the next round. A stage without a
-  // message runs deferred weight-gradient work, as its host does when it would wait.
+  // side at equal speed would; what they send arrives in the next round. A stage with the next
+  // pass of its zero-bubble order ready runs that, as its host does.
   std::vector<std::pair<int, std::vector<stage_output>>> sent;
-  bool worked = false;
   for (int s = 0; s < stage_count(); ++s) {
-    const bool backward = !mailboxes_[s].backwards.empty();
-    if (!backward && (mailboxes_[s].forwards.empty() || !stages_[s]->ready_for_forward())) {
-      if (stages_[s]->has_deferred_work()) worked = stages_[s]->run_deferred_work() || worked;
+    if (stages_[s]->has_ready_work()) {
+      sent.push_back({s, stages_[s]->run_ready_work()});
       continue;
     }
+    const bool backward = !mailboxes_[s].backwards.empty();
+    if (!backward && (mailboxes_[s].forwards.empty() || !stages_[s]->ready_for_forward())) continue;
     sent.push_back({s, stages_[s]->handle(take(s, backward))});
   }
   for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), to_coordinator);
-  return worked || !sent.empty();
+  return !sent.empty();
 }
 
 void local_pipeline::route(int stage, std::vector<stage_output> outputs,

@@ -65,8 +65,8 @@ class local_pipeline {
 
   key_message make_forward(const layers::dataset& data, const admission& entry);
   void admit(const layers::dataset& data, coordinator_logic& coordinator);
-  /// Picks a ready queue, or a stage's deferred work, at random; false when there is none.
-  bool next_delivery(int* stage, bool* backward, bool* deferred);
+  /// Picks a ready queue, or a stage's ready pass (zero-bubble), at random; false when none.
+  bool next_delivery(int* stage, bool* backward, bool* ready_pass);
   key_message take(int stage, bool backward);
   using coordinator_inbox = std::function<void(stage_output&&)>;
   /// Delivers one message (a random ready one when shuffled, else a lock-step round in which

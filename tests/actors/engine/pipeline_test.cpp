@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "actors/config/job_data.h"
 #include "actors/engine/learning_rate.h"
 #include "actors/engine/partition.h"
+#include "actors/engine/pass_order.h"
 #include "actors/engine/sequential_trainer.h"
 #include "layers/backend_registry.h"
 #include "layers/gemm_precision.h"
@@ -211,21 +213,22 @@ TEST(PipelineExactnessTest, ZeroBubbleSumsTheWeightGradientsOf1f1bInItsOrder) {
   EXPECT_EQ(result[0], result[1]);
 }
 
-TEST(PipelineExactnessTest, ZeroBubbleHoldsNoMoreKeysThan1f1b) {
-  // A key whose weight gradients wait still holds its activations: counted, ZB-H1 holds at
-  // each stage at most one key more than 1F1B does under the same deliveries.
+TEST(PipelineExactnessTest, ZeroBubbleHoldsNoMoreKeysThan1f1bsFirstStage) {
+  // A key whose weight gradients wait still holds its activations: every stage of ZB-H1 holds
+  // up to p keys, the most 1F1B holds (at stage 0), whatever the deliveries.
   std::vector<size_t> peaks[2];
   const char* schedules[2] = {"1f1b", "zb-h1"};
   for (int i = 0; i < 2; ++i) {
     job_config config = small_job(4, 8, "sync", schedules[i]);
     const layers::dataset data = training_set(config);
     auto device = cpu();
-    local_pipeline pipeline(config, *device, data.count(), 4, 0);
+    local_pipeline pipeline(config, *device, data.count(), 4, 7);
     pipeline.train(data, 4);
     for (int s = 0; s < 4; ++s) peaks[i].push_back(pipeline.stage(s).peak_contexts());
   }
-  for (int s = 0; s < 4; ++s) EXPECT_LE(peaks[1][s], peaks[0][s] + 1) << "stage " << s;
-  EXPECT_EQ(peaks[1].back(), 2u) << "the last stage runs a W before its second next forward";
+  EXPECT_EQ(peaks[0].front(), 4u);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(peaks[1][s], peaks[0].front()) << "stage " << s;
+  EXPECT_EQ(peaks[0].back(), 1u);
 }
 
 TEST(PipelineExactnessTest, InterleavedEqualsSequential) {
@@ -243,7 +246,7 @@ struct last_stage {
       : device(cpu()),
         work(make_layers_stage_device(config, (*partition_model(config, nullptr_error()))[1],
                                       *device)),
-        logic(stage_settings_of(config, 1, 10, 10), *work) {}
+        logic(stage_settings_of(config, 1, 10, 10, make_pass_turns(config)), *work) {}
 
   key_message forward(layers::shape dims) const {
     key_message message;
@@ -258,19 +261,144 @@ struct last_stage {
   stage_logic logic;
 };
 
-TEST(StageLogicTest, ZeroBubbleDefersWeightGradientsUntilAsked) {
+TEST(StageLogicTest, ZeroBubbleRunsPassesInItsOrder) {
+  // The last of 2 stages, 2 micro-batches: F0 B0 F1 B1 W0 W1. F1 comes first and waits; W
+  // wait until the host asks for the ready work, after it sent what B produced.
   last_stage stage(small_job(2, 2, "sync", "zb-h1"));
   stage_logic& last = stage.logic;
   stage_device* last_device = stage.work.get();
-  const auto outputs = last.handle(stage.forward({8, 20}));
+  key_message first = stage.forward({8, 20});
+  key_message second = first;
+  second.key = 1;
+  EXPECT_TRUE(last.handle(second).empty());
+  EXPECT_FALSE(last.has_ready_work());  // F0 is next
+  auto outputs = last.handle(first);
   ASSERT_EQ(outputs.size(), 2u);  // the loss, and the input gradient for stage 0
   EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
-  EXPECT_TRUE(last.has_deferred_work());
+  EXPECT_EQ(outputs[1].message.key, 0u);
   for (layers::parameter* p : last_device->parameters()) EXPECT_FALSE(p->has_gradient);
-  EXPECT_TRUE(last.run_deferred_work());
-  EXPECT_FALSE(last.has_deferred_work());
+  ASSERT_TRUE(last.has_ready_work());  // F1, which came early
+  outputs = last.run_ready_work();
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[1].message.key, 1u);
+  for (layers::parameter* p : last_device->parameters()) EXPECT_FALSE(p->has_gradient);
+  ASSERT_TRUE(last.has_ready_work());  // W0
+  EXPECT_TRUE(last.run_ready_work().empty());
   for (layers::parameter* p : last_device->parameters()) EXPECT_TRUE(p->has_gradient);
-  EXPECT_EQ(last.version(), 0);  // one key of the step's two: no step yet
+  EXPECT_EQ(last.version(), 0);
+  ASSERT_TRUE(last.has_ready_work());  // W1, and the step
+  EXPECT_TRUE(last.run_ready_work().empty());
+  EXPECT_EQ(last.version(), 1);
+  EXPECT_FALSE(last.has_ready_work());
+}
+
+TEST(PassOrderTest, EachZeroBubbleStageRunsEveryPassOnceWithinZbH1sBounds) {
+  using kind = scheduled_pass::kind;
+  for (int stages : {1, 2, 4, 8}) {
+    for (int micro_batches : {1, 3, 4, 16}) {
+      for (int index = 0; index < stages; ++index) {
+        const std::vector<scheduled_pass> order = zero_bubble_order(stages, index, micro_batches);
+        ASSERT_EQ(order.size(), 3u * micro_batches);
+        int counts[3] = {0, 0, 0};  // F, B, W so far
+        for (const scheduled_pass& pass : order) {
+          const int what = static_cast<int>(pass.what);
+          EXPECT_EQ(pass.micro_batch, counts[what]) << "passes of a kind go in micro-batch order";
+          ++counts[what];
+          EXPECT_LE(counts[2], counts[1]);  // W after its B
+          EXPECT_LE(counts[1], counts[0]);  // B after its F
+          EXPECT_LE(counts[0] - counts[1], stages - index) << "1F1B's keys before a backward";
+          EXPECT_LE(counts[0] - counts[2], stages) << "p keys between F and W";
+        }
+      }
+    }
+  }
+  // The last of 4 stages delays its W by p − 1 micro-batches (Qi et al. 2024, figure 3).
+  std::string last;
+  for (const scheduled_pass& pass : zero_bubble_order(4, 3, 6)) {
+    last += "FBW"[static_cast<int>(pass.what)] + std::to_string(pass.micro_batch) + " ";
+  }
+  EXPECT_EQ(last, "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 W3 W4 W5 ");
+  EXPECT_EQ(zero_bubble_order(2, 0, 1),
+            (std::vector<scheduled_pass>{
+                {kind::forward, 0}, {kind::input_gradient, 0}, {kind::weight_gradients, 0}}));
+}
+
+TEST(PassOrderTest, EachInterleavedWorkerRunsEveryPassOfItsChunksOnce) {
+  using kind = scheduled_pass::kind;
+  for (int workers : {2, 4}) {
+    for (int chunks : {2, 3}) {
+      for (int micro_batches : {workers, 2 * workers, 4 * workers}) {
+        for (int worker = 0; worker < workers; ++worker) {
+          const auto order = interleaved_order(workers, chunks, worker, micro_batches);
+          ASSERT_EQ(order.size(), 2u * chunks * micro_batches);
+          std::map<int, std::pair<int, int>> done;  // by stage: forwards, backwards
+          for (const scheduled_pass& pass : order) {
+            ASSERT_EQ(pass.stage % workers, worker) << "chunks w, w + p, ...";
+            ASSERT_TRUE(pass.what == kind::forward || pass.what == kind::backward);
+            auto& [forwards, backwards] = done[pass.stage];
+            if (pass.what == kind::forward) {
+              EXPECT_EQ(pass.micro_batch, forwards++);
+            } else {
+              EXPECT_EQ(pass.micro_batch, backwards++);
+              EXPECT_LE(backwards, forwards) << "a backward after its forward";
+            }
+          }
+          EXPECT_EQ(done.size(), static_cast<size_t>(chunks));
+        }
+      }
+    }
+  }
+  // The last of 2 workers, 2 chunks (stages 1 and 3), 2 micro-batches: Megatron-LM's warm-up
+  // of (v − 1)·p forwards, then the last stage's forward and backward in turn.
+  std::string last;
+  for (const scheduled_pass& pass : interleaved_order(2, 2, 1, 2)) {
+    last += (pass.what == kind::forward ? "F" : "B") + std::to_string(pass.stage) + "." +
+            std::to_string(pass.micro_batch) + " ";
+  }
+  EXPECT_EQ(last, "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 B1.0 B1.1 ");
+}
+
+TEST(StageLogicTest, InterleavedChunksOfAWorkerTakeTurns) {
+  // Stages 1 and 3 of 4 share worker 1 (2 workers, 2 chunks, 2 micro-batches): stage 3's
+  // forward waits until stage 1 has run both of its forwards.
+  job_config config = small_job(4, 2, "sync", "interleaved");
+  config.parallelism.virtual_stages = 2;
+  const auto turns = make_pass_turns(config);
+  ASSERT_EQ(turns.size(), 2u);
+  auto device = cpu();
+  auto ranges = partition_model(config, nullptr_error());
+  ASSERT_TRUE(ranges);
+  auto chunk_1 = make_layers_stage_device(config, (*ranges)[1], *device);
+  auto chunk_3 = make_layers_stage_device(config, (*ranges)[3], *device);
+  ASSERT_EQ((*ranges)[1].first, 2u);
+  ASSERT_EQ((*ranges)[3].first, 6u);
+  stage_logic stage_1(stage_settings_of(config, 1, 10, 10, turns), *chunk_1);
+  stage_logic stage_3(stage_settings_of(config, 3, 10, 10, turns), *chunk_3);
+  // Micro-batches of 8; stage 1 (dropout, linear) takes the tanh's 24 features, stage 3 (gelu,
+  // linear) the 16 of the linear before it.
+  const auto input = [&](int64_t features, uint64_t key) {
+    key_message message;
+    message.kind = key_kind::forward;
+    message.key = key;
+    message.labels = std::make_shared<const std::vector<int32_t>>(8, 1);
+    message.payload =
+        layers::tensor::filled(*device, device->default_stream(), {8, features}, 0.5f);
+    return message;
+  };
+  std::string refusal;
+  EXPECT_TRUE(stage_3.handle(input(16, 0), &refusal).empty());  // stage 1's F0 and F1 first
+  EXPECT_EQ(refusal, "");
+  EXPECT_EQ(stage_1.stage_with_next_pass(), 1);
+  EXPECT_FALSE(stage_3.has_ready_work());
+  EXPECT_EQ(stage_1.handle(input(24, 0), &refusal).size(), 1u) << refusal;
+  EXPECT_FALSE(stage_3.has_ready_work());
+  EXPECT_EQ(stage_1.handle(input(24, 1), &refusal).size(), 1u) << refusal;
+  EXPECT_EQ(stage_1.stage_with_next_pass(), 3);
+  ASSERT_TRUE(stage_3.has_ready_work());
+  const auto outputs = stage_3.run_ready_work();  // F and B of micro-batch 0 at the last stage
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
+  EXPECT_EQ(stage_3.stage_with_next_pass(), 3);  // F3.1 next
 }
 
 TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
