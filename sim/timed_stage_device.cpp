@@ -118,6 +118,14 @@ void timed_stage_device::stash_weights(int64_t version) {
   if (numerics_) numerics_->stash_weights(version);
 }
 
+void timed_stage_device::stash_predicted_weights(int64_t version, float distance) {
+  // A copy and one pass over the weights and the momentum buffer: about twice a stash.
+  charge_s_ += 2 * cost_.stash_s();
+  stashed_.insert(version);
+  note_memory();
+  if (numerics_) numerics_->stash_predicted_weights(version, distance);
+}
+
 void timed_stage_device::use_weights(int64_t version) {
   if (numerics_) numerics_->use_weights(version);
 }

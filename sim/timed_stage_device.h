@@ -38,6 +38,7 @@ class timed_stage_device final : public actors::stage_device {
   double squared_gradient_norm() override;
   void step(float learning_rate, float gradient_scale) override;
   void stash_weights(int64_t version) override;
+  void stash_predicted_weights(int64_t version, float distance) override;
   void use_weights(int64_t version) override;
   void release_weights_before(int64_t version) override;
   size_t held_contexts() const override;

@@ -50,6 +50,14 @@ struct parallelism_config {
   int min_update_interval = 0;  ///< 0: micro_batches
   int max_staleness = -1;       ///< -1: unbounded
   bool weight_stashing = false;
+  /// Async mode's correction of stale gradients (sync mode has none to correct, and ignores
+  /// it): "none"; "pipemare" (PipeMare's learning-rate rescheduling: each stage's step uses
+  /// lr · τ^-(1 − min(k / K, 1)), τ the mean staleness of the keys the step applies, at least
+  /// 1, k the stage's step and K correction_warmup_steps); "2bw" (PipeDream-2BW: weight
+  /// stashing and at most one newer weight version per backward, max_staleness = 1).
+  std::string staleness_correction = "none";
+  /// PipeMare's K: steps over which the rescheduling fades out (0: one epoch's steps).
+  int64_t correction_warmup_steps = 0;
   bool recompute = false;  ///< transformer blocks recompute activations in the backward pass
   int threads = 0;         ///< CPU threads shared among the stages (0: every core)
 };

@@ -220,6 +220,9 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           integer_field("min_update_interval", &p.min_update_interval, 1),
           integer_field("max_staleness", &p.max_staleness, -1),
           bool_field("weight_stashing", &p.weight_stashing),
+          string_field("staleness_correction", &p.staleness_correction,
+                       {"none", "pipemare", "2bw", "predict"}),
+          integer_field("correction_warmup_steps", &p.correction_warmup_steps, 0),
           bool_field("recompute", &p.recompute),
           integer_field("threads", &p.threads, 0)};
 }
@@ -285,6 +288,15 @@ problem check_partition(const job_config& config) {
   return std::nullopt;
 }
 
+/// Weight prediction moves the weights along SGD's momentum buffer.
+problem check_staleness_correction(const job_config& config) {
+  if (config.parallelism.staleness_correction != "predict") return std::nullopt;
+  if (config.training.optimizer == "sgd" && config.training.momentum > 0) return std::nullopt;
+  return std::string(
+      "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" with "
+      "training.momentum > 0: it predicts the weights along the momentum buffer");
+}
+
 /// The interleaved schedule puts parallelism.virtual_stages stages on each worker.
 problem check_schedule(const job_config& config) {
   const parallelism_config& p = config.parallelism;
@@ -337,6 +349,7 @@ problem check_consistency(job_config* config) {
     return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
   }
   if (problem error = check_schedule(*config)) return error;
+  if (problem error = check_staleness_correction(*config)) return error;
   if (problem error = check_partition(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;

@@ -17,6 +17,9 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   settings.min_update_interval =
       p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches;
   settings.max_staleness = p.max_staleness;
+  if (p.mode == "async" && p.staleness_correction == "2bw") {
+    settings.max_staleness = settings.max_staleness < 0 ? 1 : std::min(settings.max_staleness, 1);
+  }
   settings.micro_batch_size = config.training.batch_size / p.micro_batches;
   settings.total_steps = total_steps;
   return settings;

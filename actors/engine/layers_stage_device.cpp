@@ -95,8 +95,10 @@ class layers_stage_device final : public stage_device {
     // training peak.
     if (!training) note_peak(), device_.reset_peak_bytes();
     layers::run_options options = options_for(message, training);
+    std::vector<layers::tensor> current = swap_in_stashed_weights();
     layers::tensor output =
         model_->forward(options, message.payload, training ? &contexts_[message.key] : nullptr);
+    if (!current.empty()) restore(current);
     device_.synchronize(stream_);
     if (!training) device_.reset_peak_bytes();
     return output;
@@ -127,7 +129,7 @@ class layers_stage_device final : public stage_device {
 
   layers::tensor backward_input(const key_message& message, bool need_input_gradient) override {
     auto found = contexts_.find(message.key);
-    TROUPE_CHECK(found != contexts_.end() && next_backward_version_ < 0);
+    TROUPE_CHECK(found != contexts_.end() && next_pass_version_ < 0);
     layers::tensor gradient = model_->backward_input(options_for(message, true), found->second,
                                                      message.payload, need_input_gradient);
     pending_weights_.emplace(
@@ -159,7 +161,20 @@ class layers_stage_device final : public stage_device {
     device_.synchronize(stream_);
   }
 
-  void use_weights(int64_t version) override { next_backward_version_ = version; }
+  void stash_predicted_weights(int64_t version, float distance) override {
+    stash_weights(version);
+    if (optimizer_->settings().kind != "sgd" || optimizer_->settings().momentum == 0) return;
+    std::vector<layers::tensor>& copies = stash_[version];
+    for (size_t i = 0; i < copies.size(); ++i) {
+      const std::vector<layers::tensor>& state = optimizer_->state(i);
+      if (state.empty()) continue;
+      device_.axpy(stream_, -distance, state[0].data(), copies[i].data(),
+                   static_cast<size_t>(copies[i].size()));
+    }
+    device_.synchronize(stream_);
+  }
+
+  void use_weights(int64_t version) override { next_pass_version_ = version; }
 
   void release_weights_before(int64_t version) override {
     stash_.erase(stash_.begin(), stash_.lower_bound(version));
@@ -238,7 +253,7 @@ class layers_stage_device final : public stage_device {
     contexts_.clear();
     pending_weights_.clear();
     stash_.clear();
-    next_backward_version_ = -1;
+    next_pass_version_ = -1;
     return true;
   }
 
@@ -255,9 +270,9 @@ class layers_stage_device final : public stage_device {
   /// current ones to restore (empty when nothing was swapped).
   std::vector<layers::tensor> swap_in_stashed_weights() {
     std::vector<layers::tensor> current;
-    if (next_backward_version_ < 0) return current;
-    auto found = stash_.find(next_backward_version_);
-    next_backward_version_ = -1;
+    if (next_pass_version_ < 0) return current;
+    auto found = stash_.find(next_pass_version_);
+    next_pass_version_ = -1;
     if (found == stash_.end()) return current;
     auto parameters = model_->parameters();
     for (size_t i = 0; i < parameters.size(); ++i) {
@@ -328,7 +343,7 @@ class layers_stage_device final : public stage_device {
   };
   std::unordered_map<uint64_t, pending_weight_work> pending_weights_;
   std::map<int64_t, std::vector<layers::tensor>> stash_;
-  int64_t next_backward_version_ = -1;
+  int64_t next_pass_version_ = -1;
 };
 
 }  // namespace

@@ -63,7 +63,12 @@ class stage_device {
   virtual void step(float learning_rate, float gradient_scale = 1.0f) = 0;
   /// Weight stashing: remember the current weights as `version` (before a step changes them).
   virtual void stash_weights(int64_t version) = 0;
-  /// Weight stashing: run the next backward with the weights of `version`, or the current ones.
+  /// Weight prediction (SpecTrain): stashes as `version` the current weights moved along the
+  /// optimizer's momentum buffer b, w − distance · b: where `distance` / lr steps of SGD with
+  /// momentum would take them if the gradients stayed as they are.
+  virtual void stash_predicted_weights(int64_t version, float distance) = 0;
+  /// Weight stashing: run the next forward or backward with the weights of `version`, or the
+  /// current ones.
   virtual void use_weights(int64_t version) = 0;
   /// Drops stashed weights older than `version`.
   virtual void release_weights_before(int64_t version) = 0;

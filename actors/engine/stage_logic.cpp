@@ -112,6 +112,13 @@ std::vector<stage_output> stage_logic::run_ready_work() {
 void stage_logic::forward(const key_message& message, std::vector<stage_output>* outputs) {
   finish_deferred_step();  // a new step's key sees the weights of the step before
   forward_versions_[message.key] = version_;
+  if (settings_.predict_weights && delay_ > 0) {
+    if (predicted_versions_.insert(version_).second) {
+      device_.stash_predicted_weights(
+          version_, static_cast<float>(delay_ * settings_.learning_rate(version_)));
+    }
+    device_.use_weights(version_);
+  }
   key_message next = message;
   next.payload = device_.forward(message, true);
   peak_contexts_ = std::max(peak_contexts_, device_.held_contexts());
@@ -156,7 +163,9 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   forward_versions_.erase(found);
   const int64_t staleness = version_ - forward_version;
   record(&staleness_, staleness);
-  const bool stashed = settings_.weight_stashing && staleness > 0;
+  staleness_since_step_ += staleness;
+  const bool stashed = (settings_.weight_stashing && staleness > 0) ||
+                       predicted_versions_.count(forward_version) > 0;
   if (stashed) device_.use_weights(forward_version);
   record(&weight_staleness_, stashed ? 0 : staleness);
   message.payload = run_backward(message);
@@ -224,6 +233,17 @@ void stage_logic::run_all_deferred() {
   while (!deferred_.empty()) run_weight_gradients();
 }
 
+double stage_logic::step_learning_rate() const {
+  const double rate = settings_.learning_rate(version_);
+  if (settings_.pipemare_warmup_steps <= 0) return rate;
+  const double delay = std::max(1.0, static_cast<double>(staleness_since_step_) /
+                                         static_cast<double>(settings_.min_update_interval));
+  const double fading =
+      1.0 - std::min(1.0, static_cast<double>(version_) /
+                              static_cast<double>(settings_.pipemare_warmup_steps));
+  return rate * std::pow(delay, -fading);
+}
+
 bool stage_logic::count_backward() {
   if (++keys_since_step_ < settings_.min_update_interval) return false;
   keys_since_step_ = 0;
@@ -252,12 +272,15 @@ void stage_logic::take_step(double norm_squared) {
                                     [&](const auto& entry) { return entry.second == version_; });
     if (needed) device_.stash_weights(version_);
   }
-  device_.step(static_cast<float>(settings_.learning_rate(version_)), scale);
+  device_.step(static_cast<float>(step_learning_rate()), scale);
+  delay_ = static_cast<double>(staleness_since_step_) / settings_.min_update_interval;
+  staleness_since_step_ = 0;
   ++version_;
-  if (settings_.weight_stashing) {
+  if (settings_.weight_stashing || settings_.predict_weights) {
     int64_t oldest = version_;
     for (const auto& entry : forward_versions_) oldest = std::min(oldest, entry.second);
     device_.release_weights_before(oldest);
+    predicted_versions_.erase(predicted_versions_.begin(), predicted_versions_.lower_bound(oldest));
   }
 }
 
@@ -288,11 +311,14 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   forward_versions_.clear();
   deferred_.clear();
   early_.clear();
+  predicted_versions_.clear();
   if (ordered()) settings_.turn->next.store(0);
   step_after_deferred_ = false;
   if (!weights_only) {
     version_ = state.weight_version;
     keys_since_step_ = state.keys_since_step;
+    staleness_since_step_ = 0;
+    delay_ = 0;
   }
   return true;
 }

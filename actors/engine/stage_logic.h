@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +26,16 @@ struct stage_settings {
   int min_update_interval = 1;
   /// Backward uses the weights its forward used (PipeDream).
   bool weight_stashing = false;
+  /// PipeMare's learning-rate rescheduling (Yang et al. 2021) over this many steps (0: off):
+  /// step k runs at learning_rate(k) · τ^-(1 − min(k / K, 1)), τ the mean staleness of the
+  /// keys whose gradients it applies, at least 1. A stage whose keys are never stale (τ = 1)
+  /// steps as without it.
+  int64_t pipemare_warmup_steps = 0;
+  /// Weight prediction (SpecTrain, Chen et al. 2018): a key's forward and backward passes both
+  /// run on w − d · lr · b, the weights moved d steps ahead along the momentum buffer b, d the
+  /// stage's delay (the mean staleness of its last step's keys). A stage whose keys are never
+  /// stale (d = 0) runs on its weights as they are.
+  bool predict_weights = false;
   /// Multiplies the last stage's loss gradient: 1 / (samples per key × min_update_interval),
   /// so one step applies the mean gradient of the samples it saw.
   float gradient_scale = 1.0f;
@@ -125,6 +136,8 @@ class stage_logic {
   bool ordered() const { return settings_.turn != nullptr; }
   /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).
   void take_step(double norm_squared);
+  /// The learning rate of the step from version_ (with PipeMare's rescheduling).
+  double step_learning_rate() const;
   void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
   static void record(std::vector<int64_t>* histogram, int64_t value);
 
@@ -132,6 +145,10 @@ class stage_logic {
   stage_device& device_;
   int64_t version_ = 0;
   int64_t keys_since_step_ = 0;
+  int64_t staleness_since_step_ = 0;  ///< summed over the keys of the step under way
+  double delay_ = 0;                  ///< mean staleness of the last step's keys
+  /// Weight prediction: the versions whose predicted weights are stashed.
+  std::set<int64_t> predicted_versions_;
   /// Global clipping: a step is held until the step message with the total norm arrives.
   bool step_pending_ = false;
   /// Zero-bubble: the step's backward passes are done; the step follows the deferred W.

@@ -18,7 +18,14 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   settings.min_update_interval =
       p.mode == "sync" ? p.micro_batches
                        : (p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
-  settings.weight_stashing = p.weight_stashing;
+  const bool async = p.mode == "async";
+  settings.weight_stashing = p.weight_stashing || (async && p.staleness_correction == "2bw");
+  settings.predict_weights = async && p.staleness_correction == "predict";
+  if (async && p.staleness_correction == "pipemare") {
+    settings.pipemare_warmup_steps = p.correction_warmup_steps > 0
+                                         ? p.correction_warmup_steps
+                                         : std::max<int64_t>(1, steps_per_epoch);
+  }
   const int64_t micro_batch_size = config.training.batch_size / p.micro_batches;
   settings.gradient_scale =
       1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);

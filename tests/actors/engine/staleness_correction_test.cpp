@@ -1,0 +1,249 @@
+// Async mode's corrections of stale gradients (parallelism.staleness_correction): their
+// update rules on hand-computed examples, and that each reduces to plain async, and so to the
+// sequential oracle, when no key is ever stale.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/sequential_trainer.h"
+#include "actors/engine/stage_settings.h"
+#include "layers/backend_registry.h"
+#include "tests/support/job_helpers.h"
+#include "tests/support/local_pipeline.h"
+
+namespace troupe::actors {
+namespace {
+
+/// A stage that does no arithmetic: it passes payloads through and records the learning rate
+/// of every step.
+class recording_device final : public stage_device {
+ public:
+  bool accepts(const key_message&, std::string*) const override { return true; }
+  layers::tensor forward(const key_message& message, bool) override { return message.payload; }
+  loss_result loss(const layers::tensor& logits, const std::vector<int32_t>&, float,
+                   bool) override {
+    loss_result result;
+    result.gradient = logits;
+    return result;
+  }
+  layers::tensor backward(const key_message& message, bool) override { return message.payload; }
+  double squared_gradient_norm() override { return 0; }
+  void step(float learning_rate, float) override { rates.push_back(learning_rate); }
+  void stash_weights(int64_t) override {}
+  void stash_predicted_weights(int64_t version, float distance) override {
+    predictions.push_back({version, distance});
+  }
+  void use_weights(int64_t version) override { uses.push_back(version); }
+  void release_weights_before(int64_t) override {}
+  size_t held_contexts() const override { return 0; }
+  std::vector<layers::parameter*> parameters() override { return {}; }
+  stage_state save_state() override { return {}; }
+  bool load_state(const stage_state&, bool, std::string*) override { return true; }
+
+  std::vector<float> rates;
+  std::vector<std::pair<int64_t, float>> predictions;
+  std::vector<int64_t> uses;
+};
+
+std::unique_ptr<layers::backend> cpu() {
+  std::string error;
+  return layers::create_backend("cpu", 1, &error);
+}
+
+layers::dataset training_set(const job_config& config) {
+  std::string error;
+  auto data = load_job_data(config, &error);
+  EXPECT_TRUE(data.has_value()) << error;
+  return data->train;
+}
+
+key_message message_for(key_kind kind, uint64_t key) {
+  key_message message;
+  message.kind = kind;
+  message.key = key;
+  return message;
+}
+
+TEST(StalenessCorrectionTest, PipemareScalesEachStepByItsDelayAsTheWarmUpFades) {
+  // Stage 0 of 2, lr 0.1, K = 4, a step per key. Keys 0, 1 and 2 go forward at version 0 and
+  // come back in turn: staleness 0, 1 and 2. The third step (k = 2) applies a gradient two
+  // versions old: lr · 2^-(1 − 2/4) = 0.1 / sqrt(2). Keys 3 and 4 go forward at version 3;
+  // key 4 comes back one version late at k = 4 = K, where the rescheduling has faded out.
+  stage_settings settings;
+  settings.index = 0;
+  settings.count = 2;
+  settings.learning_rate = [](int64_t) { return 0.1; };
+  settings.pipemare_warmup_steps = 4;
+  recording_device device;
+  stage_logic stage(settings, device);
+  for (uint64_t key : {0, 1, 2}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {0, 1, 2}) stage.handle(message_for(key_kind::backward, key));
+  for (uint64_t key : {3, 4}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {3, 4}) stage.handle(message_for(key_kind::backward, key));
+  ASSERT_EQ(device.rates.size(), 5u);
+  EXPECT_FLOAT_EQ(device.rates[0], 0.1f);  // τ = max(1, 0)
+  EXPECT_FLOAT_EQ(device.rates[1], 0.1f);  // τ = 1
+  EXPECT_FLOAT_EQ(device.rates[2], static_cast<float>(0.1 / std::sqrt(2.0)));
+  EXPECT_FLOAT_EQ(device.rates[3], 0.1f);  // key 3: staleness 0
+  EXPECT_FLOAT_EQ(device.rates[4], 0.1f);  // k = K: no rescheduling left
+  EXPECT_EQ(stage.staleness_histogram(), (std::vector<int64_t>{2, 2, 1}));
+}
+
+TEST(StalenessCorrectionTest, PipemareTakesTheMeanDelayOfTheKeysAStepApplies) {
+  // Two keys per step (min_update_interval 2), lr 0.2, K = 10. Steps 0 to 4 apply keys of
+  // staleness at most 1 (τ = 1, the plain rate); step 5 applies key 8 (forward at version 2)
+  // and key 9 (forward at version 4), staleness 3 and 1: τ = 2, lr · 2^-(1 − 5/10).
+  stage_settings settings;
+  settings.index = 0;
+  settings.count = 2;
+  settings.min_update_interval = 2;
+  settings.learning_rate = [](int64_t) { return 0.2; };
+  settings.pipemare_warmup_steps = 10;
+  recording_device device;
+  stage_logic stage(settings, device);
+  for (uint64_t key : {0, 1, 2, 3}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {0, 1, 2, 3}) stage.handle(message_for(key_kind::backward, key));
+  ASSERT_EQ(stage.version(), 2);
+  // Key 8 forward at version 2; keys 9, 10, 11 after two more steps of other keys.
+  stage.handle(message_for(key_kind::forward, 8));
+  for (uint64_t key : {4, 5, 6, 7}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {4, 5, 6, 7}) stage.handle(message_for(key_kind::backward, key));
+  ASSERT_EQ(stage.version(), 4);
+  stage.handle(message_for(key_kind::forward, 9));
+  stage.handle(message_for(key_kind::forward, 10));
+  stage.handle(message_for(key_kind::forward, 11));
+  stage.handle(message_for(key_kind::backward, 10));
+  stage.handle(message_for(key_kind::backward, 11));  // k = 4: staleness 0 and 0
+  stage.handle(message_for(key_kind::backward, 8));   // staleness 5 - 2 = 3
+  stage.handle(message_for(key_kind::backward, 9));   // staleness 5 - 4 = 1
+  ASSERT_EQ(device.rates.size(), 6u);
+  EXPECT_FLOAT_EQ(device.rates[4], 0.2f);
+  EXPECT_FLOAT_EQ(device.rates[5], static_cast<float>(0.2 * std::pow(2.0, -0.5)));
+}
+
+TEST(StalenessCorrectionTest, TwoBwStashesWeightsAndBoundsTheDelayToOne) {
+  job_config config = testing::small_pipeline_job(4, 4, "async", "gpipe", 640);
+  config.parallelism.max_active_keys = 8;
+  config.parallelism.min_update_interval = 4;
+  config.parallelism.staleness_correction = "2bw";
+  const std::vector<std::shared_ptr<pass_turn>> no_turns;
+  EXPECT_TRUE(stage_settings_of(config, 1, 10, 10, no_turns).weight_stashing);
+  const admission_settings admission = admission_settings::of(config, 10);
+  EXPECT_EQ(admission.max_staleness, 1);
+  EXPECT_EQ(coordinator_logic(admission).admission_limit(), 5);  // MUI · 1 + 1
+  auto device = cpu();
+  const layers::dataset data = training_set(config);
+  local_pipeline pipeline(config, *device, data.count(), 20, 5);
+  pipeline.train(data, 20);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_LE(pipeline.stage(s).staleness_histogram().size(), 2u) << "stage " << s;
+    EXPECT_EQ(pipeline.stage(s).weight_staleness_histogram().size(), 1u) << "stashed";
+  }
+  // Sync mode has no stale gradient to correct and ignores the setting.
+  config.parallelism.mode = "sync";
+  EXPECT_FALSE(stage_settings_of(config, 1, 10, 10, no_turns).weight_stashing);
+}
+
+TEST(StalenessCorrectionTest, PredictionRunsAKeyOnTheWeightsItsDelayWillBring) {
+  // Stage 0 of 2, lr 0.1, a step per key. Keys 0 and 1 go forward at version 0 with no delay
+  // measured yet: plain weights. Key 1 comes back a version late, so the stage's delay is 1:
+  // keys 2 and 3 go forward at version 2 on w − 1 · lr · b, predicted once, and their
+  // backward passes use the same. Key 2 comes back on time: delay 0, and key 4 runs on the
+  // plain weights of version 3.
+  stage_settings settings;
+  settings.index = 0;
+  settings.count = 2;
+  settings.learning_rate = [](int64_t) { return 0.1; };
+  settings.predict_weights = true;
+  recording_device device;
+  stage_logic stage(settings, device);
+  for (uint64_t key : {0, 1}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {0, 1}) stage.handle(message_for(key_kind::backward, key));
+  EXPECT_TRUE(device.predictions.empty());
+  EXPECT_TRUE(device.uses.empty());
+  for (uint64_t key : {2, 3}) stage.handle(message_for(key_kind::forward, key));
+  stage.handle(message_for(key_kind::backward, 2));
+  stage.handle(message_for(key_kind::forward, 4));
+  stage.handle(message_for(key_kind::backward, 3));
+  ASSERT_EQ(device.predictions.size(), 1u);
+  EXPECT_EQ(device.predictions[0].first, 2);
+  EXPECT_FLOAT_EQ(device.predictions[0].second, 0.1f);
+  EXPECT_EQ(device.uses, (std::vector<int64_t>{2, 2, 2, 2}));  // F2, F3, B2, B3
+}
+
+TEST(StalenessCorrectionTest, PredictedWeightsAreTheWeightsMovedAlongTheMomentumBuffer) {
+  // One linear stage, SGD with momentum 0.9: after a step, forward on the weights predicted
+  // 0.3 ahead gives what a stage holding w − 0.3 · velocity gives.
+  job_config config = testing::small_pipeline_job(1, 1, "async", "gpipe", 64);
+  config.model.layers = {testing::block("linear", 4)};
+  config.training.momentum = 0.9;
+  auto device = cpu();
+  const stage_range whole{0, 1};
+  auto stage = make_layers_stage_device(config, whole, *device);
+  auto reference = make_layers_stage_device(config, whole, *device);
+  key_message message;
+  message.kind = key_kind::forward;
+  message.key = 0;
+  std::vector<float> input(8 * 12);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  message.payload = layers::tensor::from_host(*device, device->default_stream(), {8, 12}, input);
+  message.labels = std::make_shared<const std::vector<int32_t>>(8, 2);
+  const layers::tensor logits = stage->forward(message, true);
+  const loss_result loss = stage->loss(logits, *message.labels, 1.0f / 8, true);
+  key_message backward = message;
+  backward.kind = key_kind::backward;
+  backward.payload = loss.gradient;
+  stage->backward(backward, false);
+  stage->step(0.1f);
+  stage_state state = stage->save_state();
+  ASSERT_EQ(state.optimizer_state.size(), state.parameters.size());
+  for (size_t i = 0; i < state.parameters.size(); ++i) {
+    std::vector<float>& values = state.parameters[i].values;
+    for (size_t j = 0; j < values.size(); ++j) {
+      values[j] += -0.3f * state.optimizer_state[i].values[j];
+    }
+  }
+  std::string error;
+  ASSERT_TRUE(reference->load_state(state, true, &error)) << error;
+  stage->stash_predicted_weights(1, 0.3f);
+  stage->use_weights(1);
+  const auto predicted = stage->forward(message, false).to_host(device->default_stream());
+  const auto expected = reference->forward(message, false).to_host(device->default_stream());
+  ASSERT_EQ(predicted.size(), expected.size());
+  for (size_t i = 0; i < predicted.size(); ++i) EXPECT_NEAR(predicted[i], expected[i], 1e-6);
+  // The prediction is used once: the stage's own weights are back for the next pass.
+  const auto plain = stage->forward(message, false).to_host(device->default_stream());
+  EXPECT_NE(plain, predicted);
+}
+
+TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
+  // MAK = 1: no key is ever stale, so every correction steps as plain async does, which is
+  // the sequential trainer's SGD.
+  for (const char* correction : {"none", "pipemare", "2bw", "predict"}) {
+    job_config config = testing::small_pipeline_job(4, 1, "async", "gpipe", 640);
+    config.parallelism.max_active_keys = 1;
+    config.parallelism.staleness_correction = correction;
+    config.parallelism.correction_warmup_steps = 100;
+    config.training.momentum = 0.9;
+    const int64_t steps = 30;
+    const layers::dataset data = training_set(config);
+    auto device = cpu();
+    local_pipeline pipeline(config, *device, data.count(), steps, 0);
+    pipeline.train(data, steps);
+    testing::weights actual;
+    for (int s = 0; s < pipeline.stage_count(); ++s) {
+      for (auto* p : pipeline.device_of(s).parameters()) {
+        actual.push_back(p->value.to_host(device->default_stream()));
+      }
+    }
+    const testing::weights expected = testing::sequential_weights(config, data, steps);
+    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-6) << correction;
+  }
+}
+
+}  // namespace
+}  // namespace troupe::actors
