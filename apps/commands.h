@@ -117,6 +117,23 @@ struct validate_options {
 /// `troupe validate JOB`: real runs against the simulator's predictions, side by side.
 int run_validate(const validate_options& options);
 
+struct converge_options {
+  std::string job_file;
+  std::vector<std::string> overrides;  ///< for every setting
+  /// "NAME:KEY=VALUE[,KEY=VALUE...]": a setting to race, each run with every seed.
+  std::vector<std::string> settings;
+  std::string sweep;          ///< "KEY=V1,V2": a setting per value
+  int seeds = 3;              ///< training.seed = 1 ... seeds
+  std::string out_directory;  ///< empty: runs/converge
+  std::string profile_file;   ///< empty: calibrate here first
+  double seconds = 0.2;       ///< calibration time per block
+  bool predict = true;        ///< simulate every run beside it
+};
+
+/// `troupe converge JOB`: time to training.target_accuracy of several settings × seeds, real
+/// and predicted.
+int run_converge(const converge_options& options);
+
 /// `troupe calibrate JOB --out PROFILE`: times the job's blocks and the ipc:// transport here.
 int run_calibrate(const calibrate_options& options);
 

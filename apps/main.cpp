@@ -248,6 +248,32 @@ void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
   validate->add_option("--out", options.out_directory, "Output directory (default: runs/validate)");
 }
 
+void add_converge(CLI::App& app, troupe::apps::converge_options& options) {
+  CLI::App* converge = app.add_subcommand(
+      "converge",
+      "Race settings of a job to training.target_accuracy over seeds, real and simulated");
+  converge->add_option("job", options.job_file, "Job file (TOML)")->required();
+  converge->add_option("--set", options.overrides, "Override a job-file key for every setting")
+      ->take_all()
+      ->allow_extra_args(false);
+  converge
+      ->add_option("--setting", options.settings,
+                   "A setting to race: NAME:KEY=VALUE[,KEY=VALUE...] (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  converge->add_option("--sweep", options.sweep, "KEY=V1,V2,...: one setting per value");
+  converge->add_option("--seeds", options.seeds, "Runs per setting (training.seed 1 ... N)")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  converge->add_option("--profile", options.profile_file,
+                       "A calibrated profile (default: calibrate here first)");
+  converge->add_option("--seconds", options.seconds, "Calibration time per block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  converge->add_flag("!--no-prediction", options.predict, "Only the real runs, no simulation");
+  converge->add_option("--out", options.out_directory, "Output directory (default: runs/converge)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,6 +303,8 @@ int main(int argc, char** argv) {
   add_calibrate(app, calibrate);
   troupe::apps::validate_options validate;
   add_validate(app, validate);
+  troupe::apps::converge_options converge;
+  add_converge(app, converge);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -294,6 +322,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
   if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
   if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
+  if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

@@ -1,0 +1,295 @@
+// `troupe converge JOB`: trains a job under several settings and seeds, in alternating order,
+// and prints how soon each setting reaches training.target_accuracy (median and spread of the
+// seconds, final accuracy, diverged runs), beside the simulator's prediction of the same table
+// from this machine's calibrated profile (numerics on, so its runs learn in virtual time).
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/training_loop.h"
+#include "apps/child_train.h"
+#include "apps/commands.h"
+#include "apps/statistics.h"
+#include "sim/calibration/calibrate.h"
+#include "sim/calibration/this_machine.h"
+#include "sim/profile.h"
+#include "sim/simulation.h"
+
+namespace troupe::apps {
+namespace {
+
+using json = nlohmann::json;
+
+int bad_input(const std::string& message) {
+  std::fprintf(stderr, "troupe converge: %s\n", message.c_str());
+  return 2;
+}
+
+/// A named list of job-file overrides.
+struct setting {
+  std::string name;
+  std::vector<std::string> overrides;
+};
+
+/// One run's outcome, real or simulated.
+struct outcome {
+  bool diverged = false;
+  std::optional<double> to_target_s;
+  double final_accuracy = 0;
+};
+
+/// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
+std::optional<setting> parse_setting(const std::string& text, std::string* error) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    *error = "--setting " + text + ": expected NAME:KEY=VALUE[,KEY=VALUE...]";
+    return std::nullopt;
+  }
+  setting result{text.substr(0, colon), {}};
+  std::stringstream overrides(text.substr(colon + 1));
+  for (std::string item; std::getline(overrides, item, ',');) {
+    if (item.find('=') == std::string::npos) {
+      *error = "--setting " + text + ": '" + item + "' is not KEY=VALUE";
+      return std::nullopt;
+    }
+    result.overrides.push_back(item);
+  }
+  return result;
+}
+
+/// The settings of --setting and --sweep KEY=V1,V2 (one setting per value, named by it).
+std::optional<std::vector<setting>> settings_of(const converge_options& options,
+                                                std::string* error) {
+  std::vector<setting> settings;
+  for (const std::string& text : options.settings) {
+    auto parsed = parse_setting(text, error);
+    if (!parsed) return std::nullopt;
+    settings.push_back(*parsed);
+  }
+  if (!options.sweep.empty()) {
+    const size_t equals = options.sweep.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == options.sweep.size()) {
+      *error = "--sweep " + options.sweep + ": expected KEY=V1,V2,...";
+      return std::nullopt;
+    }
+    const std::string key = options.sweep.substr(0, equals);
+    std::stringstream values(options.sweep.substr(equals + 1));
+    for (std::string value; std::getline(values, value, ',');) {
+      std::string name = value;  // a TOML string's quotes stay out of the name
+      if (name.size() >= 2 && name.front() == '"' && name.back() == '"') {
+        name = name.substr(1, name.size() - 2);
+      }
+      settings.push_back({name, {key + "=" + value}});
+    }
+  }
+  if (settings.empty()) settings.push_back({"job", {}});
+  return settings;
+}
+
+/// A real run in a `troupe train` process of its own.
+outcome train_once(const converge_options& options, const std::vector<std::string>& overrides,
+                   const std::string& out) {
+  outcome result;
+  const auto summary = train_in_child_process(options.job_file, overrides, 0, out);
+  if (!summary) {
+    std::ifstream log(out + "/train.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    result.diverged = text.find("training diverged") != std::string::npos;
+    if (!result.diverged) {
+      std::fprintf(stderr, "troupe converge: a run failed; see %s/train.log\n", out.c_str());
+    }
+    return result;
+  }
+  if (summary->contains("time_to_target_s") && (*summary)["time_to_target_s"].is_number()) {
+    result.to_target_s = (*summary)["time_to_target_s"].get<double>();
+  }
+  result.final_accuracy = summary->value("final_test_accuracy", 0.0);
+  return result;
+}
+
+/// The same run simulated on this machine (in one process) with `profile`.
+std::optional<outcome> simulate_once(const converge_options& options,
+                                     const std::vector<std::string>& overrides,
+                                     const sim::machine_profile& profile, std::string* error) {
+  actors::job_error problem;
+  auto config = actors::load_job_file(options.job_file, overrides, &problem);
+  if (!config) {
+    *error = problem.message;
+    return std::nullopt;
+  }
+  auto data = actors::load_job_data(*config, error);
+  if (!data) return std::nullopt;
+  auto machine = sim::this_machine(profile, true, error);
+  if (!machine) return std::nullopt;
+  sim::simulation_options settings;
+  settings.trace_spans = 0;
+  settings.numerics = true;
+  settings.profile = profile;
+  settings.message_cpu_s = profile.inproc_message_cpu_s;
+  settings.message_cpu_per_byte_s = profile.inproc_message_cpu_per_byte_s;
+  actors::quiet_observer quiet;
+  outcome result;
+  auto simulated = sim::simulate(*config, *data, *machine, settings, quiet, error);
+  if (!simulated) {
+    if (error->find("training diverged") == std::string::npos) return std::nullopt;
+    error->clear();
+    result.diverged = true;
+    return result;
+  }
+  result.to_target_s = simulated->summary.time_to_target_s;
+  result.final_accuracy = simulated->summary.final_test_accuracy;
+  return result;
+}
+
+/// "median (min-max)" of the runs that reached the target, and how many did.
+std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
+  std::vector<double> seconds;
+  for (const outcome& run : runs) {
+    if (run.to_target_s) seconds.push_back(*run.to_target_s);
+  }
+  *reached = static_cast<int>(seconds.size());
+  if (seconds.empty()) return "-";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f (%.1f-%.1f)", median(seconds),
+                *std::min_element(seconds.begin(), seconds.end()),
+                *std::max_element(seconds.begin(), seconds.end()));
+  return text;
+}
+
+double median_accuracy(const std::vector<outcome>& runs) {
+  std::vector<double> accuracies;
+  for (const outcome& run : runs) {
+    if (!run.diverged) accuracies.push_back(run.final_accuracy);
+  }
+  return median(accuracies);
+}
+
+int diverged_count(const std::vector<outcome>& runs) {
+  return static_cast<int>(
+      std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.diverged; }));
+}
+
+json runs_json(const std::vector<outcome>& runs) {
+  json result = json::array();
+  for (const outcome& run : runs) {
+    result.push_back({{"diverged", run.diverged},
+                      {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
+                      {"final_test_accuracy", run.final_accuracy}});
+  }
+  return result;
+}
+
+}  // namespace
+
+int run_converge(const converge_options& options) {
+  std::string error;
+  auto settings = settings_of(options, &error);
+  if (!settings) return bad_input(error);
+  // Every setting must load, and the job must name a target to race to.
+  std::optional<actors::job_config> base;
+  for (const setting& each : *settings) {
+    std::vector<std::string> overrides = options.overrides;
+    overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
+    actors::job_error problem;
+    auto config = actors::load_job_file(options.job_file, overrides, &problem);
+    if (!config) return bad_input("setting " + each.name + ": " + problem.message);
+    if (config->training.target_accuracy <= 0) {
+      return bad_input("setting " + each.name +
+                       ": training.target_accuracy is not set; converge races to it (--set "
+                       "training.target_accuracy=0.85)");
+    }
+    if (!base) base = config;
+  }
+  const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
+  std::error_code ignored;
+  std::filesystem::create_directories(out, ignored);
+
+  std::optional<sim::machine_profile> profile;
+  if (!options.profile_file.empty()) {
+    profile = sim::load_profile(options.profile_file, &error);
+    if (!profile) return bad_input(error);
+  } else if (options.predict) {
+    std::printf("troupe converge: calibrating this machine (%.2f s per block)\n", options.seconds);
+    profile = sim::calibrate(*base, options.seconds, &error);
+    if (!profile) {
+      std::fprintf(stderr, "troupe converge: calibration failed: %s\n", error.c_str());
+      return 1;
+    }
+    std::ofstream(out + "/profile.json") << sim::to_json_text(*profile);
+  }
+
+  const size_t count = settings->size();
+  std::vector<std::vector<outcome>> measured(count), predicted(count);
+  // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
+  for (int seed = 1; seed <= options.seeds; ++seed) {
+    for (size_t s = 0; s < count; ++s) {
+      const setting& each = (*settings)[s];
+      std::vector<std::string> overrides = options.overrides;
+      overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
+      overrides.push_back("training.seed=" + std::to_string(seed));
+      const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
+      measured[s].push_back(train_once(options, overrides, run_out));
+      const outcome& run = measured[s].back();
+      std::printf(
+          "troupe converge: [seed %d] %-20s %s, final accuracy %.4f\n", seed, each.name.c_str(),
+          run.diverged      ? "diverged"
+          : run.to_target_s ? ("target after " + std::to_string(*run.to_target_s) + " s").c_str()
+                            : "target not reached",
+          run.final_accuracy);
+      std::fflush(stdout);
+      if (profile) {
+        auto simulated = simulate_once(options, overrides, *profile, &error);
+        if (!simulated) {
+          std::fprintf(stderr, "troupe converge: simulating %s: %s\n", each.name.c_str(),
+                       error.c_str());
+          return 1;
+        }
+        predicted[s].push_back(*simulated);
+      }
+    }
+  }
+
+  std::printf("\n%-20s %5s %9s %8s %22s %10s", "setting", "runs", "diverged", "reached",
+              "to target s (min-max)", "final acc");
+  if (profile) std::printf(" | %22s %10s %9s", "predicted to target s", "final acc", "diverged");
+  std::printf("\n");
+  json table = json::array();
+  for (size_t s = 0; s < count; ++s) {
+    int reached = 0, predicted_reached = 0;
+    const std::string seconds = seconds_cell(measured[s], &reached);
+    std::printf("%-20s %5zu %9d %8d %22s %10.4f", (*settings)[s].name.c_str(), measured[s].size(),
+                diverged_count(measured[s]), reached, seconds.c_str(),
+                median_accuracy(measured[s]));
+    json row = {{"setting", (*settings)[s].name},
+                {"overrides", (*settings)[s].overrides},
+                {"runs", runs_json(measured[s])}};
+    if (profile) {
+      const std::string predicted_seconds = seconds_cell(predicted[s], &predicted_reached);
+      std::printf(" | %22s %10.4f %9d", predicted_seconds.c_str(), median_accuracy(predicted[s]),
+                  diverged_count(predicted[s]));
+      row["predicted"] = runs_json(predicted[s]);
+    }
+    std::printf("\n");
+    table.push_back(row);
+  }
+  std::printf(
+      "(seconds from the start of each run to its first evaluation at or above "
+      "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
+      "reached it; seeds 1-%d, settings in alternating order)\n",
+      base->training.target_accuracy, options.seeds);
+  std::ofstream(out + "/convergence.json") << table.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace troupe::apps
