@@ -171,6 +171,8 @@ class simulator {
   /// A free device with no message waiting runs the next pass of a stage's zero-bubble order
   /// (a W, or a message that came before its turn), if one of its stages has one ready.
   void begin_ready_work(int device);
+  /// Stage `stage` runs the next pass of its fixed order (a W, or a message that came early).
+  charged_work run_ready_pass(int stage);
   void finish_work(int device);
   /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
   charged_work handle(int stage, int device, int id);
@@ -448,6 +450,19 @@ void simulator::start_work(int pool) {
       stage_at_work_[stage] = true;
       queue.working.push_back(stage);
     }
+    // The stages with the next pass of their fixed order ready take their share too.
+    for (size_t stage = 0; stage < stages_.size(); ++stage) {
+      if (stage_at_work_[stage] || devices_[device_of_stage_[stage]].pool != pool ||
+          !stages_[stage]->has_ready_work()) {
+        continue;
+      }
+      sliced_work& sliced = sliced_[stage];
+      sliced.work = run_ready_pass(static_cast<int>(stage));
+      sliced.remaining_s = sliced.work.seconds;
+      sliced.started_s = now_;
+      stage_at_work_[stage] = true;
+      queue.working.push_back(static_cast<int>(stage));
+    }
     schedule_sliced(queue);
     return;
   }
@@ -532,28 +547,35 @@ void simulator::begin_work(int device, int id) {
   schedule(now_ + work.seconds, event_kind::work_done, device);
 }
 
+charged_work simulator::run_ready_pass(int stage) {
+  charged_work work;
+  work.outputs = stages_[stage]->run_ready_work();
+  work.seconds = stage_devices_[stage]->take_charge() +
+                 options_.message_cpu_s * static_cast<double>(work.outputs.size());
+  double bytes = 0;
+  for (const stage_output& output : work.outputs) bytes += payload_bytes(output.message);
+  work.seconds += options_.message_cpu_per_byte_s * bytes;
+  stage_busy_s_[stage] += work.seconds;
+  work.name = "scheduled";
+  work.key = -1;
+  return work;
+}
+
 void simulator::begin_ready_work(int device) {
   device_state& state = devices_[device];
   for (size_t stage = 0; stage < stages_.size(); ++stage) {
     if (stage_at_work_[stage] || devices_[device_of_stage_[stage]].pool != state.pool) continue;
     if (!stages_[stage]->has_ready_work()) continue;
-    state.outputs = stages_[stage]->run_ready_work();
-    double seconds = stage_devices_[stage]->take_charge();
-    if (!state.outputs.empty()) {
-      seconds += options_.message_cpu_s * static_cast<double>(state.outputs.size());
-      double bytes = 0;
-      for (const stage_output& output : state.outputs) bytes += payload_bytes(output.message);
-      seconds += options_.message_cpu_per_byte_s * bytes;
-    }
-    stage_busy_s_[stage] += seconds;
+    charged_work work = run_ready_pass(static_cast<int>(stage));
+    state.outputs = std::move(work.outputs);
     state.busy = true;
     state.stage = static_cast<int>(stage);
     stage_at_work_[stage] = true;
     if (trace_ && spans_ < options_.trace_spans) {
       ++spans_;
-      trace_->span(static_cast<int>(stage), "scheduled", -1, now_, seconds);
+      trace_->span(static_cast<int>(stage), work.name, work.key, now_, work.seconds);
     }
-    schedule(now_ + seconds, event_kind::work_done, device);
+    schedule(now_ + work.seconds, event_kind::work_done, device);
     return;
   }
 }

@@ -212,6 +212,22 @@ TEST(SimulationTest, TimeSlicedStagesGetTheEfficiencyShareOfThePoolWhenTheyOutnu
   EXPECT_GT(ratio, 0.45);
 }
 
+TEST(SimulationTest, FixedOrdersRunOnTimeSlicedAndPooledDevices) {
+  // ZB-H1's W and interleaved chunks waiting for their turn run wherever their stages run:
+  // four stages time-sliced on two devices, or pooled on them, finish every step.
+  for (sharing shared : {sharing::time_sliced, sharing::pooled}) {
+    actors::job_config zero_bubble = balanced_job(4, 4, "sync");
+    zero_bubble.parallelism.schedule = "zb-h1";
+    actors::job_config interleaved = balanced_job(4, 4, "sync");
+    interleaved.parallelism.schedule = "interleaved";
+    interleaved.parallelism.virtual_stages = 2;
+    for (const actors::job_config& config : {zero_bubble, interleaved}) {
+      const simulation_result result = simulated(config, ideal_cluster(2, shared));
+      EXPECT_EQ(result.summary.steps, 50) << config.parallelism.schedule;
+    }
+  }
+}
+
 TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
   actors::job_config config = balanced_job(4, 1, "async");
   config.parallelism.max_active_keys = 4;
