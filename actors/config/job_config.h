@@ -80,6 +80,9 @@ struct training_config {
   int64_t warmup_steps = 0;
   uint64_t seed = 1;
   double target_accuracy = 0.0;  ///< 0: unset
+  /// Also evaluate every this many steps within an epoch (0: after each epoch only), so that
+  /// the time to target_accuracy is known to finer than an epoch.
+  int64_t eval_interval_steps = 0;
   std::string precision = "fp32";
 };
 

@@ -245,6 +245,7 @@ std::vector<field> training_fields(training_config& t) {
           integer_field("warmup_steps", &t.warmup_steps, 0),
           integer_field("seed", &t.seed, 0),
           number_field("target_accuracy", &t.target_accuracy, kUnit),
+          integer_field("eval_interval_steps", &t.eval_interval_steps, 0),
           string_field("precision", &t.precision, {"fp32", "tf32", "bf16"})};
 }
 
@@ -464,7 +465,9 @@ std::string checkpoint_config_hash(const job_config& config) {
   nlohmann::json json = to_json(config);
   json.erase("checkpoint");
   json.erase("metrics");
-  for (const char* key : {"epochs", "max_steps", "target_accuracy"}) json["training"].erase(key);
+  for (const char* key : {"epochs", "max_steps", "target_accuracy", "eval_interval_steps"}) {
+    json["training"].erase(key);
+  }
   for (const char* key : {"threads", "devices"}) json["parallelism"].erase(key);
   json["model"].erase("init_from");
   return fnv1a_hex(json);

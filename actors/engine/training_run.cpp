@@ -228,8 +228,12 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
     unlogged_steps_.push_back(step);
     log_completed_steps(now_s, false);
     note_step_for_checkpoint(step, now_s);
+    const int64_t interval = config_.training.eval_interval_steps;
+    if (interval > 0 && step % interval == 0 && !admission_->finished()) {
+      evaluation_requested_ = true;  // within the epoch: its end evaluates anyway
+    }
   }
-  if (checkpoint_requested_ && !paused_) {
+  if ((checkpoint_requested_ || evaluation_requested_) && !paused_) {
     admission_->pause_at_step_boundary();
     paused_ = true;
   }
@@ -238,6 +242,13 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
     // several micro-batches a step's last keys may not have been admitted yet.
     std::vector<key_message> admitted = admit_training();
     if (paused_ && admission_->quiet()) {
+      if (evaluation_requested_) {
+        // The pipeline is quiet at a step boundary: evaluate there, then go on.
+        evaluation_requested_ = false;
+        evaluating_within_epoch_ = true;
+        evaluation_start_s_ = now_s;
+        return start_evaluation(now_s);
+      }
       due_step_ = retired / micro_batches;
       after_ = after_checkpoint::admit;
     }
@@ -276,6 +287,8 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
     finish(now_s);
     return {};
   }
+  const double target = config_.training.target_accuracy;
+  if (evaluating_within_epoch_) return after_evaluation_within_epoch(now_s);
   // The last stage sent the epoch's losses before these results, on the same connection.
   log_completed_steps(now_s, true);
   train_samples_ += epoch_totals_.samples;
@@ -283,12 +296,32 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
   summary_.epochs = epoch_;
   summary_.final_test_accuracy = evaluation_.accuracy();
   summary_.final_test_loss = evaluation_.mean_loss();
-  const double target = config_.training.target_accuracy;
   if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
     summary_.time_to_target_s = now_s - start_s_;
   }
   emit_metrics(epoch_, evaluation_, now_s);
   return after_evaluation(now_s);
+}
+
+std::vector<key_message> training_run::after_evaluation_within_epoch(double now_s) {
+  evaluating_within_epoch_ = false;
+  summary_.final_test_accuracy = evaluation_.accuracy();
+  summary_.final_test_loss = evaluation_.mean_loss();
+  const double target = config_.training.target_accuracy;
+  if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
+    summary_.time_to_target_s = now_s - start_s_;
+  }
+  // The record's loss and rate cover the epoch so far; its evaluation time is not training.
+  emit_metrics(epoch_, evaluation_, now_s);
+  epoch_start_s_ += now_s - evaluation_start_s_;
+  if (checkpoint_requested_) {
+    due_step_ = admission_->retired_count() / config_.parallelism.micro_batches;
+    after_ = after_checkpoint::admit;
+    return {};
+  }
+  paused_ = false;
+  admission_->resume();
+  return admit_training();
 }
 
 std::vector<key_message> training_run::after_evaluation(double now_s) {

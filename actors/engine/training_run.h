@@ -100,6 +100,9 @@ class training_run {
   void note_step_for_checkpoint(int64_t step, double now_s);
   /// After an evaluation: the next epoch, a checkpoint first, or the end.
   std::vector<key_message> after_evaluation(double now_s);
+  /// After an evaluation within an epoch (training.eval_interval_steps): training goes on,
+  /// after a checkpoint when one is due.
+  std::vector<key_message> after_evaluation_within_epoch(double now_s);
   void finish(double now_s);
 
   const job_config& config_;
@@ -150,6 +153,10 @@ class training_run {
   std::optional<run_progress> resume_;
   double elapsed_before_s_ = 0;  ///< run time of the parts before a resume
   bool checkpoint_requested_ = false;
+  // Evaluations within an epoch (training.eval_interval_steps).
+  bool evaluation_requested_ = false;
+  bool evaluating_within_epoch_ = false;
+  double evaluation_start_s_ = 0;
   bool stop_after_checkpoint_ = false;
   bool paused_ = false;
   std::optional<int64_t> due_step_;

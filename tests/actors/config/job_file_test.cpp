@@ -483,7 +483,7 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
       {"training",
        {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
         "beta2", "epsilon", "clip_norm", "lr_schedule", "lr_decay", "lr_decay_epochs",
-        "warmup_steps", "seed", "target_accuracy", "precision"}},
+        "warmup_steps", "seed", "target_accuracy", "precision", "eval_interval_steps"}},
       {"checkpoint",
        {"dir", "interval_steps", "interval_s", "keep_last", "max_restarts", "rejoin_timeout_s"}},
       {"metrics", {"log_interval", "trace", "progress"}},

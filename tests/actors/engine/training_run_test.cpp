@@ -146,6 +146,29 @@ TEST(TrainingRunTest, ReportsStepsEpochsAndEvaluations) {
   EXPECT_GT(run.summary.samples_per_s, 0);
 }
 
+TEST(TrainingRunTest, EvaluatesWithinEpochsWithoutChangingTraining) {
+  // Every 10 steps (of the run), 32-step epochs: evaluations at steps 10, 20, 30, 40, ...
+  // besides each epoch's end. The pipeline drains at those step boundaries; sync training is
+  // the same.
+  job_config config = synthetic_job();
+  config.parallelism.stages = 2;
+  config.parallelism.micro_batches = 2;
+  config.training.target_accuracy = 0.01;
+  const finished_run plain = train(config);
+  config.training.eval_interval_steps = 10;
+  const finished_run frequent = train(config);
+  EXPECT_EQ(frequent.weights, plain.weights);
+  std::vector<int64_t> evaluated_at;
+  for (const auto& record : frequent.records) {
+    if (record.test_accuracy) evaluated_at.push_back(record.step);
+  }
+  EXPECT_EQ(evaluated_at, (std::vector<int64_t>{10, 20, 30, 32, 40, 50, 60, 64, 70, 80, 90, 96}));
+  EXPECT_EQ(frequent.summary.epochs, 3);
+  EXPECT_EQ(frequent.summary.final_test_accuracy, plain.summary.final_test_accuracy);
+  ASSERT_TRUE(frequent.summary.time_to_target_s && plain.summary.time_to_target_s);
+  EXPECT_LT(*frequent.summary.time_to_target_s, *plain.summary.time_to_target_s);
+}
+
 TEST(TrainingRunTest, MaxStepsStopsEarly) {
   job_config config = synthetic_job();
   config.training.max_steps = 40;
