@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -20,7 +19,9 @@
 #include "actors/engine/training_loop.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"
+#include "apps/run_output.h"
 #include "apps/statistics.h"
+#include "apps/sweep_option.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/calibration/this_machine.h"
 #include "sim/profile.h"
@@ -78,19 +79,14 @@ std::optional<std::vector<setting>> settings_of(const converge_options& options,
     settings.push_back(*parsed);
   }
   if (!options.sweep.empty()) {
-    const size_t equals = options.sweep.find('=');
-    if (equals == std::string::npos || equals == 0 || equals + 1 == options.sweep.size()) {
-      *error = "--sweep " + options.sweep + ": expected KEY=V1,V2,...";
-      return std::nullopt;
-    }
-    const std::string key = options.sweep.substr(0, equals);
-    std::stringstream values(options.sweep.substr(equals + 1));
-    for (std::string value; std::getline(values, value, ',');) {
+    auto sweep = parse_sweep(options.sweep, error);
+    if (!sweep) return std::nullopt;
+    for (const std::string& value : sweep->values) {
       std::string name = value;  // a TOML string's quotes stay out of the name
       if (name.size() >= 2 && name.front() == '"' && name.back() == '"') {
         name = name.substr(1, name.size() - 2);
       }
-      settings.push_back({name, {key + "=" + value}});
+      settings.push_back({name, {sweep->key + "=" + value}});
     }
   }
   if (settings.empty()) settings.push_back({"job", {}});
@@ -212,8 +208,7 @@ int run_converge(const converge_options& options) {
     if (!base) base = config;
   }
   const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
-  std::error_code ignored;
-  std::filesystem::create_directories(out, ignored);
+  if (!make_directory(out, &error)) return bad_input(error);
 
   std::optional<sim::machine_profile> profile;
   if (!options.profile_file.empty()) {
@@ -288,8 +283,7 @@ int run_converge(const converge_options& options) {
       "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
       "reached it; seeds 1-%d, settings in alternating order)\n",
       base->training.target_accuracy, options.seeds);
-  std::ofstream(out + "/convergence.json") << table.dump(2) << "\n";
-  return 0;
+  return write_json_output(out + "/convergence.json", table);
 }
 
 }  // namespace troupe::apps

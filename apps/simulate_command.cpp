@@ -15,6 +15,7 @@
 #include "actors/storage/file_system.h"
 #include "apps/commands.h"
 #include "apps/run_output.h"
+#include "apps/sweep_option.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 #include "sim/simulation.h"
@@ -275,14 +276,10 @@ int run_simulate(const simulate_options& options) {
   std::string sweep_key;
   std::vector<std::string> sweep_values{""};
   if (!options.sweep.empty()) {
-    const size_t equals = options.sweep.find('=');
-    if (equals == std::string::npos || equals == 0 || equals + 1 == options.sweep.size()) {
-      return bad_input("--sweep " + options.sweep + ": expected KEY=V1,V2,...");
-    }
-    sweep_key = options.sweep.substr(0, equals);
-    sweep_values.clear();
-    std::stringstream values(options.sweep.substr(equals + 1));
-    for (std::string value; std::getline(values, value, ',');) sweep_values.push_back(value);
+    auto sweep = parse_sweep(options.sweep, &error);
+    if (!sweep) return bad_input(error);
+    sweep_key = sweep->key;
+    sweep_values = sweep->values;
   }
   const std::string out = options.out_directory.empty() ? "runs/simulation" : options.out_directory;
   if (!make_directory(out, &error)) return bad_input(error);

@@ -173,6 +173,9 @@ class simulator {
   void begin_ready_work(int device);
   /// Stage `stage` runs the next pass of its fixed order (a W, or a message that came early).
   charged_work run_ready_pass(int stage);
+  /// The CPU time of taking `incoming` (when given) and of sending `outputs`: a fixed part per
+  /// message and a part per payload byte.
+  double message_cpu_s(const key_message* incoming, const std::vector<stage_output>& outputs) const;
   void finish_work(int device);
   /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
   charged_work handle(int stage, int device, int id);
@@ -505,13 +508,7 @@ charged_work simulator::handle(int stage, int device, int id) {
     failure_ = "stage " + std::to_string(stage) + " refused a message: " + refusal;
     return work;
   }
-  work.seconds = stage_devices_[stage]->take_charge() +
-                 options_.message_cpu_s * static_cast<double>(1 + work.outputs.size());
-  if (options_.message_cpu_per_byte_s > 0) {
-    double bytes = payload_bytes(message);
-    for (const stage_output& output : work.outputs) bytes += payload_bytes(output.message);
-    work.seconds += options_.message_cpu_per_byte_s * bytes;
-  }
+  work.seconds = stage_devices_[stage]->take_charge() + message_cpu_s(&message, work.outputs);
   const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
@@ -547,14 +544,22 @@ void simulator::begin_work(int device, int id) {
   schedule(now_ + work.seconds, event_kind::work_done, device);
 }
 
+double simulator::message_cpu_s(const key_message* incoming,
+                                const std::vector<stage_output>& outputs) const {
+  double messages = static_cast<double>(outputs.size());
+  double bytes = 0;
+  if (incoming) {
+    messages += 1;
+    bytes += payload_bytes(*incoming);
+  }
+  for (const stage_output& output : outputs) bytes += payload_bytes(output.message);
+  return options_.message_cpu_s * messages + options_.message_cpu_per_byte_s * bytes;
+}
+
 charged_work simulator::run_ready_pass(int stage) {
   charged_work work;
   work.outputs = stages_[stage]->run_ready_work();
-  work.seconds = stage_devices_[stage]->take_charge() +
-                 options_.message_cpu_s * static_cast<double>(work.outputs.size());
-  double bytes = 0;
-  for (const stage_output& output : work.outputs) bytes += payload_bytes(output.message);
-  work.seconds += options_.message_cpu_per_byte_s * bytes;
+  work.seconds = stage_devices_[stage]->take_charge() + message_cpu_s(nullptr, work.outputs);
   stage_busy_s_[stage] += work.seconds;
   work.name = "scheduled";
   work.key = -1;

@@ -21,6 +21,11 @@ struct batch_totals {
   int64_t correct = 0;
   int64_t samples = 0;
 
+  void add(const batch_totals& other) {
+    loss_sum += other.loss_sum;
+    correct += other.correct;
+    samples += other.samples;
+  }
   double mean_loss() const { return samples ? loss_sum / samples : 0.0; }
   double accuracy() const { return samples ? static_cast<double>(correct) / samples : 0.0; }
 };

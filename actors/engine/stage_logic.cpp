@@ -95,14 +95,16 @@ bool stage_logic::has_ready_work() const {
 
 std::vector<stage_output> stage_logic::run_ready_work() {
   std::vector<stage_output> outputs;
-  if (!has_ready_work()) return outputs;
+  if (!ordered()) return outputs;
   const scheduled_pass next = settings_.turn->next_pass();
+  if (next.stage != settings_.index) return outputs;
   if (next.what == scheduled_pass::kind::weight_gradients) {
     run_weight_gradients();
     settings_.turn->advance();
     return outputs;
   }
   auto found = early_.find({static_cast<int>(next.what), next.micro_batch});
+  if (found == early_.end()) return outputs;
   const key_message message = std::move(found->second);
   early_.erase(found);
   run_pass(message, &outputs);

@@ -32,7 +32,8 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
   if (!turns.empty()) settings.turn = turns[static_cast<size_t>(pipeline_worker_of(config, index))];
-  if (backward_first(config) && p.schedule != "interleaved") {
+  // 1F1B's bound on forwards ahead of backwards; a fixed order of passes bounds them itself.
+  if (backward_first(config) && p.schedule != "interleaved" && !settings.turn) {
     settings.max_forward_keys = p.stages - index;
   }
   const training_config training = config.training;

@@ -178,18 +178,16 @@ std::vector<key_message> training_run::handle(const stage_output& report, double
     ++ignored_reports_;
     return {};
   }
-  add_to(&epoch_totals_, report);
+  epoch_totals_.add(totals_of(report));
   step_losses& losses = step_losses_[report.message.step];
-  add_to(&losses.totals, report);
+  losses.totals.add(totals_of(report));
   ++losses.reports;
   log_completed_steps(now_s, false);
   return {};
 }
 
-void training_run::add_to(batch_totals* totals, const stage_output& report) {
-  totals->loss_sum += report.loss_sum;
-  totals->correct += report.correct;
-  totals->samples += report.samples;
+batch_totals training_run::totals_of(const stage_output& report) {
+  return {report.loss_sum, report.correct, report.samples};
 }
 
 void training_run::log_completed_steps(double now_s, bool all_reported) {
@@ -201,9 +199,7 @@ void training_run::log_completed_steps(double now_s, bool all_reported) {
       if (!all_reported && (found == step_losses_.end() || found->second.reports < micro_batches))
         return;  // a loss report still on its way: stage 0's retirement overtook it
       if (found == step_losses_.end()) continue;
-      interval_.loss_sum += found->second.totals.loss_sum;
-      interval_.correct += found->second.totals.correct;
-      interval_.samples += found->second.totals.samples;
+      interval_.add(found->second.totals);
       step_losses_.erase(found);
     }
     unlogged_steps_.pop_front();
@@ -276,9 +272,7 @@ std::vector<key_message> training_run::start_evaluation(double now_s) {
 }
 
 std::vector<key_message> training_run::handle_evaluation(const stage_output& report, double now_s) {
-  evaluation_.loss_sum += report.loss_sum;
-  evaluation_.correct += report.correct;
-  evaluation_.samples += report.samples;
+  evaluation_.add(totals_of(report));
   if (++evaluation_reports_ < evaluation_batches_) return {};
   if (evaluation_only_) {
     summary_.final_test_accuracy = evaluation_.accuracy();
@@ -287,32 +281,30 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
     finish(now_s);
     return {};
   }
-  const double target = config_.training.target_accuracy;
   if (evaluating_within_epoch_) return after_evaluation_within_epoch(now_s);
   // The last stage sent the epoch's losses before these results, on the same connection.
   log_completed_steps(now_s, true);
   train_samples_ += epoch_totals_.samples;
   ++epoch_;
   summary_.epochs = epoch_;
-  summary_.final_test_accuracy = evaluation_.accuracy();
-  summary_.final_test_loss = evaluation_.mean_loss();
-  if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
-    summary_.time_to_target_s = now_s - start_s_;
-  }
-  emit_metrics(epoch_, evaluation_, now_s);
+  record_evaluation(now_s);
   return after_evaluation(now_s);
 }
 
-std::vector<key_message> training_run::after_evaluation_within_epoch(double now_s) {
-  evaluating_within_epoch_ = false;
+void training_run::record_evaluation(double now_s) {
   summary_.final_test_accuracy = evaluation_.accuracy();
   summary_.final_test_loss = evaluation_.mean_loss();
   const double target = config_.training.target_accuracy;
   if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
     summary_.time_to_target_s = now_s - start_s_;
   }
-  // The record's loss and rate cover the epoch so far; its evaluation time is not training.
   emit_metrics(epoch_, evaluation_, now_s);
+}
+
+std::vector<key_message> training_run::after_evaluation_within_epoch(double now_s) {
+  evaluating_within_epoch_ = false;
+  // The record's loss and rate cover the epoch so far; its evaluation time is not training.
+  record_evaluation(now_s);
   epoch_start_s_ += now_s - evaluation_start_s_;
   if (checkpoint_requested_) {
     due_step_ = admission_->retired_count() / config_.parallelism.micro_batches;

@@ -92,7 +92,9 @@ class training_run {
   /// A log record at `step`, or (without it) an evaluation record at the retired step.
   void emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s,
                     std::optional<int64_t> step = std::nullopt);
-  static void add_to(batch_totals* totals, const stage_output& report);
+  static batch_totals totals_of(const stage_output& report);
+  /// The evaluation just finished: the summary's test figures, the time to target, a record.
+  void record_evaluation(double now_s);
   /// Logs the retired steps whose loss reports are all in, in order; `all_reported` logs
   /// every retired step with what came.
   void log_completed_steps(double now_s, bool all_reported);

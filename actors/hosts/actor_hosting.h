@@ -100,9 +100,6 @@ struct coordinator_parts {
   std::vector<caf::actor> stage_readers;
   /// In one process, the coordinator's own inbox, read on each take_atom; else empty.
   std::optional<transport::inbox> inbox;
-  /// The actors of the other stages its pipeline worker hosts in this process (interleaved),
-  /// by stage: the one whose pass is next is told when this stage moves the turn on.
-  std::map<int, caf::actor> worker_siblings;
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;

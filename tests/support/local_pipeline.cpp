@@ -145,6 +145,16 @@ void local_pipeline::route(int stage, std::vector<stage_output> outputs,
   }
 }
 
+std::vector<std::vector<float>> local_pipeline::weights() {
+  std::vector<std::vector<float>> result;
+  for (auto& device : devices_) {
+    for (layers::parameter* p : device->parameters()) {
+      result.push_back(p->value.to_host(backend_.default_stream()));
+    }
+  }
+  return result;
+}
+
 pipeline_totals local_pipeline::train(const layers::dataset& data, int64_t steps) {
   TROUPE_CHECK(steps_done_ + steps <= total_steps_);
   admission_settings settings = admission_settings::of(config_, steps_done_ + steps);

@@ -53,6 +53,8 @@ class local_pipeline {
 
   stage_logic& stage(int index) { return *stages_[index]; }
   stage_device& device_of(int index) { return *devices_[index]; }
+  /// Every stage's weights, in stage and layer order, copied to the host.
+  std::vector<std::vector<float>> weights();
   int stage_count() const { return static_cast<int>(stages_.size()); }
   /// Most keys in flight at once during train().
   int64_t peak_active() const { return peak_active_; }

@@ -40,16 +40,6 @@ std::unique_ptr<layers::backend> cpu() {
   return layers::create_backend("cpu", 1, &error);
 }
 
-weights pipeline_weights(local_pipeline& pipeline, layers::backend& device) {
-  weights result;
-  for (int s = 0; s < pipeline.stage_count(); ++s) {
-    for (auto* p : pipeline.device_of(s).parameters()) {
-      result.push_back(p->value.to_host(device.default_stream()));
-    }
-  }
-  return result;
-}
-
 layers::dataset training_set(const job_config& config) {
   std::string error;
   auto data = load_job_data(config, &error);
@@ -82,7 +72,7 @@ void expect_matches_sequential(const job_config& config, uint64_t order_seed,
   local_pipeline pipeline(config, *device, data.count(), steps, order_seed);
   pipeline.train(data, steps);
   const weights expected = sequential_weights(config, data, steps);
-  const weights actual = pipeline_weights(pipeline, *device);
+  const weights actual = pipeline.weights();
   ASSERT_EQ(actual.size(), expected.size());
   const double difference = max_relative_difference(actual, expected);
   EXPECT_LE(difference, tolerance)
@@ -138,7 +128,7 @@ TEST(PipelineExactnessTest, SyncStagesOnOneGpuEqualSequentialOnIt) {
       const double tolerance = config.training.precision == std::string("fp32")
                                    ? fp32_tolerance
                                    : 2 * layers::unit_roundoff(layers::math_precision::bf16);
-      EXPECT_LE(max_relative_difference(pipeline_weights(pipeline, *device), expected), tolerance)
+      EXPECT_LE(max_relative_difference(pipeline.weights(), expected), tolerance)
           << precision << " M=" << micro_batches;
     }
   }
@@ -172,8 +162,7 @@ TEST(PipelineExactnessTest, StaleAsyncTrainingDiffersFromSequential) {
   auto device = cpu();
   local_pipeline pipeline(config, *device, data.count(), steps, 0);
   pipeline.train(data, steps);
-  EXPECT_GT(max_relative_difference(pipeline_weights(pipeline, *device),
-                                    sequential_weights(config, data, steps)),
+  EXPECT_GT(max_relative_difference(pipeline.weights(), sequential_weights(config, data, steps)),
             1e-3);
 }
 
@@ -208,7 +197,7 @@ TEST(PipelineExactnessTest, ZeroBubbleSumsTheWeightGradientsOf1f1bInItsOrder) {
     const layers::dataset data = training_set(config);
     local_pipeline pipeline(config, *device, data.count(), steps, 0);
     pipeline.train(data, steps);
-    result[i] = pipeline_weights(pipeline, *device);
+    result[i] = pipeline.weights();
   }
   EXPECT_EQ(result[0], result[1]);
 }

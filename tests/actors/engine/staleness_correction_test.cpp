@@ -61,6 +61,15 @@ layers::dataset training_set(const job_config& config) {
   return data->train;
 }
 
+/// Stage 0 of 2 at learning rate 0.1, a step per key, no correction yet.
+stage_settings first_of_two_stages() {
+  stage_settings settings;
+  settings.index = 0;
+  settings.count = 2;
+  settings.learning_rate = [](int64_t) { return 0.1; };
+  return settings;
+}
+
 key_message message_for(key_kind kind, uint64_t key) {
   key_message message;
   message.kind = kind;
@@ -73,10 +82,7 @@ TEST(StalenessCorrectionTest, PipemareScalesEachStepByItsDelayAsTheWarmUpFades) 
   // come back in turn: staleness 0, 1 and 2. The third step (k = 2) applies a gradient two
   // versions old: lr · 2^-(1 − 2/4) = 0.1 / sqrt(2). Keys 3 and 4 go forward at version 3;
   // key 4 comes back one version late at k = 4 = K, where the rescheduling has faded out.
-  stage_settings settings;
-  settings.index = 0;
-  settings.count = 2;
-  settings.learning_rate = [](int64_t) { return 0.1; };
+  stage_settings settings = first_of_two_stages();
   settings.pipemare_warmup_steps = 4;
   recording_device device;
   stage_logic stage(settings, device);
@@ -97,9 +103,7 @@ TEST(StalenessCorrectionTest, PipemareTakesTheMeanDelayOfTheKeysAStepApplies) {
   // Two keys per step (min_update_interval 2), lr 0.2, K = 10. Steps 0 to 4 apply keys of
   // staleness at most 1 (τ = 1, the plain rate); step 5 applies key 8 (forward at version 2)
   // and key 9 (forward at version 4), staleness 3 and 1: τ = 2, lr · 2^-(1 − 5/10).
-  stage_settings settings;
-  settings.index = 0;
-  settings.count = 2;
+  stage_settings settings = first_of_two_stages();
   settings.min_update_interval = 2;
   settings.learning_rate = [](int64_t) { return 0.2; };
   settings.pipemare_warmup_steps = 10;
@@ -154,10 +158,7 @@ TEST(StalenessCorrectionTest, PredictionRunsAKeyOnTheWeightsItsDelayWillBring) {
   // keys 2 and 3 go forward at version 2 on w − 1 · lr · b, predicted once, and their
   // backward passes use the same. Key 2 comes back on time: delay 0, and key 4 runs on the
   // plain weights of version 3.
-  stage_settings settings;
-  settings.index = 0;
-  settings.count = 2;
-  settings.learning_rate = [](int64_t) { return 0.1; };
+  stage_settings settings = first_of_two_stages();
   settings.predict_weights = true;
   recording_device device;
   stage_logic stage(settings, device);
@@ -234,12 +235,7 @@ TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
     auto device = cpu();
     local_pipeline pipeline(config, *device, data.count(), steps, 0);
     pipeline.train(data, steps);
-    testing::weights actual;
-    for (int s = 0; s < pipeline.stage_count(); ++s) {
-      for (auto* p : pipeline.device_of(s).parameters()) {
-        actual.push_back(p->value.to_host(device->default_stream()));
-      }
-    }
+    const testing::weights actual = pipeline.weights();
     const testing::weights expected = testing::sequential_weights(config, data, steps);
     EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-6) << correction;
   }

@@ -80,11 +80,7 @@ finished_run train(const job_config& config) {
   local_pipeline pipeline(config, *device, data->train.count(),
                           planned_steps(config, data->train.count()), 0);
   run.summary = pipeline.run(*data, clock, observer);
-  for (int s = 0; s < pipeline.stage_count(); ++s) {
-    for (auto* p : pipeline.device_of(s).parameters()) {
-      run.weights.push_back(p->value.to_host(device->default_stream()));
-    }
-  }
+  run.weights = pipeline.weights();
   run.records = observer.records;
   return run;
 }
