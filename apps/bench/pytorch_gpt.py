@@ -25,7 +25,10 @@ cut into sequences of data.context bytes labelled with the byte after each.
         --pipelines) and PyTorch on the same model, batch and context, prints tokens/s of
         each (medians) and the ratios to PyTorch.
 
-PyTorch runs in fp32 on the CPU with --threads threads (default 2).
+PyTorch runs on the CPU with --threads threads (default 2), or with --device cuda on the GPU,
+where troupe's runs get parallelism.devices = "cuda" too. --precision fp32|tf32|bf16 sets both
+sides' GEMM arithmetic: troupe's training.precision, and PyTorch's TF32 matmuls or bf16
+autocast (fp32 master weights either way).
 """
 
 import argparse
@@ -43,6 +46,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+AUTOCAST_BF16 = False  # set by --precision bf16
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -72,7 +76,7 @@ class Attention(nn.Module):
         shape = (batch, length, self.heads, width // self.heads)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(width // self.heads))
-        mask = torch.ones(length, length, dtype=torch.bool).tril()
+        mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
         y = F.softmax(scores, dim=-1) @ v
         return self.c_proj(y.transpose(1, 2).contiguous().view(batch, length, width))
@@ -173,7 +177,7 @@ def text_files(path):
     return files
 
 
-def text_splits(config):
+def text_splits(config, device="cpu"):
     """(train, validation): int64 tensors [sequences, context + 1] of troupe's text data."""
     data = config["data"]
     everything = b"".join(open(f, "rb").read() for f in text_files(data["path"]))
@@ -186,7 +190,7 @@ def text_splits(config):
         values = torch.tensor(list(raw[: count * context + 1]), dtype=torch.int64)
         inputs = values[: count * context].view(count, context)
         targets = values[1: count * context + 1].view(count, context)
-        return inputs, targets
+        return inputs.to(device), targets.to(device)
 
     return sequences(everything[:split]), sequences(everything[split:])
 
@@ -220,8 +224,9 @@ def train_step(model, optimizer, training, inputs, targets, rate):
     for group in optimizer.param_groups:
         group["lr"] = rate
     optimizer.zero_grad(set_to_none=True)
-    logits = model(inputs)
-    loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16, enabled=AUTOCAST_BF16):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
     loss.backward()
     if training.get("clip_norm", 0) > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), training["clip_norm"])
@@ -285,16 +290,18 @@ def compare(args):
 
     model = Model(config)
     model.load_state_dict(read_safetensors(initial), strict=True)
+    model.to(args.device)
     training = config["training"]
     optimizer = make_optimizer(model, training)
-    (inputs, targets), _ = text_splits(config)
+    (inputs, targets), _ = text_splits(config, args.device)
     batch = training["batch_size"]
     total = min(inputs.shape[0] // batch * training["epochs"], args.steps)
     worst = 0.0
     parallelism = config["parallelism"]
     print(f"troupe sync {parallelism['schedule']} S={parallelism['stages']} "
           f"M={parallelism['micro_batches']} against PyTorch {torch.__version__}, "
-          f"{args.steps} steps of batch {batch} x {config['data']['context']} tokens")
+          f"{args.steps} steps of batch {batch} x {config['data']['context']} tokens, "
+          f"{args.precision} on {device_name(args.device)}")
     print(" step    troupe loss   PyTorch loss   relative difference")
     for step in range(total):
         rate = learning_rate_at(training, step, total)
@@ -313,6 +320,12 @@ def compare(args):
     return 0 if worst <= args.tolerance else 1
 
 
+def device_name(device):
+    if device == "cpu":
+        return "the CPU"
+    return torch.cuda.get_device_name(torch.device(device))
+
+
 def resolved_config(args):
     """The job as troupe resolves it (DIR/config.json of a one-step run)."""
     work = tempfile.mkdtemp(prefix="troupe_gpt_config_")
@@ -326,14 +339,14 @@ def resolved_config(args):
 def train(args):
     config = resolved_config(args)
     torch.manual_seed(config["training"]["seed"])
-    model = Model(config)
+    model = Model(config).to(args.device)
     training = config["training"]
     optimizer = make_optimizer(model, training)
-    (inputs, targets), validation = text_splits(config)
+    (inputs, targets), validation = text_splits(config, args.device)
     batch = training["batch_size"]
     per_epoch = inputs.shape[0] // batch
     generator = torch.Generator().manual_seed(training["seed"])
-    order = torch.randperm(inputs.shape[0], generator=generator)
+    order = torch.randperm(inputs.shape[0], generator=generator).to(args.device)
     budget = args.minutes * 60.0
     start = time.perf_counter()
     probe_steps, total, step = 10, None, 0
@@ -344,7 +357,7 @@ def train(args):
         if (total is not None and step >= total) or elapsed >= budget:
             break
         if step % per_epoch == 0 and step > 0:
-            order = torch.randperm(inputs.shape[0], generator=generator)
+            order = torch.randperm(inputs.shape[0], generator=generator).to(args.device)
         picks = order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]
         rate = learning_rate_at(training, step, total or 10 ** 9)
         loss = train_step(model, optimizer, training, inputs[picks], targets[picks], rate)
@@ -362,12 +375,12 @@ def train(args):
     return 0
 
 
-def pytorch_tokens_per_s(config, steps, warmup=3):
+def pytorch_tokens_per_s(config, steps, device, warmup=3):
     torch.manual_seed(1)
-    model = Model(config)
+    model = Model(config).to(device)
     training = config["training"]
     optimizer = make_optimizer(model, training)
-    (inputs, targets), _ = text_splits(config)
+    (inputs, targets), _ = text_splits(config, device)
     batch = training["batch_size"]
     for step in range(warmup):
         train_step(model, optimizer, training, inputs[step * batch:(step + 1) * batch],
@@ -401,7 +414,7 @@ def speed(args):
             f"parallelism.min_update_interval={micro}"]
     rates = {name: [] for name in ["pytorch"] + list(layouts)}
     for round_index in range(args.rounds):
-        rates["pytorch"].append(pytorch_tokens_per_s(config, args.steps))
+        rates["pytorch"].append(pytorch_tokens_per_s(config, args.steps, args.device))
         for name, layout in layouts.items():
             rates[name].append(troupe_tokens_per_s(args, layout, args.steps))
         print(f"round {round_index + 1}: " + "  ".join(
@@ -412,7 +425,8 @@ def speed(args):
     parameters = sum(p.numel() for p in Model(config).parameters())
     print(f"\nGPT of {blocks} transformer blocks, width {layers[0].get('dim')}, "
           f"{parameters / 1e6:.1f} M parameters, batch "
-          f"{config['training']['batch_size']} x {config['data']['context']} tokens, fp32, "
+          f"{config['training']['batch_size']} x {config['data']['context']} tokens, "
+          f"{args.precision} on {device_name(args.device)}, "
           f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads, "
           f"median of {args.rounds} alternating rounds of {args.steps} steps")
     print(f"{'configuration':40s} {'tokens/s':>10s} {'ratio':>7s}")
@@ -429,6 +443,8 @@ def main():
     parser.add_argument("--set", action="append", default=[], help="job override KEY=VALUE")
     parser.add_argument("--troupe", default="", help="troupe binary (default: build/apps/troupe)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (PyTorch and troupe)")
+    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--minutes", type=float, default=15.0)
@@ -438,6 +454,17 @@ def main():
     args = parser.parse_args()
     args.troupe = troupe_binary(args.troupe)
     torch.set_num_threads(args.threads)
+    if args.device != "cpu":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"pytorch_gpt: --device {args.device}: this PyTorch sees no GPU")
+        args.set = [f'parallelism.devices="{args.device}"'] + args.set
+    if args.precision != "fp32":
+        args.set = [f'training.precision="{args.precision}"'] + args.set
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    global AUTOCAST_BF16
+    AUTOCAST_BF16 = args.precision == "bf16"
     if args.mode == "compare":
         return compare(args)
     if args.mode == "train":

@@ -5,7 +5,8 @@
 #   bin/            troupe, the test executables that hold GPU tests, troupe_device_summary
 #   lib/            every shared library they load that the device image lacks
 #                   (tests/gpu/device_image_libraries.txt); those over 1 MiB as NAME.xz
-#   data/fashion-mnist/, apps/examples/, apps/bench/pytorch_mlp.py
+#   data/fashion-mnist/, data/text/ (the fortunes text, for the GPT example), apps/examples/,
+#   apps/bench/pytorch_mlp.py and pytorch_gpt.py
 #   run.sh          DIR/run.sh NAME [ARGS...] runs bin/NAME with the bundle's libraries
 #   manifest.json   what was built, from which commit, with which CUDA
 # Usage: tests/gpu/bundle.sh DIR [--build-dir BUILD] [--no-build]
@@ -50,7 +51,7 @@ for file in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-uby
 done
 
 rm -rf "$bundle"
-mkdir -p "$bundle"/{bin,lib,data/fashion-mnist,apps/examples,apps/bench}
+mkdir -p "$bundle"/{bin,lib,data/fashion-mnist,data/text,apps/examples,apps/bench}
 bundle="$(cd "$bundle" && pwd)"
 provided="$(grep -v -e '^#' -e '^version ' "$repository/tests/gpu/device_image_libraries.txt")"
 declare -A copied=()
@@ -72,7 +73,13 @@ done
 cp "$repository/tests/gpu/run.sh" "$bundle/run.sh"
 cp "$data"/*-ubyte* "$bundle/data/fashion-mnist/"
 cp "$repository"/apps/examples/*.toml "$bundle/apps/examples/"
-cp "$repository/apps/bench/pytorch_mlp.py" "$bundle/apps/bench/"
+cp "$repository/apps/bench/pytorch_mlp.py" "$repository/apps/bench/pytorch_gpt.py" "$bundle/apps/bench/"
+# The GPT example's text: the fortunes files as troupe's text data set reads them (regular
+# files, no .dat or .u8 indexes).
+text="${TROUPE_TEXT:-/usr/share/games/fortunes}"
+[ -d "$text" ] || { echo "bundle.sh: $text is missing (apt-get install fortunes)" >&2; exit 1; }
+find "$text" -maxdepth 1 -type f ! -name '.*' ! -name '*.dat' ! -name '*.u8' -size +0 \
+  -exec cp {} "$bundle/data/text/" \;
 
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null | head -1; }
 cuda="$(cache_value TROUPE_WITH_CUDA)"

@@ -8,7 +8,9 @@
 #   memcheck.txt                    compute-sanitizer memcheck over a 20-step 2-stage CUDA run
 #   bench.log                       `troupe bench compute --device cuda` at fp32, tf32 and bf16,
 #                                   each between two runs of apps/bench/pytorch_mlp.py on the
-#                                   same model, batch and precision; `troupe bench pipeline`
+#                                   same model, batch and precision; the GPT example against
+#                                   PyTorch (apps/bench/pytorch_gpt.py compare and speed);
+#                                   `troupe bench pipeline`
 #   device-check.log                every step's command and output
 #   summary.json                    every figure, the ratios against PyTorch and cuBLAS, and the
 #                                   GPU bars as met, missed or not measured
@@ -150,7 +152,39 @@ for precision in fp32 tf32 bf16; do
   fi
 done
 
-# 5. Stages sharing the one GPU: 2 and 4 in one process and 2 worker processes, against one stage.
+# 5. The GPT example (apps/examples/gpt_fortunes.toml, on the bundle's text) against PyTorch eager
+#    on the GPU at fp32: per-step losses of a 4-stage sync pipeline, then tokens/s in alternating
+#    rounds of one stage, 4 stages and PyTorch.
+if [ -n "$skip_reason" ]; then
+  record gpt_compare skipped 0 "$skip_reason"
+  record gpt_speed skipped 0 "$skip_reason"
+elif [ "$pytorch_ready" != yes ]; then
+  record gpt_compare failed 0 "python3 with a CUDA-enabled torch is missing"
+  record gpt_speed failed 0 "python3 with a CUDA-enabled torch is missing"
+else
+  printf '#!/bin/sh\nexec "%s" troupe "$@"\n' "$run" >"$work/troupe"
+  chmod +x "$work/troupe"
+  gpt=(python3 "$bundle/apps/bench/pytorch_gpt.py")
+  gpt_options=(--device cuda --troupe "$work/troupe" --set "data.path=\"$bundle/data/text\"")
+  for part in compare speed; do
+    before=$(wc -l <"$log")
+    if [ "$part" = compare ]; then
+      timed "$(($(remaining) / 4))" "${gpt[@]}" compare "$bundle/apps/examples/gpt_fortunes.toml" \
+        "${gpt_options[@]}" --steps 20
+    else
+      timed "$(($(remaining) / 3))" "${gpt[@]}" speed "$bundle/apps/examples/gpt_fortunes.toml" \
+        "${gpt_options[@]}" --rounds 3 --steps 30 --pipelines 4:sync:8 4:async:4
+    fi
+    tail -n +$((before + 2)) "$log" | tee -a "$OUT/bench.log" >"$work/gpt-$part.txt"
+    if [ "$rc" -eq 0 ]; then
+      record "gpt_$part" passed "$took" "$(grep -E '^(worst|troupe 1 stage)' "$work/gpt-$part.txt" | tail -1 | tr -s ' ')"
+    else
+      record "gpt_$part" failed "$took" "exit status $rc"
+    fi
+  done
+fi
+
+# 6. Stages sharing the one GPU: 2 and 4 in one process and 2 worker processes, against one stage.
 if [ -n "$skip_reason" ]; then
   record bench_pipeline skipped 0 "$skip_reason"
 else
@@ -164,7 +198,7 @@ else
   fi
 fi
 
-# 6. The summary.
+# 7. The summary.
 if ! "$run" troupe_device_summary "$work" "$OUT" "$bundle" | tee -a "$log"; then
   note "could not write $OUT/summary.json"
   exit 1

@@ -129,14 +129,41 @@ json end_to_end_of(const json& compute, const std::string& pytorch_lines) {
   return result;
 }
 
+/// The GPT example against PyTorch on the GPU: apps/bench/pytorch_gpt.py's `compare` output
+/// (per-step losses) and `speed` table (tokens/s of each configuration and its ratio).
+json gpt_of(const std::string& compare, const std::string& speed) {
+  json result = {{"loss_worst_relative_difference", nullptr},
+                 {"loss_tolerance", nullptr},
+                 {"tokens_per_s", json::object()},
+                 {"ratio_to_pytorch", json::object()}};
+  const auto worst = find(compare, R"(worst relative difference ([0-9.eE+-]+))");
+  if (worst) result["loss_worst_relative_difference"] = std::atof(worst->c_str());
+  const auto tolerance = find(compare, R"(\(tolerance ([0-9.eE+-]+)\))");
+  if (tolerance) result["loss_tolerance"] = std::atof(tolerance->c_str());
+  const std::regex row(R"(^(pytorch|troupe .*?)\s+([0-9]+)\s+([0-9.]+)\s*$)");
+  std::stringstream lines(speed);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (!std::regex_match(line, match, row)) continue;
+    result["tokens_per_s"][match[1].str()] = std::atof(match[2].str().c_str());
+    result["ratio_to_pytorch"][match[1].str()] = std::atof(match[3].str().c_str());
+  }
+  return result;
+}
+
+enum class direction { at_least, at_most };
+
 json bar(const std::string& name, std::optional<double> value, double threshold,
-         const std::string& unit) {
+         const std::string& unit, direction needed = direction::at_least) {
   std::string status = "not measured";
-  if (value) status = *value >= threshold ? "met" : "missed";
+  if (value)
+    status = (needed == direction::at_least ? *value >= threshold : *value <= threshold) ? "met"
+                                                                                         : "missed";
   return {{"bar", name},
           {"status", status},
           {"value", value ? json(*value) : json(nullptr)},
           {"threshold", threshold},
+          {"needs", needed == direction::at_least ? ">=" : "<="},
           {"unit", unit}};
 }
 
@@ -174,6 +201,17 @@ json bars_of(const json& summary) {
   if (summary["pipeline"].contains("four_stages_over_one_stage"))
     four = summary["pipeline"]["four_stages_over_one_stage"].get<double>();
   bars.push_back(bar("4 stages on one GPU vs one stage", four, 0.95, "ratio"));
+  const json& gpt = summary["gpt"];
+  std::optional<double> loss_difference;
+  if (gpt["loss_worst_relative_difference"].is_number())
+    loss_difference = gpt["loss_worst_relative_difference"].get<double>();
+  bars.push_back(bar("GPT per-step losses vs PyTorch, fp32", loss_difference,
+                     gpt["loss_tolerance"].is_number() ? gpt["loss_tolerance"].get<double>() : 1e-4,
+                     "relative difference", direction::at_most));
+  std::optional<double> gpt_ratio;
+  if (gpt["ratio_to_pytorch"].contains("troupe 1 stage"))
+    gpt_ratio = gpt["ratio_to_pytorch"]["troupe 1 stage"].get<double>();
+  bars.push_back(bar("GPT tokens/s vs PyTorch eager, fp32", gpt_ratio, 1.0, "ratio"));
   return bars;
 }
 
@@ -186,11 +224,12 @@ void print_table(const json& summary) {
                 step["status"].get<std::string>().c_str(), step["seconds"].get<double>(),
                 step["detail"].get<std::string>().c_str());
   for (const json& b : summary["bars"]) {
-    std::string value = "-";
-    if (b["value"].is_number()) value = std::to_string(b["value"].get<double>()).substr(0, 6);
-    std::printf("  bar: %-48s %-12s %s (needs >= %g)\n", b["bar"].get<std::string>().c_str(),
-                b["status"].get<std::string>().c_str(), value.c_str(),
-                b["threshold"].get<double>());
+    char value[32] = "-";
+    if (b["value"].is_number())
+      std::snprintf(value, sizeof value, "%.4g", b["value"].get<double>());
+    std::printf("  bar: %-48s %-12s %s (needs %s %g)\n", b["bar"].get<std::string>().c_str(),
+                b["status"].get<std::string>().c_str(), value,
+                b["needs"].get<std::string>().c_str(), b["threshold"].get<double>());
   }
 }
 
@@ -218,6 +257,7 @@ int main(int argc, char** argv) {
   }
   const json pipeline = read_json(work + "/pipeline.json");
   summary["pipeline"] = pipeline.is_object() ? pipeline : json::object();
+  summary["gpt"] = gpt_of(read_text(work + "/gpt-compare.txt"), read_text(work + "/gpt-speed.txt"));
   summary["bars"] = bars_of(summary);
   int failed = 0, skipped = 0;
   for (const json& step : summary["steps"]) {
