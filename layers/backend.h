@@ -83,6 +83,9 @@ struct adam_parameters {
   float weight_decay = 0.0f;
   float gradient_scale = 1.0f;
   int64_t step = 1;
+  /// AdamW's decoupled decay, learning rate × weight decay: first weights -= this × weights
+  /// (exactly as axpy(-this, weights, weights) would), then the step. 0: none.
+  float decoupled_decay = 0.0f;
 };
 
 /// Whether GEMM sizes are non-negative and the row strides as stored can hold their rows: A

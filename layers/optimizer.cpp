@@ -30,19 +30,16 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale) {
       float* velocity = state_[i].empty() ? nullptr : state_[i][0].data();
       device.sgd_step(s, p.value.data(), p.gradient.data(), velocity, p.value.size(), sgd);
     } else {
+      // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.
       const bool decoupled = settings_.kind == "adamw";
-      if (decoupled && settings_.weight_decay != 0.0f) {
-        // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.
-        device.axpy(s, -learning_rate * settings_.weight_decay, p.value.data(), p.value.data(),
-                    p.value.size());
-      }
       adam_parameters adam{learning_rate,
                            settings_.beta1,
                            settings_.beta2,
                            settings_.epsilon,
                            decoupled ? 0.0f : settings_.weight_decay,
                            gradient_scale,
-                           steps_};
+                           steps_,
+                           decoupled ? learning_rate * settings_.weight_decay : 0.0f};
       device.adam_step(s, p.value.data(), p.gradient.data(), state_[i][0].data(),
                        state_[i][1].data(), p.value.size(), adam);
     }

@@ -8,8 +8,9 @@ namespace {
 
 /// Causal multi-head self-attention over a [B, T, 3D] tensor of queries, keys and values (the
 /// output of attn.c_attn, heads side by side in each third, as nanoGPT lays them out). Every
-/// product is a GEMM batched over the heads, read in place through row strides: no copies
-/// into per-head layouts.
+/// product is a set of batched GEMMs read in place through row strides (no copies into per-head
+/// layouts): one call per head batched over the sequences, or one per sequence batched over
+/// the heads, whichever makes fewer calls.
 class causal_attention {
  public:
   causal_attention(int length, int width, int heads)
@@ -25,21 +26,16 @@ class causal_attention {
     const int batch = static_cast<int>(qkv.rows());
     *probabilities = tensor(device, {batch, h_, t_, t_});
     *y = tensor(device, {batch, t_, d_});
-    const int64_t square = int64_t(t_) * t_;
-    for (int b = 0; b < batch; ++b) {
-      const float* q = qkv.data() + int64_t(b) * t_ * 3 * d_;
-      float* p = probabilities->data() + int64_t(b) * h_ * square;
-      device.gemm_batched(s, transpose::no, transpose::yes, t_, t_, hd_, 1.0f, q, 3 * d_, hd_,
-                          q + d_, 3 * d_, hd_, 0.0f, p, t_, square, h_);
-    }
+    const float* q = qkv.data();
+    // S = Q K^T, then P = causal softmax(S scale), then Y = P V.
+    products(s, device, batch, transpose::no, transpose::yes, t_, t_, hd_,
+             {q, sample_, hd_, 3 * d_}, {q + d_, sample_, hd_, 3 * d_},
+             {probabilities->data(), h_ * square(), square(), t_});
     device.causal_softmax_forward(s, probabilities->data(), probabilities->data(), batch * h_, t_,
                                   scale_);
-    for (int b = 0; b < batch; ++b) {
-      const float* v = qkv.data() + int64_t(b) * t_ * 3 * d_ + 2 * d_;
-      const float* p = probabilities->data() + int64_t(b) * h_ * square;
-      device.gemm_batched(s, transpose::no, transpose::no, t_, hd_, t_, 1.0f, p, t_, square, v,
-                          3 * d_, hd_, 0.0f, y->data() + int64_t(b) * t_ * d_, d_, hd_, h_);
-    }
+    products(s, device, batch, transpose::no, transpose::no, t_, hd_, t_,
+             {probabilities->data(), h_ * square(), square(), t_},
+             {q + 2 * d_, sample_, hd_, 3 * d_}, {y->data(), int64_t(t_) * d_, hd_, d_});
   }
 
   /// The gradient of the [B, T, 3D] input from that of y.
@@ -47,31 +43,24 @@ class causal_attention {
                   const tensor& dy) const {
     backend& device = qkv.device();
     const int batch = static_cast<int>(qkv.rows());
-    const int64_t square = int64_t(t_) * t_;
-    const int64_t sample = int64_t(t_) * 3 * d_;
     tensor dqkv(device, qkv.dims());
     tensor dp(device, probabilities.dims());
-    for (int b = 0; b < batch; ++b) {
-      const float* v = qkv.data() + b * sample + 2 * d_;
-      const float* grad = dy.data() + int64_t(b) * t_ * d_;
-      const float* p = probabilities.data() + b * h_ * square;
-      // dP = dY V^T and dV = P^T dY, head by head.
-      device.gemm_batched(s, transpose::no, transpose::yes, t_, t_, hd_, 1.0f, grad, d_, hd_, v,
-                          3 * d_, hd_, 0.0f, dp.data() + b * h_ * square, t_, square, h_);
-      device.gemm_batched(s, transpose::yes, transpose::no, t_, hd_, t_, 1.0f, p, t_, square, grad,
-                          d_, hd_, 0.0f, dqkv.data() + b * sample + 2 * d_, 3 * d_, hd_, h_);
-    }
+    const float* q = qkv.data();
+    const operand grad{dy.data(), int64_t(t_) * d_, hd_, d_};
+    const operand p{probabilities.data(), h_ * square(), square(), t_};
+    const operand ds{dp.data(), h_ * square(), square(), t_};
+    // dP = dY V^T and dV = P^T dY, head by head.
+    products(s, device, batch, transpose::no, transpose::yes, t_, t_, hd_, grad,
+             {q + 2 * d_, sample_, hd_, 3 * d_}, {dp.data(), h_ * square(), square(), t_});
+    products(s, device, batch, transpose::yes, transpose::no, t_, hd_, t_, p, grad,
+             {dqkv.data() + 2 * d_, sample_, hd_, 3 * d_});
     device.softmax_backward(s, probabilities.data(), dp.data(), dp.data(), batch * h_ * t_, t_,
                             scale_);
-    for (int b = 0; b < batch; ++b) {
-      const float* q = qkv.data() + b * sample;
-      const float* ds = dp.data() + b * h_ * square;
-      // dQ = dS K and dK = dS^T Q.
-      device.gemm_batched(s, transpose::no, transpose::no, t_, hd_, t_, 1.0f, ds, t_, square,
-                          q + d_, 3 * d_, hd_, 0.0f, dqkv.data() + b * sample, 3 * d_, hd_, h_);
-      device.gemm_batched(s, transpose::yes, transpose::no, t_, hd_, t_, 1.0f, ds, t_, square, q,
-                          3 * d_, hd_, 0.0f, dqkv.data() + b * sample + d_, 3 * d_, hd_, h_);
-    }
+    // dQ = dS K and dK = dS^T Q.
+    products(s, device, batch, transpose::no, transpose::no, t_, hd_, t_, ds,
+             {q + d_, sample_, hd_, 3 * d_}, {dqkv.data(), sample_, hd_, 3 * d_});
+    products(s, device, batch, transpose::yes, transpose::no, t_, hd_, t_, ds,
+             {q, sample_, hd_, 3 * d_}, {dqkv.data() + d_, sample_, hd_, 3 * d_});
     return dqkv;
   }
 
@@ -79,7 +68,39 @@ class causal_attention {
   double flops_per_sample() const { return 4.0 * t_ * t_ * d_; }
 
  private:
+  /// One operand of the per-(sequence, head) products: where sequence 0's head 0 starts, the
+  /// distance to the next sequence and to the next head, and its row stride.
+  template <typename value>
+  struct strided {
+    value* first;
+    int64_t per_sequence, per_head;
+    int rows_apart;
+  };
+
+  using operand = strided<const float>;
+  using output = strided<float>;
+
+  int64_t square() const { return int64_t(t_) * t_; }
+
+  /// C(b, h) = op(A(b, h)) op(B(b, h)) for every sequence b and head h, in the fewer calls.
+  void products(stream s, backend& device, int batch, transpose transpose_a, transpose transpose_b,
+                int m, int n, int k, const operand& a, const operand& b, const output& c) const {
+    const bool by_head = batch >= h_;  // one call per head, batched over the sequences
+    const int calls = by_head ? h_ : batch, batched = by_head ? batch : h_;
+    auto start = [&](const auto& x, int call) {
+      return call * (by_head ? x.per_head : x.per_sequence);
+    };
+    auto stride = [&](const auto& x) { return by_head ? x.per_sequence : x.per_head; };
+    for (int call = 0; call < calls; ++call) {
+      device.gemm_batched(s, transpose_a, transpose_b, m, n, k, 1.0f, a.first + start(a, call),
+                          a.rows_apart, stride(a), b.first + start(b, call), b.rows_apart,
+                          stride(b), 0.0f, c.first + start(c, call), c.rows_apart, stride(c),
+                          batched);
+    }
+  }
+
   int t_, d_, h_, hd_;
+  int64_t sample_ = int64_t(t_) * 3 * d_;  // one sequence of qkv
   float scale_;
 };
 

@@ -236,6 +236,8 @@ class cpu_backend final : public backend {
   void adam_step(stream, float* weights, const float* gradient, float* first_moment,
                  float* second_moment, size_t count, const adam_parameters& p) override {
     for_each_range(count, [&](size_t begin, size_t end) {
+      if (p.decoupled_decay != 0.0f)
+        cpu::axpy(-p.decoupled_decay, weights + begin, weights + begin, end - begin);
       cpu::adam_step(weights + begin, gradient + begin, first_moment + begin, second_moment + begin,
                      end - begin, p);
     });

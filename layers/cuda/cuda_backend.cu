@@ -1,13 +1,15 @@
 // The CUDA + cuBLAS backend. Streams and events are cudaStream_t / cudaEvent_t cast to void*.
 // Device memory comes from two stream-ordered pools owned by the backend: one for allocate()
 // (allocated and freed on a private stream that carries no work, so a block is reused only
-// after the caller has freed it, as the interface requires) and one for the short-lived
-// scratch of reductions (allocated and freed on the stream of the operation that uses it).
-// GEMM uses one cuBLAS handle per stream, so concurrent stages never share a cuBLAS workspace;
-// that is also what keeps cuBLAS bit-reproducible while several streams run at once. The GEMM
-// precision is kept per stream beside its handle: fp32 calls cublasSgemm as it always has,
-// tf32 and bf16 call cublasGemmEx with fp32 operands and output and a FAST_TF32 / FAST_16BF
-// compute type (tensor cores round the operands, products are summed in fp32).
+// after the caller has freed it, as the interface requires; freed blocks are kept by size and
+// handed out again without a driver call, since a training step allocates the same shapes
+// every time) and one for the short-lived scratch of reductions and GEMM operands (allocated
+// and freed on the stream of the operation that uses it).
+// GEMM goes through cuBLASLt (cuda_gemm.cuh: one algorithm per shape, chosen by timing on
+// first use) with a workspace per stream, so concurrent stages never share one; batched GEMMs
+// use one cuBLAS handle per stream for the same reason. The GEMM precision is kept per stream
+// beside its handle: fp32 computes in plain fp32; tf32 uses the FAST_TF32 compute type on fp32
+// operands; bf16 multiplies bfloat16 copies of the operands; products are summed in fp32.
 //
 // Threads: CAF runs a stage's handlers on any scheduler thread, so every operation makes the
 // backend's device current (activate() or enter()) before its first CUDA or cuBLAS call.
@@ -31,6 +33,7 @@
 
 #include "layers/check.h"
 #include "layers/cuda/cuda_backend.h"
+#include "layers/cuda/cuda_gemm.cuh"
 #include "layers/cuda/cuda_kernels.cuh"
 
 namespace troupe::layers {
@@ -196,9 +199,10 @@ class cuda_backend final : public backend {
     activate();
     return s.handle != nullptr ? to_cuda(s) : default_stream_;
   }
-  /// What GEMMs on one stream use: its cuBLAS handle and precision.
+  /// What GEMMs on one stream use: its cuBLAS handle, cuBLASLt workspace and precision.
   struct stream_blas {
     cublasHandle_t handle = nullptr;
+    void* workspace = nullptr;  // cuda_gemm::workspace_bytes
     math_precision precision = math_precision::fp32;
   };
   /// The entry of `s`, its handle created on first use; the caller holds blas_mutex_.
@@ -207,6 +211,8 @@ class cuda_backend final : public backend {
   stream_blas blas_for(cudaStream_t s);
   /// `count` floats of scratch usable on `s` until free_scratch(s, ...) (null when 0).
   float* allocate_scratch(cudaStream_t s, size_t count);
+  /// Returns the freed blocks that allocate() keeps for reuse to the memory pool.
+  void release_free_blocks();
   void free_scratch(cudaStream_t s, float* scratch);
 
   int device_;
@@ -216,6 +222,10 @@ class cuda_backend final : public backend {
   cudaMemPool_t scratch_pool_ = nullptr;
   std::mutex blas_mutex_;  // guards blas_: stages call from their own threads
   std::unordered_map<cudaStream_t, stream_blas> blas_;
+  std::unique_ptr<cuda_gemm::gemm_runner> gemm_runner_;
+  std::mutex device_mutex_;  // guards the device blocks: tensors are freed from any thread
+  std::unordered_map<void*, size_t> device_block_sizes_;               // every block handed out
+  std::unordered_map<size_t, std::vector<void*>> free_device_blocks_;  // freed ones, by size
   std::mutex host_mutex_;  // guards the pinned blocks: frames return them from any thread
   std::unordered_map<void*, size_t> host_block_sizes_;               // every pinned block
   std::unordered_map<size_t, std::vector<void*>> free_host_blocks_;  // returned ones, by size
@@ -255,6 +265,7 @@ bool cuda_backend::initialize() {
     return false;
   }
   blas_[default_stream_].handle = handle;
+  gemm_runner_ = std::make_unique<cuda_gemm::gemm_runner>(scratch_pool_);
   return true;
 }
 
@@ -263,7 +274,14 @@ cuda_backend::~cuda_backend() {
   // Streams a caller never destroyed may still run work that uses the handles and pools.
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
-  for (const auto& entry : blas_) cublasDestroy(entry.second.handle);
+  gemm_runner_.reset();
+  for (const auto& entry : free_device_blocks_) {
+    for (void* block : entry.second) cudaFreeAsync(block, allocation_stream_);
+  }
+  for (const auto& entry : blas_) {
+    cublasDestroy(entry.second.handle);
+    if (entry.second.workspace != nullptr) cudaFree(entry.second.workspace);
+  }
   // Blocks still out (a contract violation) are left alone: someone may still read them.
   for (const auto& entry : free_host_blocks_) {
     for (void* block : entry.second) cudaFreeHost(block);
@@ -277,6 +295,8 @@ cuda_backend::~cuda_backend() {
 cuda_backend::stream_blas& cuda_backend::blas_entry(cudaStream_t s) {
   stream_blas& entry = blas_[s];
   if (entry.handle == nullptr) TROUPE_CUBLAS_CHECK(create_blas_handle(s, &entry.handle));
+  if (entry.workspace == nullptr)
+    TROUPE_CUDA_CHECK(cudaMalloc(&entry.workspace, cuda_gemm::workspace_bytes));
   return entry;
 }
 
@@ -288,14 +308,26 @@ cuda_backend::stream_blas cuda_backend::blas_for(cudaStream_t s) {
 // ---- memory ---------------------------------------------------------------------------------
 
 void* cuda_backend::allocate(size_t bytes) {
-  activate();
   const size_t size = std::max<size_t>(bytes, 1);
+  {
+    // A block of this size freed before is reused without a call into the driver: a training
+    // step allocates the same shapes every time.
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    auto found = free_device_blocks_.find(size);
+    if (found != free_device_blocks_.end() && !found->second.empty()) {
+      void* pointer = found->second.back();
+      found->second.pop_back();
+      return pointer;
+    }
+  }
+  activate();
   void* pointer = nullptr;
   cudaError_t status = cudaMallocFromPoolAsync(&pointer, size, memory_pool_, allocation_stream_);
   if (status == cudaErrorMemoryAllocation) {
-    // The pools keep what they once used; hand the unused part back to the driver (which also
-    // undoes fragmentation) and retry once.
+    // The pools keep what they once used; hand the unused part and the kept blocks back to the
+    // driver (which also undoes fragmentation) and retry once.
     cudaGetLastError();
+    release_free_blocks();
     TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
     TROUPE_CUDA_CHECK(cudaMemPoolTrimTo(scratch_pool_, 0));
     TROUPE_CUDA_CHECK(cudaMemPoolTrimTo(memory_pool_, 0));
@@ -310,13 +342,31 @@ void* cuda_backend::allocate(size_t bytes) {
   // The allocation has completed once this returns, so any stream may use the memory.
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
   TROUPE_CHECK(reinterpret_cast<uintptr_t>(pointer) % 64 == 0);
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  device_block_sizes_[pointer] = size;
   return pointer;
 }
 
 void cuda_backend::deallocate(void* pointer) {
   if (pointer == nullptr) return;
+  // Callers free a block once no work uses it, so it may be handed out again at once.
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  auto found = device_block_sizes_.find(pointer);
+  TROUPE_CHECK(found != device_block_sizes_.end());
+  free_device_blocks_[found->second].push_back(pointer);
+}
+
+void cuda_backend::release_free_blocks() {
   activate();
-  TROUPE_CUDA_CHECK(cudaFreeAsync(pointer, allocation_stream_));
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  for (auto& entry : free_device_blocks_) {
+    for (void* block : entry.second) {
+      device_block_sizes_.erase(block);
+      TROUPE_CUDA_CHECK(cudaFreeAsync(block, allocation_stream_));
+    }
+  }
+  free_device_blocks_.clear();
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
 }
 
 void* cuda_backend::allocate_host(size_t bytes) {
@@ -463,20 +513,9 @@ void cuda_backend::gemm(stream s, transpose transpose_a, transpose transpose_b, 
     cuda_kernels::scale_matrix(cs, c, m, n, ldc, beta);
     return;
   }
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
-  // read as column-major is its transpose; so swap the operands and keep each one's op.
   const stream_blas blas = blas_for(cs);
-  if (blas.precision == math_precision::fp32) {
-    TROUPE_CUBLAS_CHECK(cublasSgemm(blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n,
-                                    m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
-    return;
-  }
-  const cublasComputeType_t compute = blas.precision == math_precision::tf32
-                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
-  TROUPE_CUBLAS_CHECK(cublasGemmEx(blas.handle, to_cublas(transpose_b), to_cublas(transpose_a), n,
-                                   m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
-                                   CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  gemm_runner_->gemm(cs, blas.workspace, blas.precision, transpose_a, transpose_b, m, n, k, alpha,
+                     a, lda, b, ldb, beta, c, ldc);
 }
 
 void cuda_backend::gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m,
@@ -492,7 +531,8 @@ void cuda_backend::gemm_batched(stream s, transpose transpose_a, transpose trans
       cuda_kernels::scale_matrix(cs, c + i * stride_c, m, n, ldc, beta);
     return;
   }
-  // The operands swap as in gemm(): row-major C^T is column-major C.
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
+  // read as column-major is its transpose; so swap the operands and keep each one's op.
   const stream_blas blas = blas_for(cs);
   if (blas.precision == math_precision::fp32) {
     TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched(

@@ -295,6 +295,8 @@ struct adam_op {
   float step_size;
   float inverse_sqrt_correction2;
   __device__ void operator()(size_t i) const {
+    // AdamW's decay first, as axpy_op would apply it.
+    if (p.decoupled_decay != 0.0f) weights[i] += -p.decoupled_decay * weights[i];
     const float g = p.gradient_scale * gradient[i] + p.weight_decay * weights[i];
     const float m = p.beta1 * first_moment[i] + (1.0f - p.beta1) * g;
     const float v = p.beta2 * second_moment[i] + (1.0f - p.beta2) * g * g;
