@@ -220,6 +220,9 @@ int run_bench_pipeline(const bench_options& options) {
   std::printf("troupe bench pipeline on %s, %s GEMMs: MLP %s, batch %lld, %lld steps per run\n",
               target.device.c_str(), target.precision.c_str(), widths_text(target.widths()).c_str(),
               static_cast<long long>(target.batch()), static_cast<long long>(steps));
+  // On a GPU a short untimed run first loads the kernels and chooses each GEMM shape's
+  // algorithm (once per process), so that no timed run pays for it.
+  if (!on_cpu) samples_per_second(variant(target, 4, 1, 1, "sync", 1));
   const double one_core = samples_per_second(variant(target, steps, 1, 1, "sync", 1));
   // Threads matter to the CPU only: on a GPU the second run would repeat the first.
   const double two_cores =

@@ -265,7 +265,7 @@ bool cuda_backend::initialize() {
     return false;
   }
   blas_[default_stream_].handle = handle;
-  gemm_runner_ = std::make_unique<cuda_gemm::gemm_runner>(scratch_pool_);
+  gemm_runner_ = std::make_unique<cuda_gemm::gemm_runner>(device_, scratch_pool_);
   return true;
 }
 

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "layers/cuda/cuda_gemm.cuh"
 #include "layers/cuda/cuda_kernels.cuh"
@@ -16,7 +19,7 @@
 namespace troupe::layers::cuda_gemm {
 namespace {
 
-constexpr int requested_algorithms = 32;
+constexpr int requested_algorithms = 16;
 constexpr int search_repeats = 3;
 /// Among algorithms within this fraction of the fastest, the search keeps the heuristics'
 /// earliest, so that timing noise rarely changes the choice.
@@ -89,10 +92,9 @@ void pack(cudaStream_t s, const float* in, int rows, int cols, int ld, __nv_bflo
 
 // ---- gemm_problem -----------------------------------------------------------------------------
 
-gemm_problem::gemm_problem(cublasLtHandle_t handle, math_precision precision,
-                           cudaDataType operand_type, transpose transpose_a, transpose transpose_b,
-                           int m, int n, int k, int lda, int ldb, int ldc)
-    : handle_(handle) {
+gemm_problem::gemm_problem(math_precision precision, cudaDataType operand_type,
+                           transpose transpose_a, transpose transpose_b, int m, int n, int k,
+                           int lda, int ldb, int ldc) {
   TROUPE_CUBLAS_CHECK(
       cublasLtMatmulDescCreate(&operation_, compute_type(precision, operand_type), CUDA_R_32F));
   // The column-major problem: M = n, N = m; its A is our B and its B our A.
@@ -118,11 +120,12 @@ gemm_problem::~gemm_problem() {
   if (operation_) cublasLtMatmulDescDestroy(operation_);
 }
 
-std::vector<cublasLtMatmulAlgo_t> gemm_problem::candidates(int count) const {
+std::vector<cublasLtMatmulAlgo_t> gemm_problem::candidates(cublasLtHandle_t handle,
+                                                           int count) const {
   std::vector<cublasLtMatmulHeuristicResult_t> results(count);
   int found = 0;
   std::vector<cublasLtMatmulAlgo_t> algorithms;
-  if (cublasLtMatmulAlgoGetHeuristic(handle_, operation_, a_, b_, c_, c_, preference_, count,
+  if (cublasLtMatmulAlgoGetHeuristic(handle, operation_, a_, b_, c_, c_, preference_, count,
                                      results.data(), &found) != CUBLAS_STATUS_SUCCESS)
     return algorithms;
   for (int i = 0; i < found; ++i)
@@ -130,22 +133,23 @@ std::vector<cublasLtMatmulAlgo_t> gemm_problem::candidates(int count) const {
   return algorithms;
 }
 
-cublasStatus_t gemm_problem::run(cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm, float alpha,
-                                 const void* a, const void* b, float beta, float* c,
-                                 void* workspace) const {
+cublasStatus_t gemm_problem::run(cublasLtHandle_t handle, cudaStream_t s,
+                                 const cublasLtMatmulAlgo_t& algorithm, float alpha, const void* a,
+                                 const void* b, float beta, float* c, void* workspace) const {
   // cuBLASLt's A is our B.
-  return cublasLtMatmul(handle_, operation_, &alpha, b, a_, a, b_, &beta, c, c_, c, c_, &algorithm,
+  return cublasLtMatmul(handle, operation_, &alpha, b, a_, a, b_, &beta, c, c_, c, c_, &algorithm,
                         workspace, workspace_bytes, s);
 }
 
-double gemm_problem::time(cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm, const void* a,
-                          const void* b, float* c, void* workspace, int repeats, cudaEvent_t start,
+double gemm_problem::time(cublasLtHandle_t handle, cudaStream_t s,
+                          const cublasLtMatmulAlgo_t& algorithm, const void* a, const void* b,
+                          float* c, void* workspace, int repeats, cudaEvent_t start,
                           cudaEvent_t stop) const {
-  if (run(s, algorithm, 1.0f, a, b, 0.0f, c, workspace) != CUBLAS_STATUS_SUCCESS) return -1;
+  auto call = [&] { return run(handle, s, algorithm, 1.0f, a, b, 0.0f, c, workspace); };
+  if (call() != CUBLAS_STATUS_SUCCESS) return -1;
   TROUPE_CUDA_CHECK(cudaEventRecord(start, s));
   bool failed = false;
-  for (int r = 0; r < repeats && !failed; ++r)
-    failed = run(s, algorithm, 1.0f, a, b, 0.0f, c, workspace) != CUBLAS_STATUS_SUCCESS;
+  for (int r = 0; r < repeats && !failed; ++r) failed = call() != CUBLAS_STATUS_SUCCESS;
   TROUPE_CUDA_CHECK(cudaEventRecord(stop, s));
   TROUPE_CUDA_CHECK(cudaEventSynchronize(stop));
   if (failed) return -1;
@@ -156,25 +160,105 @@ double gemm_problem::time(cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm,
 
 // ---- gemm_runner ------------------------------------------------------------------------------
 
-bool gemm_runner::shape::operator==(const shape& o) const {
-  return std::memcmp(this, &o, sizeof(shape)) == 0;
+struct gemm_runner::shape {
+  int device, precision, transpose_a, transpose_b, m, n, k, lda, ldb, ldc;
+
+  bool operator==(const shape& o) const { return std::memcmp(this, &o, sizeof(shape)) == 0; }
+  transpose op_a() const { return static_cast<transpose>(transpose_a); }
+  transpose op_b() const { return static_cast<transpose>(transpose_b); }
+  // Row-major op(A) is m × k: stored as m × k, or as k × m when transposed; op(B) likewise.
+  int a_rows() const { return op_a() == transpose::no ? m : k; }
+  int a_columns() const { return op_a() == transpose::no ? k : m; }
+  int b_rows() const { return op_b() == transpose::no ? k : n; }
+  int b_columns() const { return op_b() == transpose::no ? n : k; }
+
+  /// The problem cuBLASLt solves: on packed bfloat16 copies (rows apart by their columns), or
+  /// on the operands as they are.
+  std::unique_ptr<gemm_problem> problem(bool packed) const {
+    return std::make_unique<gemm_problem>(
+        static_cast<math_precision>(precision), packed ? CUDA_R_16BF : CUDA_R_32F, op_a(), op_b(),
+        m, n, k, packed ? a_columns() : lda, packed ? b_columns() : ldb, ldc);
+  }
+};
+
+struct gemm_runner::plan {
+  bool packed = false;
+  std::unique_ptr<gemm_problem> problem;
+  cublasLtMatmulAlgo_t algorithm;
+};
+
+struct gemm_runner::operands {
+  const void* a;
+  const void* b;
+  void* scratch = nullptr;  // the packed copies, freed after the GEMM
+};
+
+namespace {
+
+struct shape_hash {
+  size_t operator()(const gemm_runner::shape& s) const {
+    size_t hash = 0;
+    for (int field :
+         {s.device, s.precision, s.transpose_a, s.transpose_b, s.m, s.n, s.k, s.lda, s.ldb, s.ldc})
+      hash = hash * 1000003u ^ std::hash<int>()(field);
+    return hash;
+  }
+};
+
+/// Every plan of the process, shared by the backends of a device (stages and their streams
+/// call from their own threads). Never destroyed: backends may outlive static destruction.
+std::mutex plans_mutex;
+auto& plans =
+    *new std::unordered_map<gemm_runner::shape, std::unique_ptr<gemm_runner::plan>, shape_hash>();
+
+/// The best of a problem's algorithms by timing: each candidate once after a warm-up, then the
+/// three fastest three times more; among those within search_tie of the fastest, the
+/// heuristics' earliest. Seconds per call; negative when every candidate refused.
+struct timed_choice {
+  cublasLtMatmulAlgo_t algorithm;
+  double seconds = -1;
+};
+
+timed_choice fastest(cublasLtHandle_t handle, const gemm_problem& problem,
+                     const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t s,
+                     const void* a, const void* b, float* c, void* workspace, cudaEvent_t start,
+                     cudaEvent_t stop) {
+  std::vector<double> once;
+  for (const auto& algorithm : candidates)
+    once.push_back(problem.time(handle, s, algorithm, a, b, c, workspace, 1, start, stop));
+  std::vector<size_t> order;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (once[i] > 0) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return once[x] < once[y]; });
+  order.resize(std::min<size_t>(order.size(), 3));
+  std::sort(order.begin(), order.end());  // the heuristics' order again
+  std::vector<double> again;
+  for (size_t i : order)
+    again.push_back(
+        problem.time(handle, s, candidates[i], a, b, c, workspace, search_repeats, start, stop));
+  timed_choice best;
+  for (double t : again)
+    if (t > 0 && (best.seconds < 0 || t < best.seconds)) best.seconds = t;
+  for (size_t j = 0; j < order.size(); ++j) {
+    if (again[j] > 0 && again[j] <= best.seconds * (1 + search_tie)) {
+      best.algorithm = candidates[order[j]];
+      best.seconds = again[j];
+      break;
+    }
+  }
+  return best;
 }
 
-size_t gemm_runner::shape_hash::operator()(const shape& s) const {
-  size_t hash = 0;
-  for (int field : {s.precision, s.transpose_a, s.transpose_b, s.m, s.n, s.k, s.lda, s.ldb, s.ldc})
-    hash = hash * 1000003u ^ std::hash<int>()(field);
-  return hash;
-}
+}  // namespace
 
-gemm_runner::gemm_runner(cudaMemPool_t scratch_pool) : scratch_pool_(scratch_pool) {
+gemm_runner::gemm_runner(int device, cudaMemPool_t scratch_pool)
+    : device_(device), scratch_pool_(scratch_pool) {
   TROUPE_CUBLAS_CHECK(cublasLtCreate(&handle_));
   const char* setting = std::getenv("TROUPE_GEMM_SEARCH");
   search_ = setting == nullptr || std::strcmp(setting, "off") != 0;
 }
 
 gemm_runner::~gemm_runner() {
-  plans_.clear();
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -190,77 +274,88 @@ void* gemm_runner::allocate(cudaStream_t s, size_t bytes) {
   return pointer;
 }
 
+gemm_runner::operands gemm_runner::prepare(cudaStream_t s, bool packed, const shape& key,
+                                           const float* a, const float* b) {
+  if (!packed) return {a, b};
+  const size_t a_count = size_t(key.a_rows()) * key.a_columns();
+  const size_t b_count = size_t(key.b_rows()) * key.b_columns();
+  const size_t a_bytes = (a_count * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+  void* scratch = allocate(s, a_bytes + b_count * sizeof(__nv_bfloat16));
+  auto* a_packed = static_cast<__nv_bfloat16*>(scratch);
+  auto* b_packed = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+  pack(s, a, key.a_rows(), key.a_columns(), key.lda, a_packed);
+  pack(s, b, key.b_rows(), key.b_columns(), key.ldb, b_packed);
+  return {a_packed, b_packed, scratch};
+}
+
 const gemm_runner::plan& gemm_runner::plan_for(const shape& key, cudaStream_t s, void* workspace,
-                                               const void* a, const void* b) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto found = plans_.find(key);
-  if (found != plans_.end()) return *found->second;
-  const auto precision = static_cast<math_precision>(key.precision);
-  const auto transpose_a = static_cast<transpose>(key.transpose_a),
-             transpose_b = static_cast<transpose>(key.transpose_b);
-  auto result = std::make_unique<plan>();
-  result->problem = std::make_unique<gemm_problem>(
-      handle_, precision, precision == math_precision::bf16 ? CUDA_R_16BF : CUDA_R_32F, transpose_a,
-      transpose_b, key.m, key.n, key.k, key.lda, key.ldb, key.ldc);
-  const auto candidates = result->problem->candidates(search_ ? requested_algorithms : 1);
-  if (candidates.empty()) {
-    std::fprintf(stderr, "troupe: cuBLASLt proposes no algorithm for a %dx%dx%d GEMM\n", key.m,
-                 key.n, key.k);
+                                               const float* a, const float* b) {
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  auto found = plans.find(key);
+  if (found != plans.end()) return *found->second;
+  // At bf16 both ways of posing the product compete; otherwise only the operands as they are.
+  std::vector<bool> ways = {false};
+  if (static_cast<math_precision>(key.precision) == math_precision::bf16)
+    ways = search_ ? std::vector<bool>{true, false} : std::vector<bool>{true};
+  // Timed into scratch, never into C, whose old values a GEMM with beta != 0 still needs.
+  float* c = static_cast<float*>(allocate(s, size_t(key.m) * key.ldc * sizeof(float)));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TROUPE_CUDA_CHECK(cudaEventCreate(&start));
+  TROUPE_CUDA_CHECK(cudaEventCreate(&stop));
+  std::unique_ptr<plan> best;
+  double best_seconds = -1;
+  for (bool packed : ways) {
+    auto candidate = std::make_unique<plan>();
+    candidate->packed = packed;
+    candidate->problem = key.problem(packed);
+    const auto algorithms =
+        candidate->problem->candidates(handle_, search_ ? requested_algorithms : 1);
+    if (algorithms.empty()) continue;
+    candidate->algorithm = algorithms.front();
+    double seconds = 0;
+    if (search_) {
+      // Packing counts: time it (the second time, once its kernels are loaded).
+      double packing = 0;
+      for (int round = 0; round < (packed ? 2 : 0); ++round) {
+        TROUPE_CUDA_CHECK(cudaEventRecord(start, s));
+        const operands packed_operands = prepare(s, true, key, a, b);
+        TROUPE_CUDA_CHECK(cudaEventRecord(stop, s));
+        TROUPE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float milliseconds = 0;
+        TROUPE_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+        packing = milliseconds / 1e3;
+        TROUPE_CUDA_CHECK(cudaFreeAsync(packed_operands.scratch, s));
+      }
+      const operands inputs = prepare(s, packed, key, a, b);
+      const timed_choice choice = fastest(handle_, *candidate->problem, algorithms, s, inputs.a,
+                                          inputs.b, c, workspace, start, stop);
+      if (inputs.scratch != nullptr) TROUPE_CUDA_CHECK(cudaFreeAsync(inputs.scratch, s));
+      if (choice.seconds < 0) continue;
+      candidate->algorithm = choice.algorithm;
+      seconds = choice.seconds + packing;
+    }
+    if (best == nullptr || seconds < best_seconds) {
+      best = std::move(candidate);
+      best_seconds = seconds;
+    }
+  }
+  TROUPE_CUDA_CHECK(cudaEventDestroy(start));
+  TROUPE_CUDA_CHECK(cudaEventDestroy(stop));
+  TROUPE_CUDA_CHECK(cudaFreeAsync(c, s));
+  if (best == nullptr) {
+    std::fprintf(stderr, "troupe: cuBLASLt runs no algorithm for a %dx%dx%d GEMM\n", key.m, key.n,
+                 key.k);
     std::abort();
   }
-  result->algorithm = candidates.front();
-  if (candidates.size() > 1) {
-    // Timed into scratch, never into C, whose old values a GEMM with beta != 0 still needs.
-    float* c = static_cast<float*>(allocate(s, size_t(key.m) * key.ldc * sizeof(float)));
-    cudaEvent_t start = nullptr, stop = nullptr;
-    TROUPE_CUDA_CHECK(cudaEventCreate(&start));
-    TROUPE_CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> seconds;
-    for (const auto& algorithm : candidates)
-      seconds.push_back(
-          result->problem->time(s, algorithm, a, b, c, workspace, search_repeats, start, stop));
-    double fastest = -1;
-    for (double t : seconds)
-      if (t > 0 && (fastest < 0 || t < fastest)) fastest = t;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (seconds[i] > 0 && seconds[i] <= fastest * (1 + search_tie)) {
-        result->algorithm = candidates[i];
-        break;
-      }
-    }
-    TROUPE_CUDA_CHECK(cudaEventDestroy(start));
-    TROUPE_CUDA_CHECK(cudaEventDestroy(stop));
-    TROUPE_CUDA_CHECK(cudaFreeAsync(c, s));
-  }
-  return *plans_.emplace(key, std::move(result)).first->second;
+  return *plans.emplace(key, std::move(best)).first->second;
 }
 
 void gemm_runner::gemm(cudaStream_t s, void* workspace, math_precision precision,
                        transpose transpose_a, transpose transpose_b, int m, int n, int k,
                        float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                        float* c, int ldc) {
-  // Row-major op(A) is m × k: stored as m × k, or as k × m when transposed.
-  const int a_rows = transpose_a == transpose::no ? m : k,
-            a_cols = transpose_a == transpose::no ? k : m;
-  const int b_rows = transpose_b == transpose::no ? k : n,
-            b_cols = transpose_b == transpose::no ? n : k;
-  const void* a_operand = a;
-  const void* b_operand = b;
-  void* packed = nullptr;
-  if (precision == math_precision::bf16) {
-    const size_t a_count = size_t(a_rows) * a_cols, b_count = size_t(b_rows) * b_cols;
-    const size_t a_bytes = (a_count * sizeof(__nv_bfloat16) + 255) / 256 * 256;
-    packed = allocate(s, a_bytes + b_count * sizeof(__nv_bfloat16));
-    auto* a_packed = static_cast<__nv_bfloat16*>(packed);
-    auto* b_packed = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(packed) + a_bytes);
-    pack(s, a, a_rows, a_cols, lda, a_packed);
-    pack(s, b, b_rows, b_cols, ldb, b_packed);
-    a_operand = a_packed;
-    b_operand = b_packed;
-    lda = a_cols;
-    ldb = b_cols;
-  }
-  const shape key{static_cast<int>(precision),
+  const shape key{device_,
+                  static_cast<int>(precision),
                   static_cast<int>(transpose_a),
                   static_cast<int>(transpose_b),
                   m,
@@ -269,10 +364,11 @@ void gemm_runner::gemm(cudaStream_t s, void* workspace, math_precision precision
                   lda,
                   ldb,
                   ldc};
-  const plan& chosen = plan_for(key, s, workspace, a_operand, b_operand);
-  TROUPE_CUBLAS_CHECK(
-      chosen.problem->run(s, chosen.algorithm, alpha, a_operand, b_operand, beta, c, workspace));
-  if (packed != nullptr) TROUPE_CUDA_CHECK(cudaFreeAsync(packed, s));
+  const plan& chosen = plan_for(key, s, workspace, a, b);
+  const operands inputs = prepare(s, chosen.packed, key, a, b);
+  TROUPE_CUBLAS_CHECK(chosen.problem->run(handle_, s, chosen.algorithm, alpha, inputs.a, inputs.b,
+                                          beta, c, workspace));
+  if (inputs.scratch != nullptr) TROUPE_CUDA_CHECK(cudaFreeAsync(inputs.scratch, s));
 }
 
 }  // namespace troupe::layers::cuda_gemm

@@ -8,21 +8,21 @@
 // GEMMs (gemm_runner) both use it, so both pose exactly the same product.
 //
 // gemm_runner is what backend::gemm calls. The first GEMM of each shape (sizes, transposes,
-// leading dimensions, precision) times every algorithm cuBLASLt's heuristics propose and keeps
-// the fastest for every later GEMM of that shape in the process (TROUPE_GEMM_SEARCH=off keeps
-// the heuristics' first instead, the same on every run). An algorithm computes the same bits
-// every time it runs, so runs in one process stay bit-reproducible; a choice made by timing
-// can differ between processes. At bf16 the runner rounds both operands to bfloat16 (to
-// nearest, ties to even, as the CPU backend does) into packed scratch copies and multiplies
-// those with fp32 sums and output, which runs at the tensor cores' bf16 rate.
+// leading dimensions, precision) on a device times the algorithms cuBLASLt's heuristics
+// propose and keeps the fastest for every later GEMM of that shape on that device in the
+// process, whichever backend or stage runs it (TROUPE_GEMM_SEARCH=off keeps the heuristics'
+// first instead, the same on every run). An algorithm computes the same bits every time it
+// runs, so runs in one process stay bit-reproducible; a choice made by timing can differ
+// between processes. At bf16 the runner either rounds both operands to bfloat16 (to nearest,
+// ties to even, as the CPU backend does) into packed scratch copies and multiplies those, at
+// the tensor cores' bf16 rate, or hands cuBLASLt the fp32 operands with its FAST_16BF compute
+// type, whichever the search found faster counting the packing (the second wins only where
+// packing costs more than the product, as with 10 output columns); sums and output are fp32.
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <memory>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "layers/backend.h"
@@ -33,38 +33,39 @@ namespace troupe::layers::cuda_gemm {
 constexpr size_t workspace_bytes = size_t(32) << 20;
 
 /// One GEMM shape described to cuBLASLt: operands of `operand_type` (CUDA_R_32F, or
-/// CUDA_R_16BF), fp32 output and scale, `precision`'s compute type.
+/// CUDA_R_16BF), fp32 output and scale, `precision`'s compute type. Holds no handle, so any
+/// cuBLASLt handle on the device may run it.
 class gemm_problem {
  public:
-  gemm_problem(cublasLtHandle_t handle, math_precision precision, cudaDataType operand_type,
-               transpose transpose_a, transpose transpose_b, int m, int n, int k, int lda, int ldb,
-               int ldc);
+  gemm_problem(math_precision precision, cudaDataType operand_type, transpose transpose_a,
+               transpose transpose_b, int m, int n, int k, int lda, int ldb, int ldc);
   ~gemm_problem();
   gemm_problem(const gemm_problem&) = delete;
   gemm_problem& operator=(const gemm_problem&) = delete;
 
   /// Up to `count` algorithms that cuBLASLt's heuristics propose, in their order.
-  std::vector<cublasLtMatmulAlgo_t> candidates(int count) const;
+  std::vector<cublasLtMatmulAlgo_t> candidates(cublasLtHandle_t handle, int count) const;
   /// C = alpha op(A) op(B) + beta C with `algorithm`, enqueued on `s`.
-  cublasStatus_t run(cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm, float alpha,
-                     const void* a, const void* b, float beta, float* c, void* workspace) const;
+  cublasStatus_t run(cublasLtHandle_t handle, cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm,
+                     float alpha, const void* a, const void* b, float beta, float* c,
+                     void* workspace) const;
   /// Seconds per call of `algorithm` (beta 0, into `c`) over `repeats` calls between `start`
   /// and `stop` after one warm-up; negative when the algorithm refuses the problem. Blocks.
-  double time(cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm, const void* a, const void* b,
-              float* c, void* workspace, int repeats, cudaEvent_t start, cudaEvent_t stop) const;
+  double time(cublasLtHandle_t handle, cudaStream_t s, const cublasLtMatmulAlgo_t& algorithm,
+              const void* a, const void* b, float* c, void* workspace, int repeats,
+              cudaEvent_t start, cudaEvent_t stop) const;
 
  private:
-  cublasLtHandle_t handle_;
   cublasLtMatmulDesc_t operation_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;  // cuBLASLt's A, B, C
   cublasLtMatmulPreference_t preference_ = nullptr;
 };
 
-/// The backend's GEMMs: one chosen algorithm per shape, searched on first use.
+/// The backend's GEMMs: one chosen algorithm per shape and device, searched on first use.
 class gemm_runner {
  public:
-  /// For the device current on the calling thread; scratch comes from `scratch_pool`.
-  explicit gemm_runner(cudaMemPool_t scratch_pool);
+  /// For CUDA device `device`; scratch comes from `scratch_pool`.
+  gemm_runner(int device, cudaMemPool_t scratch_pool);
   ~gemm_runner();
   gemm_runner(const gemm_runner&) = delete;
   gemm_runner& operator=(const gemm_runner&) = delete;
@@ -75,29 +76,23 @@ class gemm_runner {
             transpose transpose_b, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc);
 
- private:
-  struct shape {
-    int precision, transpose_a, transpose_b, m, n, k, lda, ldb, ldc;
-    bool operator==(const shape& other) const;
-  };
-  struct shape_hash {
-    size_t operator()(const shape& s) const;
-  };
-  struct plan {
-    std::unique_ptr<gemm_problem> problem;
-    cublasLtMatmulAlgo_t algorithm;
-  };
+  struct shape;
+  struct plan;
 
-  /// The plan of `key`, searched on `s` on first use (A, B as the GEMM will read them).
-  const plan& plan_for(const shape& key, cudaStream_t s, void* workspace, const void* a,
-                       const void* b);
+ private:
+  struct operands;
+
+  /// The plan of `key`, searched on `s` on first use (with A and B as the GEMM reads them).
+  const plan& plan_for(const shape& key, cudaStream_t s, void* workspace, const float* a,
+                       const float* b);
+  /// A and B packed to bfloat16 when `packed`, else as they are.
+  operands prepare(cudaStream_t s, bool packed, const shape& key, const float* a, const float* b);
   void* allocate(cudaStream_t s, size_t bytes);
 
+  int device_;
   cudaMemPool_t scratch_pool_;
   cublasLtHandle_t handle_ = nullptr;
   bool search_ = true;
-  std::mutex mutex_;  // guards plans_: stages call from their own threads
-  std::unordered_map<shape, std::unique_ptr<plan>, shape_hash> plans_;
 };
 
 }  // namespace troupe::layers::cuda_gemm

@@ -45,11 +45,11 @@ library_gemm_timing cuda_best_library_gemm(int device, stream s, math_precision 
   TROUPE_CUDA_CHECK(cudaMalloc(&state.workspace, cuda_gemm::workspace_bytes));
   TROUPE_CUDA_CHECK(cudaEventCreate(&state.start));
   TROUPE_CUDA_CHECK(cudaEventCreate(&state.stop));
-  const cuda_gemm::gemm_problem problem(state.handle, precision, CUDA_R_32F, transpose_a,
-                                        transpose_b, m, n, k, lda, ldb, ldc);
-  for (const auto& algorithm : problem.candidates(requested_algorithms)) {
-    const double seconds =
-        problem.time(cs, algorithm, a, b, c, state.workspace, repeats, state.start, state.stop);
+  const cuda_gemm::gemm_problem problem(precision, CUDA_R_32F, transpose_a, transpose_b, m, n, k,
+                                        lda, ldb, ldc);
+  for (const auto& algorithm : problem.candidates(state.handle, requested_algorithms)) {
+    const double seconds = problem.time(state.handle, cs, algorithm, a, b, c, state.workspace,
+                                        repeats, state.start, state.stop);
     if (seconds <= 0) continue;  // an algorithm may refuse
     ++result.algorithms;
     if (result.seconds == 0 || seconds < result.seconds) result.seconds = seconds;
