@@ -1,23 +1,5 @@
-// The CUDA + cuBLAS backend. Streams and events are cudaStream_t / cudaEvent_t cast to void*.
-// Device memory comes from two stream-ordered pools owned by the backend: one for allocate()
-// (allocated and freed on a private stream that carries no work, so a block is reused only
-// after the caller has freed it, as the interface requires; freed blocks are kept by size and
-// handed out again without a driver call, since a training step allocates the same shapes
-// every time) and one for the short-lived scratch of reductions and GEMM operands (allocated
-// and freed on the stream of the operation that uses it).
-// GEMM goes through cuBLASLt (cuda_gemm.cuh: one algorithm per shape, chosen by timing on
-// first use) with a workspace per stream, so concurrent stages never share one; batched GEMMs
-// use one cuBLAS handle per stream for the same reason. The GEMM precision is kept per stream
-// beside its handle: fp32 computes in plain fp32; tf32 uses the FAST_TF32 compute type on fp32
-// operands; bf16 multiplies bfloat16 copies of the operands; products are summed in fp32.
-//
-// Threads: CAF runs a stage's handlers on any scheduler thread, so every operation makes the
-// backend's device current (activate() or enter()) before its first CUDA or cuBLAS call.
-//
-// Pinned host memory (allocate_host) is kept for reuse once returned: cudaHostAlloc costs
-// milliseconds and cudaFreeHost synchronizes the whole device, neither of which a message may
-// pay. Blocks come in power-of-two sizes, so a stage that sends activations of one shape
-// keeps taking back the same few blocks; they are freed when the backend goes.
+// The CUDA + cuBLAS backend (cuda_backend_class.cuh): opening a device, streams and events,
+// GEMMs and the kernels' launches. Device and pinned host memory are in cuda_memory.cu.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -33,14 +15,12 @@
 
 #include "layers/check.h"
 #include "layers/cuda/cuda_backend.h"
+#include "layers/cuda/cuda_backend_class.cuh"
 #include "layers/cuda/cuda_gemm.cuh"
 #include "layers/cuda/cuda_kernels.cuh"
 
 namespace troupe::layers {
 namespace {
-
-cudaStream_t to_cuda(stream s) { return static_cast<cudaStream_t>(s.handle); }
-cudaEvent_t to_cuda(event e) { return static_cast<cudaEvent_t>(e.handle); }
 
 cublasOperation_t to_cublas(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -91,145 +71,7 @@ void check_geometry(const pooling_geometry& g) {
   TROUPE_CHECK(g.out_width == 0 || (g.out_width - 1) * g.stride < g.width);
 }
 
-class cuda_backend final : public backend {
- public:
-  /// The backend on `device`, or null (with the reason on stderr) when it cannot be opened.
-  static std::unique_ptr<backend> open(int device);
-  ~cuda_backend() override;
-
-  std::string name() const override { return "cuda:" + std::to_string(device_); }
-  device_kind kind() const override { return device_kind::cuda; }
-
-  void* allocate(size_t bytes) override;
-  void deallocate(void* pointer) override;
-  void copy_host_to_device(stream s, void* device, const void* host, size_t bytes) override;
-  void copy_device_to_host(stream s, void* host, const void* device, size_t bytes) override;
-  void copy_device_to_device(stream s, void* target, const void* source, size_t bytes) override;
-  void fill(stream s, float* data, float value, size_t count) override;
-  void* allocate_host(size_t bytes) override;
-  void deallocate_host(void* pointer) override;
-
-  stream default_stream() override { return stream{default_stream_}; }
-  stream create_stream() override;
-  void destroy_stream(stream s) override;
-  void synchronize(stream s) override;
-  event create_event() override;
-  void destroy_event(event e) override;
-  void record_event(event e, stream s) override;
-  void wait_event(stream s, event e) override;
-  void synchronize_event(event e) override;
-  void set_gemm_precision(stream s, math_precision precision) override;
-
-  void gemm(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
-            float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-            int ldc) override;
-  void add_row_vector(stream s, float* matrix, const float* vector, int rows, int cols) override;
-  void sum_rows(stream s, const float* matrix, int rows, int cols, float beta, float* out) override;
-  void add_channel_vector(stream s, float* data, const float* vector, int batch, int channels,
-                          int spatial) override;
-  void sum_channels(stream s, const float* data, int batch, int channels, int spatial, float beta,
-                    float* out) override;
-  void transpose_batched(stream s, const float* in, float* out, int batch, int rows,
-                         int cols) override;
-  void axpy(stream s, float alpha, const float* x, float* y, size_t count) override;
-  void multiply(stream s, const float* a, const float* b, float* out, size_t count) override;
-  void sum(stream s, const float* x, size_t count, float* out) override;
-
-  void gemm_batched(stream s, transpose transpose_a, transpose transpose_b, int m, int n, int k,
-                    float alpha, const float* a, int lda, int64_t stride_a, const float* b, int ldb,
-                    int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
-                    int batch) override;
-  void layer_norm_forward(stream s, const float* x, const float* gamma, const float* beta, float* y,
-                          float* normalized, float* rstd, int rows, int cols,
-                          float epsilon) override {
-    cuda_kernels::layer_norm_forward(enter(s), x, gamma, beta, y, normalized, rstd, rows, cols,
-                                     epsilon);
-  }
-  void layer_norm_backward(stream s, const float* dy, const float* gamma, const float* normalized,
-                           const float* rstd, float* dx, int rows, int cols) override {
-    cuda_kernels::layer_norm_backward(enter(s), dy, gamma, normalized, rstd, dx, rows, cols);
-  }
-  void causal_softmax_forward(stream s, const float* scores, float* probabilities, int batch, int t,
-                              float scale) override {
-    cuda_kernels::causal_softmax_forward(enter(s), scores, probabilities, batch, t, scale);
-  }
-  void softmax_backward(stream s, const float* probabilities, const float* dp, float* dscores,
-                        int rows, int cols, float scale) override {
-    cuda_kernels::softmax_backward(enter(s), probabilities, dp, dscores, rows, cols, scale);
-  }
-  void embedding_forward(stream s, const float* ids, const float* table, float* out, int count,
-                         int dim, int vocab) override {
-    cuda_kernels::embedding_forward(enter(s), ids, table, out, count, dim, vocab);
-  }
-  void embedding_backward(stream s, const float* ids, const float* dout, float* table_gradient,
-                          int count, int dim, int vocab, float beta) override {
-    cuda_kernels::embedding_backward(enter(s), ids, dout, table_gradient, count, dim, vocab, beta);
-  }
-
-  void activation_forward(stream s, activation f, const float* x, float* y, size_t count) override;
-  void activation_backward(stream s, activation f, const float* x, const float* y, const float* dy,
-                           float* dx, size_t count) override;
-  void softmax_cross_entropy(stream s, const float* logits, const int32_t* labels, int rows,
-                             int cols, float gradient_scale, float* gradient, float* loss_sum,
-                             float* correct) override;
-
-  void im2col(stream s, const convolution_geometry& g, const float* image, float* columns) override;
-  void col2im(stream s, const convolution_geometry& g, const float* columns, float* image) override;
-  void max_pool_forward(stream s, const pooling_geometry& g, const float* x, float* y,
-                        int32_t* argmax) override;
-  void max_pool_backward(stream s, const pooling_geometry& g, const float* dy,
-                         const int32_t* argmax, float* dx) override;
-
-  void dropout_forward(stream s, const float* x, float* y, float* mask, size_t count,
-                       float probability, uint64_t seed, uint64_t offset) override;
-
-  void sgd_step(stream s, float* weights, const float* gradient, float* velocity, size_t count,
-                const sgd_parameters& p) override;
-  void adam_step(stream s, float* weights, const float* gradient, float* first_moment,
-                 float* second_moment, size_t count, const adam_parameters& p) override;
-
- private:
-  explicit cuda_backend(int device) : device_(device) {}
-  bool initialize();
-
-  /// Makes this backend's device current on the calling thread.
-  void activate() const { TROUPE_CUDA_CHECK(cudaSetDevice(device_)); }
-  /// activate(), then the CUDA stream of `s` (the default stream for a null handle).
-  cudaStream_t enter(stream s) const {
-    activate();
-    return s.handle != nullptr ? to_cuda(s) : default_stream_;
-  }
-  /// What GEMMs on one stream use: its cuBLAS handle, cuBLASLt workspace and precision.
-  struct stream_blas {
-    cublasHandle_t handle = nullptr;
-    void* workspace = nullptr;  // cuda_gemm::workspace_bytes
-    math_precision precision = math_precision::fp32;
-  };
-  /// The entry of `s`, its handle created on first use; the caller holds blas_mutex_.
-  stream_blas& blas_entry(cudaStream_t s);
-  /// A copy of the entry of `s` (handle and precision), created on first use.
-  stream_blas blas_for(cudaStream_t s);
-  /// `count` floats of scratch usable on `s` until free_scratch(s, ...) (null when 0).
-  float* allocate_scratch(cudaStream_t s, size_t count);
-  /// Returns the freed blocks that allocate() keeps for reuse to the memory pool.
-  void release_free_blocks();
-  void free_scratch(cudaStream_t s, float* scratch);
-
-  int device_;
-  cudaStream_t default_stream_ = nullptr;
-  cudaStream_t allocation_stream_ = nullptr;  // orders allocate() and deallocate(); no work
-  cudaMemPool_t memory_pool_ = nullptr;
-  cudaMemPool_t scratch_pool_ = nullptr;
-  std::mutex blas_mutex_;  // guards blas_: stages call from their own threads
-  std::unordered_map<cudaStream_t, stream_blas> blas_;
-  std::unique_ptr<cuda_gemm::gemm_runner> gemm_runner_;
-  std::mutex device_mutex_;  // guards the device blocks: tensors are freed from any thread
-  std::unordered_map<void*, size_t> device_block_sizes_;               // every block handed out
-  std::unordered_map<size_t, std::vector<void*>> free_device_blocks_;  // freed ones, by size
-  std::mutex host_mutex_;  // guards the pinned blocks: frames return them from any thread
-  std::unordered_map<void*, size_t> host_block_sizes_;               // every pinned block
-  std::unordered_map<size_t, std::vector<void*>> free_host_blocks_;  // returned ones, by size
-};
+}  // namespace
 
 std::unique_ptr<backend> cuda_backend::open(int device) {
   std::unique_ptr<cuda_backend> result(new cuda_backend(device));
@@ -303,146 +145,6 @@ cuda_backend::stream_blas& cuda_backend::blas_entry(cudaStream_t s) {
 cuda_backend::stream_blas cuda_backend::blas_for(cudaStream_t s) {
   std::lock_guard<std::mutex> lock(blas_mutex_);
   return blas_entry(s);
-}
-
-// ---- memory ---------------------------------------------------------------------------------
-
-void* cuda_backend::allocate(size_t bytes) {
-  const size_t size = std::max<size_t>(bytes, 1);
-  {
-    // A block of this size freed before is reused without a call into the driver: a training
-    // step allocates the same shapes every time.
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    auto found = free_device_blocks_.find(size);
-    if (found != free_device_blocks_.end() && !found->second.empty()) {
-      void* pointer = found->second.back();
-      found->second.pop_back();
-      return pointer;
-    }
-  }
-  activate();
-  void* pointer = nullptr;
-  cudaError_t status = cudaMallocFromPoolAsync(&pointer, size, memory_pool_, allocation_stream_);
-  if (status == cudaErrorMemoryAllocation) {
-    // The pools keep what they once used; hand the unused part and the kept blocks back to the
-    // driver (which also undoes fragmentation) and retry once.
-    cudaGetLastError();
-    release_free_blocks();
-    TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
-    TROUPE_CUDA_CHECK(cudaMemPoolTrimTo(scratch_pool_, 0));
-    TROUPE_CUDA_CHECK(cudaMemPoolTrimTo(memory_pool_, 0));
-    status = cudaMallocFromPoolAsync(&pointer, size, memory_pool_, allocation_stream_);
-  }
-  if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of device memory allocating %zu bytes\n", name().c_str(),
-                 bytes);
-    std::abort();
-  }
-  TROUPE_CUDA_CHECK(status);
-  // The allocation has completed once this returns, so any stream may use the memory.
-  TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
-  TROUPE_CHECK(reinterpret_cast<uintptr_t>(pointer) % 64 == 0);
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  device_block_sizes_[pointer] = size;
-  return pointer;
-}
-
-void cuda_backend::deallocate(void* pointer) {
-  if (pointer == nullptr) return;
-  // Callers free a block once no work uses it, so it may be handed out again at once.
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  auto found = device_block_sizes_.find(pointer);
-  TROUPE_CHECK(found != device_block_sizes_.end());
-  free_device_blocks_[found->second].push_back(pointer);
-}
-
-void cuda_backend::release_free_blocks() {
-  activate();
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  for (auto& entry : free_device_blocks_) {
-    for (void* block : entry.second) {
-      device_block_sizes_.erase(block);
-      TROUPE_CUDA_CHECK(cudaFreeAsync(block, allocation_stream_));
-    }
-  }
-  free_device_blocks_.clear();
-  TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
-}
-
-void* cuda_backend::allocate_host(size_t bytes) {
-  size_t size = 4096;
-  while (size < bytes) size *= 2;
-  {
-    std::lock_guard<std::mutex> lock(host_mutex_);
-    std::vector<void*>& reusable = free_host_blocks_[size];
-    if (!reusable.empty()) {
-      void* block = reusable.back();
-      reusable.pop_back();
-      return block;
-    }
-  }
-  activate();
-  void* block = nullptr;
-  // Portable: pinned for every device's context, whichever backend copies through it.
-  const cudaError_t status = cudaHostAlloc(&block, size, cudaHostAllocPortable);
-  if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of pinned host memory allocating %zu bytes\n",
-                 name().c_str(), size);
-    std::abort();
-  }
-  TROUPE_CUDA_CHECK(status);
-  TROUPE_CHECK(reinterpret_cast<uintptr_t>(block) % 64 == 0);
-  std::lock_guard<std::mutex> lock(host_mutex_);
-  host_block_sizes_[block] = size;
-  return block;
-}
-
-void cuda_backend::deallocate_host(void* pointer) {
-  if (pointer == nullptr) return;
-  std::lock_guard<std::mutex> lock(host_mutex_);
-  auto found = host_block_sizes_.find(pointer);
-  TROUPE_CHECK(found != host_block_sizes_.end());
-  free_host_blocks_[found->second].push_back(pointer);
-}
-
-float* cuda_backend::allocate_scratch(cudaStream_t s, size_t count) {
-  if (count == 0) return nullptr;
-  void* pointer = nullptr;
-  const cudaError_t status =
-      cudaMallocFromPoolAsync(&pointer, count * sizeof(float), scratch_pool_, s);
-  if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of device memory allocating %zu bytes of scratch\n",
-                 name().c_str(), count * sizeof(float));
-    std::abort();
-  }
-  TROUPE_CUDA_CHECK(status);
-  return static_cast<float*>(pointer);
-}
-
-void cuda_backend::free_scratch(cudaStream_t s, float* scratch) {
-  if (scratch != nullptr) TROUPE_CUDA_CHECK(cudaFreeAsync(scratch, s));
-}
-
-void cuda_backend::copy_host_to_device(stream s, void* device, const void* host, size_t bytes) {
-  cudaStream_t cs = enter(s);
-  if (bytes == 0) return;
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, cs));
-}
-
-void cuda_backend::copy_device_to_host(stream s, void* host, const void* device, size_t bytes) {
-  cudaStream_t cs = enter(s);
-  if (bytes == 0) return;
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, cs));
-}
-
-void cuda_backend::copy_device_to_device(stream s, void* target, const void* source, size_t bytes) {
-  cudaStream_t cs = enter(s);
-  if (bytes == 0) return;
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDeviceToDevice, cs));
-}
-
-void cuda_backend::fill(stream s, float* data, float value, size_t count) {
-  cuda_kernels::fill(enter(s), data, value, count);
 }
 
 // ---- streams and events ---------------------------------------------------------------------
@@ -670,8 +372,6 @@ void cuda_backend::adam_step(stream s, float* weights, const float* gradient, fl
   cuda_kernels::adam_step(enter(s), weights, gradient, first_moment, second_moment, count, p,
                           step_size, inverse_sqrt_correction2);
 }
-
-}  // namespace
 
 int cuda_runtime_device_count() {
   int count = 0;
