@@ -22,8 +22,6 @@
 namespace troupe::layers {
 namespace {
 
-cublasOperation_t to_cublas(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 /// Whether `status` is success; otherwise says what failed on stderr and clears the error.
 /// Used only while opening a device, where failure means "no backend", not a crash.
 bool opened(cudaError_t status, int device, const char* what) {
@@ -117,17 +115,13 @@ cuda_backend::~cuda_backend() {
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
   gemm_runner_.reset();
-  for (const auto& entry : free_device_blocks_) {
-    for (void* block : entry.second) cudaFreeAsync(block, allocation_stream_);
-  }
+  device_blocks_.drain([&](void* block) { cudaFreeAsync(block, allocation_stream_); });
   for (const auto& entry : blas_) {
     cublasDestroy(entry.second.handle);
     if (entry.second.workspace != nullptr) cudaFree(entry.second.workspace);
   }
   // Blocks still out (a contract violation) are left alone: someone may still read them.
-  for (const auto& entry : free_host_blocks_) {
-    for (void* block : entry.second) cudaFreeHost(block);
-  }
+  host_blocks_.drain([](void* block) { cudaFreeHost(block); });
   if (default_stream_ != nullptr) cudaStreamDestroy(default_stream_);
   if (allocation_stream_ != nullptr) cudaStreamDestroy(allocation_stream_);
   if (memory_pool_ != nullptr) cudaMemPoolDestroy(memory_pool_);

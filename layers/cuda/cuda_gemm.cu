@@ -37,10 +37,6 @@ cublasComputeType_t compute_type(math_precision precision, cudaDataType operand_
   }
 }
 
-cublasOperation_t to_operation(transpose t) {
-  return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N;
-}
-
 /// The column-major layout of a row-major matrix that op() turns into rows × cols (of the
 /// column-major problem) with row stride `leading`.
 cublasLtMatrixLayout_t layout(cudaDataType type, transpose t, int rows, int cols, int leading) {
@@ -98,8 +94,8 @@ gemm_problem::gemm_problem(math_precision precision, cudaDataType operand_type,
   TROUPE_CUBLAS_CHECK(
       cublasLtMatmulDescCreate(&operation_, compute_type(precision, operand_type), CUDA_R_32F));
   // The column-major problem: M = n, N = m; its A is our B and its B our A.
-  const cublasOperation_t operation_a = to_operation(transpose_b),
-                          operation_b = to_operation(transpose_a);
+  const cublasOperation_t operation_a = to_cublas(transpose_b),
+                          operation_b = to_cublas(transpose_a);
   TROUPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_TRANSA,
                                                      &operation_a, sizeof(operation_a)));
   TROUPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_TRANSB,
@@ -263,15 +259,7 @@ gemm_runner::~gemm_runner() {
 }
 
 void* gemm_runner::allocate(cudaStream_t s, size_t bytes) {
-  void* pointer = nullptr;
-  const cudaError_t status = cudaMallocFromPoolAsync(&pointer, bytes, scratch_pool_, s);
-  if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: out of device memory allocating %zu bytes of GEMM scratch\n",
-                 bytes);
-    std::abort();
-  }
-  TROUPE_CUDA_CHECK(status);
-  return pointer;
+  return allocate_on_stream(device_, scratch_pool_, s, bytes, "GEMM scratch");
 }
 
 gemm_runner::operands gemm_runner::prepare(cudaStream_t s, bool packed, const shape& key,

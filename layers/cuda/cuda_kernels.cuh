@@ -41,6 +41,19 @@
     }                                                                            \
   } while (false)
 
+namespace troupe::layers {
+
+inline cublasOperation_t to_cublas(transpose t) {
+  return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+/// `bytes` from `pool`, usable on `s` in stream order; aborts naming cuda:`device` and
+/// `purpose` when the device is out of memory (cuda_memory.cu).
+void* allocate_on_stream(int device, cudaMemPool_t pool, cudaStream_t s, size_t bytes,
+                         const char* purpose);
+
+}  // namespace troupe::layers
+
 namespace troupe::layers::cuda_kernels {
 
 void fill(cudaStream_t s, float* data, float value, size_t count);

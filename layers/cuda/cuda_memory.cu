@@ -15,19 +15,25 @@
 
 namespace troupe::layers {
 
+void* allocate_on_stream(int device, cudaMemPool_t pool, cudaStream_t s, size_t bytes,
+                         const char* purpose) {
+  if (bytes == 0) return nullptr;
+  void* pointer = nullptr;
+  const cudaError_t status = cudaMallocFromPoolAsync(&pointer, bytes, pool, s);
+  if (status == cudaErrorMemoryAllocation) {
+    std::fprintf(stderr, "troupe: cuda:%d: out of device memory allocating %zu bytes of %s\n",
+                 device, bytes, purpose);
+    std::abort();
+  }
+  TROUPE_CUDA_CHECK(status);
+  return pointer;
+}
+
 void* cuda_backend::allocate(size_t bytes) {
   const size_t size = std::max<size_t>(bytes, 1);
-  {
-    // A block of this size freed before is reused without a call into the driver: a training
-    // step allocates the same shapes every time.
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    auto found = free_device_blocks_.find(size);
-    if (found != free_device_blocks_.end() && !found->second.empty()) {
-      void* pointer = found->second.back();
-      found->second.pop_back();
-      return pointer;
-    }
-  }
+  // A block of this size freed before is reused without a call into the driver: a training
+  // step allocates the same shapes every time.
+  if (void* block = device_blocks_.take(size)) return block;
   activate();
   void* pointer = nullptr;
   cudaError_t status = cudaMallocFromPoolAsync(&pointer, size, memory_pool_, allocation_stream_);
@@ -50,45 +56,26 @@ void* cuda_backend::allocate(size_t bytes) {
   // The allocation has completed once this returns, so any stream may use the memory.
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
   TROUPE_CHECK(reinterpret_cast<uintptr_t>(pointer) % 64 == 0);
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  device_block_sizes_[pointer] = size;
+  device_blocks_.add(pointer, size);
   return pointer;
 }
 
 void cuda_backend::deallocate(void* pointer) {
-  if (pointer == nullptr) return;
   // Callers free a block once no work uses it, so it may be handed out again at once.
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  auto found = device_block_sizes_.find(pointer);
-  TROUPE_CHECK(found != device_block_sizes_.end());
-  free_device_blocks_[found->second].push_back(pointer);
+  if (pointer != nullptr) device_blocks_.give_back(pointer);
 }
 
 void cuda_backend::release_free_blocks() {
   activate();
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  for (auto& entry : free_device_blocks_) {
-    for (void* block : entry.second) {
-      device_block_sizes_.erase(block);
-      TROUPE_CUDA_CHECK(cudaFreeAsync(block, allocation_stream_));
-    }
-  }
-  free_device_blocks_.clear();
+  device_blocks_.drain(
+      [&](void* block) { TROUPE_CUDA_CHECK(cudaFreeAsync(block, allocation_stream_)); });
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(allocation_stream_));
 }
 
 void* cuda_backend::allocate_host(size_t bytes) {
   size_t size = 4096;
   while (size < bytes) size *= 2;
-  {
-    std::lock_guard<std::mutex> lock(host_mutex_);
-    std::vector<void*>& reusable = free_host_blocks_[size];
-    if (!reusable.empty()) {
-      void* block = reusable.back();
-      reusable.pop_back();
-      return block;
-    }
-  }
+  if (void* block = host_blocks_.take(size)) return block;
   activate();
   void* block = nullptr;
   // Portable: pinned for every device's context, whichever backend copies through it.
@@ -100,31 +87,17 @@ void* cuda_backend::allocate_host(size_t bytes) {
   }
   TROUPE_CUDA_CHECK(status);
   TROUPE_CHECK(reinterpret_cast<uintptr_t>(block) % 64 == 0);
-  std::lock_guard<std::mutex> lock(host_mutex_);
-  host_block_sizes_[block] = size;
+  host_blocks_.add(block, size);
   return block;
 }
 
 void cuda_backend::deallocate_host(void* pointer) {
-  if (pointer == nullptr) return;
-  std::lock_guard<std::mutex> lock(host_mutex_);
-  auto found = host_block_sizes_.find(pointer);
-  TROUPE_CHECK(found != host_block_sizes_.end());
-  free_host_blocks_[found->second].push_back(pointer);
+  if (pointer != nullptr) host_blocks_.give_back(pointer);
 }
 
 float* cuda_backend::allocate_scratch(cudaStream_t s, size_t count) {
-  if (count == 0) return nullptr;
-  void* pointer = nullptr;
-  const cudaError_t status =
-      cudaMallocFromPoolAsync(&pointer, count * sizeof(float), scratch_pool_, s);
-  if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of device memory allocating %zu bytes of scratch\n",
-                 name().c_str(), count * sizeof(float));
-    std::abort();
-  }
-  TROUPE_CUDA_CHECK(status);
-  return static_cast<float*>(pointer);
+  return static_cast<float*>(
+      allocate_on_stream(device_, scratch_pool_, s, count * sizeof(float), "scratch"));
 }
 
 void cuda_backend::free_scratch(cudaStream_t s, float* scratch) {
