@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "layers/block_cache.h"
 #include "layers/check.h"
 #include "layers/cpu/cpu_kernels.h"
 #include "layers/cpu/cpu_thread_pool.h"
@@ -44,6 +45,13 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
   if (bytes > 0 && target != source) std::memmove(target, source, bytes);
 }
 
+/// Blocks of at least this many bytes are kept for reuse once freed: glibc maps such blocks
+/// afresh from the kernel (above its mmap threshold), so every pass's im2col columns and
+/// activations would otherwise fault in their pages again (a third of a CNN run's CPU time).
+constexpr size_t cached_block_bytes = size_t(64) << 10;
+/// At most this many freed bytes are kept per backend; beyond it blocks go back to malloc.
+constexpr size_t cached_bytes_limit = size_t(1) << 30;
+
 /// Below this many multiply-adds a GEMM runs on one thread: splitting costs more than it saves.
 constexpr double parallel_gemm_threshold = 1 << 21;
 /// Elementwise work is split only when each thread gets at least this many elements.
@@ -60,16 +68,29 @@ class cpu_backend final : public backend {
   std::string name() const override { return "cpu"; }
   device_kind kind() const override { return device_kind::cpu; }
 
+  ~cpu_backend() override {
+    blocks_.drain([](void* block) { std::free(block); });
+  }
+
+  /// Large blocks are kept for reuse once freed (see cached_block_bytes); smaller ones come
+  /// from malloc, which already reuses them.
   void* allocate(size_t bytes) override {
     const size_t rounded = std::max(alignment, (bytes + alignment - 1) / alignment * alignment);
+    if (rounded >= cached_block_bytes) {
+      if (void* block = blocks_.take(rounded)) return block;
+    }
     void* pointer = std::aligned_alloc(alignment, rounded);
     TROUPE_CHECK(pointer != nullptr);
+    if (rounded >= cached_block_bytes) blocks_.add(pointer, rounded);
     return pointer;
   }
-  void deallocate(void* pointer) override { std::free(pointer); }
+  void deallocate(void* pointer) override {
+    if (pointer == nullptr) return;
+    if (!blocks_.give_back(pointer)) std::free(pointer);
+  }
   // Device memory is host memory here: the same allocator, thread-safe as malloc is.
   void* allocate_host(size_t bytes) override { return allocate(bytes); }
-  void deallocate_host(void* pointer) override { std::free(pointer); }
+  void deallocate_host(void* pointer) override { deallocate(pointer); }
   void copy_host_to_device(stream, void* device, const void* host, size_t bytes) override {
     copy_bytes(device, host, bytes);
   }
@@ -304,6 +325,7 @@ class cpu_backend final : public backend {
                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
 
   cpu::thread_pool pool_;
+  block_cache blocks_{cached_bytes_limit};
   cpu_stream default_stream_;
 };
 

@@ -33,55 +33,12 @@
 #include <vector>
 
 #include "layers/backend.h"
+#include "layers/block_cache.h"
 #include "layers/check.h"
 #include "layers/cuda/cuda_gemm.cuh"
 #include "layers/cuda/cuda_kernels.cuh"
 
 namespace troupe::layers {
-
-/// Blocks kept by size for reuse once returned (the device blocks of allocate(), the pinned
-/// host blocks); blocks are returned from any thread.
-class block_cache {
- public:
-  /// A returned block of exactly `size` bytes, handed out again; null when there is none.
-  void* take(size_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = free_.find(size);
-    if (found == free_.end() || found->second.empty()) return nullptr;
-    void* block = found->second.back();
-    found->second.pop_back();
-    return block;
-  }
-  /// Notes a newly allocated block of `size` bytes.
-  void add(void* block, size_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    sizes_[block] = size;
-  }
-  /// Returns a block that add() noted, for take() to hand out again.
-  void give_back(void* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = sizes_.find(block);
-    TROUPE_CHECK(found != sizes_.end());
-    free_[found->second].push_back(block);
-  }
-  /// Forgets every returned block, passing each to `release` (blocks still out stay noted).
-  template <typename function>
-  void drain(function release) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& entry : free_) {
-      for (void* block : entry.second) {
-        sizes_.erase(block);
-        release(block);
-      }
-    }
-    free_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;              // every block noted
-  std::unordered_map<size_t, std::vector<void*>> free_;  // returned ones, by size
-};
 
 inline cudaStream_t to_cuda(stream s) { return static_cast<cudaStream_t>(s.handle); }
 inline cudaEvent_t to_cuda(event e) { return static_cast<cudaEvent_t>(e.handle); }

@@ -62,7 +62,7 @@ void* cuda_backend::allocate(size_t bytes) {
 
 void cuda_backend::deallocate(void* pointer) {
   // Callers free a block once no work uses it, so it may be handed out again at once.
-  if (pointer != nullptr) device_blocks_.give_back(pointer);
+  if (pointer != nullptr) TROUPE_CHECK(device_blocks_.give_back(pointer));
 }
 
 void cuda_backend::release_free_blocks() {
@@ -92,7 +92,7 @@ void* cuda_backend::allocate_host(size_t bytes) {
 }
 
 void cuda_backend::deallocate_host(void* pointer) {
-  if (pointer != nullptr) host_blocks_.give_back(pointer);
+  if (pointer != nullptr) TROUPE_CHECK(host_blocks_.give_back(pointer));
 }
 
 float* cuda_backend::allocate_scratch(cudaStream_t s, size_t count) {
