@@ -41,14 +41,12 @@ double mean(const std::vector<double>& values) {
   return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
-/// Keys of one timed training round: the job's min_update_interval, else its micro-batches.
-/// Deliberately not the engine's stage_settings_of(), under which a sync stage always steps
-/// after all its micro-batches: stages that share a core interleave key by key in a run, so a
-/// stage's weights seldom stay cached from one of its keys to the next, and timing a sync
-/// stage's M keys back to back predicted a 4-stage sync run 6-13 % faster than this does.
+/// Keys of one timed training round: the keys a stage handles between two steps, as in the
+/// engine (a sync stage steps after all its micro-batches, an async one every
+/// min_update_interval keys).
 int keys_per_step(const actors::job_config& config) {
-  const int interval = config.parallelism.min_update_interval;
-  return std::max(1, interval > 0 ? interval : config.parallelism.micro_batches);
+  if (config.parallelism.mode == "sync") return std::max(1, config.parallelism.micro_batches);
+  return std::max(1, config.parallelism.min_update_interval);
 }
 
 /// Per key (forward, backward) and per step (step, stash) times of one stage.
@@ -61,10 +59,13 @@ struct stage_timing {
 /// keys_per_step() keys forward, the same keys back, a weight stash (asynchronous training with
 /// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
 /// then compete for the caches as in training: a block timed alone keeps its state cached,
-/// and this model's step ran 4 times faster alone than in a stage.
+/// and this model's step ran 4 times faster alone than in a stage. Stages that share a core
+/// take turns key by key (forward_key(), backward_key(), finish_round()), as they interleave in
+/// a run, so a stage's weights seldom stay cached from one of its keys to the next; a stage
+/// with a core of its own runs its keys back to back.
 class stage_timer {
  public:
-  stage_timer(const actors::job_config& config, actors::stage_range range, bool first,
+  stage_timer(const actors::job_config& config, actors::stage_range range, bool first, bool last,
               layers::backend& device, const layers::shape& input, const layers::shape& output,
               int64_t batch)
       : device_(device),
@@ -72,30 +73,39 @@ class stage_timer {
         inputs_(batched(device, input, batch)),
         gradients_(batched(device, output, batch)),
         first_(first),
+        last_(last),
         keys_per_round_(keys_per_step(config)),
         stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
 
-  void round() {
-    const uint64_t round_start = key_;
-    for (int i = 0; i < keys_per_round_; ++i) {
-      actors::key_message message;
-      message.key = round_start + i;
-      message.kind = actors::key_kind::forward;
-      message.payload = inputs_;
-      forward_.push_back(timed(device_, [&] { stage_->forward(message, true); }));
-    }
-    for (int i = 0; i < keys_per_round_; ++i, ++key_) {
-      actors::key_message message;
-      message.key = key_;
-      message.kind = actors::key_kind::backward;
-      message.payload = gradients_;
-      backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
-    }
+  int keys_per_round() const { return keys_per_round_; }
+  /// Whether the stage is the last, which runs each key's backward pass right after its forward.
+  bool last() const { return last_; }
+  /// The forward pass of the round's key `i`.
+  void forward_key(int i) {
+    actors::key_message message;
+    message.key = key_ + static_cast<uint64_t>(i);
+    message.kind = actors::key_kind::forward;
+    message.payload = inputs_;
+    forward_.push_back(timed(device_, [&] { stage_->forward(message, true); }));
+  }
+  /// The backward pass of the round's key `i`.
+  void backward_key(int i) {
+    actors::key_message message;
+    message.key = key_ + static_cast<uint64_t>(i);
+    message.kind = actors::key_kind::backward;
+    message.payload = gradients_;
+    backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
+  }
+  /// The stash and the step that end a round.
+  void finish_round() {
+    key_ += static_cast<uint64_t>(keys_per_round_);
     const auto version = static_cast<int64_t>(key_);
     if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
+  /// Drops what was timed so far (an untimed first round: first-touch page faults, cold caches).
+  void forget() { forward_.clear(), backward_.clear(), step_.clear(), stashing_.clear(); }
 
   size_t rounds() const { return step_.size(); }
   stage_timing timing() const {
@@ -108,6 +118,7 @@ class stage_timer {
   const layers::tensor inputs_;
   const layers::tensor gradients_;
   const bool first_;
+  const bool last_;
   const int keys_per_round_;
   const bool stash_;
   uint64_t key_ = 0;
@@ -157,14 +168,30 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
       const layers::shape& input =
           range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
       members.push_back(s);
-      timers.emplace_back(config, range, s == 0, *backends[group], input, shapes[range.last - 1],
-                          batch);
+      timers.emplace_back(config, range, s == 0, s + 1 == stages, *backends[group], input,
+                          shapes[range.last - 1], batch);
       group_seconds += seconds * static_cast<double>(range.last - range.first);
     }
+    // One round: the group's stages take turns key by key.
+    const auto round = [&] {
+      const int keys = timers.front().keys_per_round();
+      for (int i = 0; i < keys; ++i) {
+        for (stage_timer& timer : timers) {
+          timer.forward_key(i);
+          if (timer.last()) timer.backward_key(i);
+        }
+      }
+      for (int i = 0; i < keys; ++i) {
+        for (stage_timer& timer : timers) {
+          if (!timer.last()) timer.backward_key(i);
+        }
+      }
+      for (stage_timer& timer : timers) timer.finish_round();
+    };
+    round();
+    for (stage_timer& timer : timers) timer.forget();
     const auto start = clock_type::now();
-    while (timers.front().rounds() < 3 || seconds_since(start) < group_seconds) {
-      for (stage_timer& timer : timers) timer.round();
-    }
+    while (timers.front().rounds() < 3 || seconds_since(start) < group_seconds) round();
     for (size_t i = 0; i < members.size(); ++i) timings[members[i]] = timers[i].timing();
   };
   std::vector<std::thread> workers;
