@@ -50,7 +50,7 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
 /// activations would otherwise fault in their pages again (a third of a CNN run's CPU time).
 constexpr size_t cached_block_bytes = size_t(64) << 10;
 /// At most this many freed bytes are kept per backend; beyond it blocks go back to malloc.
-constexpr size_t cached_bytes_limit = size_t(1) << 30;
+constexpr size_t cached_bytes_limit = size_t(256) << 20;
 
 /// Below this many multiply-adds a GEMM runs on one thread: splitting costs more than it saves.
 constexpr double parallel_gemm_threshold = 1 << 21;
