@@ -1,6 +1,7 @@
 #include "layers/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +46,12 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
   if (bytes > 0 && target != source) std::memmove(target, source, bytes);
 }
 
+void* allocate_block(size_t bytes) {
+  void* pointer = std::aligned_alloc(alignment, bytes);
+  TROUPE_CHECK(pointer != nullptr);
+  return pointer;
+}
+
 /// Blocks of at least this many bytes are kept for reuse once freed: glibc maps such blocks
 /// afresh from the kernel (above its mmap threshold), so every pass's im2col columns and
 /// activations would otherwise fault in their pages again (a third of a CNN run's CPU time).
@@ -73,20 +80,22 @@ class cpu_backend final : public backend {
   }
 
   /// Large blocks are kept for reuse once freed (see cached_block_bytes); smaller ones come
-  /// from malloc, which already reuses them.
+  /// from malloc, which already reuses them, and never touch the cache's lock.
   void* allocate(size_t bytes) override {
     const size_t rounded = std::max(alignment, (bytes + alignment - 1) / alignment * alignment);
-    if (rounded >= cached_block_bytes) {
-      if (void* block = blocks_.take(rounded)) return block;
-    }
-    void* pointer = std::aligned_alloc(alignment, rounded);
-    TROUPE_CHECK(pointer != nullptr);
-    if (rounded >= cached_block_bytes) blocks_.add(pointer, rounded);
+    if (rounded < cached_block_bytes) return allocate_block(rounded);
+    if (void* block = blocks_.take(rounded)) return block;
+    void* pointer = allocate_block(rounded);
+    blocks_.add(pointer, rounded);
     return pointer;
   }
   void deallocate(void* pointer) override {
     if (pointer == nullptr) return;
-    if (!blocks_.give_back(pointer)) std::free(pointer);
+    // The cache noted every block of cached_block_bytes or more; a smaller one is freed without
+    // a lookup (one malloc made a little larger is looked up, not found, and freed).
+    if (malloc_usable_size(pointer) < cached_block_bytes || !blocks_.give_back(pointer)) {
+      std::free(pointer);
+    }
   }
   // Device memory is host memory here: the same allocator, thread-safe as malloc is.
   void* allocate_host(size_t bytes) override { return allocate(bytes); }

@@ -105,7 +105,12 @@ class stage_timer {
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
   /// Drops what was timed so far (an untimed first round: first-touch page faults, cold caches).
-  void forget() { forward_.clear(), backward_.clear(), step_.clear(), stashing_.clear(); }
+  void forget() {
+    forward_.clear();
+    backward_.clear();
+    step_.clear();
+    stashing_.clear();
+  }
 
   size_t rounds() const { return step_.size(); }
   stage_timing timing() const {
