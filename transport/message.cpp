@@ -45,6 +45,8 @@ const char* to_string(message_kind kind) {
       return "key_retired";
     case message_kind::optimizer_step:
       return "optimizer_step";
+    case message_kind::gradient_chunk:
+      return "gradient_chunk";
   }
   return "unknown";
 }

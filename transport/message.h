@@ -17,7 +17,7 @@
 namespace troupe::transport {
 
 /// Wire protocol version this build writes into every header; decoders reject any other.
-inline constexpr uint16_t current_protocol_version = 5;
+inline constexpr uint16_t current_protocol_version = 6;
 
 /// Stage number that stands for the coordinator in source_stage / target_stage.
 inline constexpr int32_t coordinator_stage = -1;
@@ -37,10 +37,12 @@ enum class message_kind : uint8_t {
   state_refused,   ///< stage → coordinator: the shard did not fit; `text` says why
   key_retired,     ///< stage 0 → coordinator: key `key` finished its backward pass
   optimizer_step,  ///< stage → next stage: take the step held since key `key`'s backward pass
+  gradient_chunk,  ///< stage → same stage of the next replica: a ring all-reduce chunk (ring
+                   ///< step `key` of round `step`), one float32 frame
 };
 
 /// Number of message_kind values; a kind byte at or above it is invalid on the wire.
-inline constexpr uint8_t message_kind_count = 13;
+inline constexpr uint8_t message_kind_count = 14;
 
 /// Element type of a payload frame.
 enum class element_type : uint8_t {

@@ -60,6 +60,15 @@ struct parallelism_config {
   int64_t correction_warmup_steps = 0;
   bool recompute = false;  ///< transformer blocks recompute activations in the backward pass
   int threads = 0;         ///< CPU threads shared among the stages (0: every core)
+  /// Data parallelism: copies of the whole pipeline, each taking batch_size / replicas samples
+  /// of every step. Sync mode sums each stage's gradients over its replicas before the step.
+  int replicas = 1;
+  /// Async mode with replicas: each stage averages its weights with its replicas every this
+  /// many of its steps.
+  int64_t replica_sync_interval = 1;
+  /// Async mode with replicas: most weight versions a stage may run ahead of the slowest of
+  /// its replicas (stale synchronous parallel; -1: unbounded).
+  int replica_staleness = 1;
 };
 
 struct training_config {

@@ -224,7 +224,10 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
                        {"none", "pipemare", "2bw", "predict"}),
           integer_field("correction_warmup_steps", &p.correction_warmup_steps, 0),
           bool_field("recompute", &p.recompute),
-          integer_field("threads", &p.threads, 0)};
+          integer_field("threads", &p.threads, 0),
+          integer_field("replicas", &p.replicas, 1),
+          integer_field("replica_sync_interval", &p.replica_sync_interval, 1),
+          integer_field("replica_staleness", &p.replica_staleness, -1)};
 }
 
 std::vector<field> training_fields(training_config& t) {
@@ -337,6 +340,12 @@ problem check_consistency(job_config* config) {
   if (t.batch_size % p.micro_batches != 0) {
     return "parallelism.micro_batches (" + std::to_string(p.micro_batches) +
            ") must divide training.batch_size (" + std::to_string(t.batch_size) + ")";
+  }
+  if (t.batch_size % (int64_t(p.replicas) * p.micro_batches) != 0) {
+    return "parallelism.replicas (" + std::to_string(p.replicas) +
+           ") times parallelism.micro_batches (" + std::to_string(p.micro_batches) +
+           ") must divide training.batch_size (" + std::to_string(t.batch_size) +
+           "): each replica takes batch_size / replicas samples of every step";
   }
   if (static_cast<size_t>(p.stages) > config->model.layers.size()) {
     return "parallelism.stages (" + stages + ") exceeds the number of layers in model.layers (" +
@@ -468,7 +477,8 @@ std::string checkpoint_config_hash(const job_config& config) {
   for (const char* key : {"epochs", "max_steps", "target_accuracy", "eval_interval_steps"}) {
     json["training"].erase(key);
   }
-  for (const char* key : {"threads", "devices"}) json["parallelism"].erase(key);
+  // A run may resume with another number of replicas: a checkpoint holds one copy of each stage.
+  for (const char* key : {"threads", "devices", "replicas"}) json["parallelism"].erase(key);
   json["model"].erase("init_from");
   return fnv1a_hex(json);
 }

@@ -13,6 +13,7 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   settings.schedule = p.schedule;
   settings.stages = p.stages;
   settings.micro_batches = p.micro_batches;
+  settings.replicas = p.replicas;
   settings.max_active_keys = p.max_active_keys > 0 ? p.max_active_keys : p.stages;
   settings.min_update_interval =
       p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches;
@@ -20,7 +21,7 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   if (p.mode == "async" && p.staleness_correction == "2bw") {
     settings.max_staleness = settings.max_staleness < 0 ? 1 : std::min(settings.max_staleness, 1);
   }
-  settings.micro_batch_size = config.training.batch_size / p.micro_batches;
+  settings.micro_batch_size = config.training.batch_size / (int64_t(p.replicas) * p.micro_batches);
   settings.total_steps = total_steps;
   return settings;
 }
@@ -28,9 +29,10 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
 coordinator_logic::coordinator_logic(admission_settings settings)
     : settings_(std::move(settings)),
       total_keys_(settings_.total_steps * settings_.micro_batches),
-      admitted_(settings_.first_step * settings_.micro_batches),
+      admitted_(static_cast<size_t>(std::max(1, settings_.replicas)),
+                settings_.first_step * settings_.micro_batches),
       retired_(admitted_) {
-  TROUPE_CHECK(settings_.micro_batches >= 1 && settings_.stages >= 1);
+  TROUPE_CHECK(settings_.micro_batches >= 1 && settings_.stages >= 1 && settings_.replicas >= 1);
   TROUPE_CHECK(settings_.first_step <= settings_.total_steps);
   if (settings_.mode == "async") {
     limit_ = std::max(1, settings_.max_active_keys);
@@ -48,44 +50,74 @@ coordinator_logic::coordinator_logic(admission_settings settings)
   }
 }
 
-bool coordinator_logic::may_admit_next() const {
-  if (admitted_ >= total_keys_ || active() >= limit_) return false;
-  if (pause_at_key_ >= 0 && admitted_ >= pause_at_key_) return false;
+bool coordinator_logic::may_admit_next(int replica) const {
+  const int64_t admitted = admitted_[replica];
+  if (admitted >= total_keys_ || active(replica) >= limit_) return false;
+  if (pause_at_key_ >= 0 && admitted >= pause_at_key_) return false;
   if (settings_.mode == "async") return true;
   // Sync: the keys of one step at a time; the next step starts after every key of this one
-  // has retired (every stage has stepped by then).
-  const bool starts_step = admitted_ % settings_.micro_batches == 0;
-  return !starts_step || active() == 0;
+  // has retired in every replica (every stage has stepped by then).
+  if (admitted % settings_.micro_batches != 0) return true;
+  return std::all_of(retired_.begin(), retired_.end(),
+                     [admitted](int64_t retired) { return retired >= admitted; });
 }
 
-admission coordinator_logic::make_admission(uint64_t key) const {
+admission coordinator_logic::make_admission(int replica, int64_t local) const {
+  const int64_t micro = settings_.micro_batches;
   admission result;
-  result.key = key;
-  result.step = static_cast<int64_t>(key / settings_.micro_batches);
-  result.micro_batch = static_cast<int>(key % settings_.micro_batches);
-  result.sample_offset = result.micro_batch * settings_.micro_batch_size;
+  result.step = local / micro;
+  result.micro_batch = static_cast<int>(local % micro);
+  result.replica = replica;
+  const int64_t within_step = int64_t(replica) * micro + result.micro_batch;
+  result.key = static_cast<uint64_t>(result.step * micro * settings_.replicas + within_step);
+  result.sample_offset = within_step * settings_.micro_batch_size;
   return result;
 }
 
 std::vector<admission> coordinator_logic::admit() {
   std::vector<admission> result;
-  while (may_admit_next()) {
-    const uint64_t key = static_cast<uint64_t>(admitted_++);
-    active_keys_.insert(key);
-    result.push_back(make_admission(key));
+  // A key of each replica in turn, so that every pipeline fills at once.
+  for (bool any = true; any;) {
+    any = false;
+    for (int r = 0; r < settings_.replicas; ++r) {
+      if (!may_admit_next(r)) continue;
+      admission entry = make_admission(r, admitted_[r]++);
+      active_keys_.insert(entry.key);
+      result.push_back(entry);
+      any = true;
+    }
   }
   return result;
 }
 
 int64_t coordinator_logic::pause_at_step_boundary() {
   const int64_t micro = settings_.micro_batches;
-  pause_at_key_ = std::min(total_keys_, (admitted_ + micro - 1) / micro * micro);
+  const int64_t furthest = *std::max_element(admitted_.begin(), admitted_.end());
+  pause_at_key_ = std::min(total_keys_, (furthest + micro - 1) / micro * micro);
   return pause_at_key_ / micro;
+}
+
+bool coordinator_logic::quiet() const {
+  if (pause_at_key_ < 0 || active() != 0) return false;
+  return std::all_of(admitted_.begin(), admitted_.end(),
+                     [this](int64_t admitted) { return admitted == pause_at_key_; });
+}
+
+bool coordinator_logic::finished() const {
+  return std::all_of(retired_.begin(), retired_.end(),
+                     [this](int64_t retired) { return retired == total_keys_; });
+}
+
+int64_t coordinator_logic::retired_count() const {
+  int64_t total = 0;
+  for (int64_t retired : retired_) total += retired;
+  return total;
 }
 
 bool coordinator_logic::retired(uint64_t key) {
   if (active_keys_.erase(key) == 0) return false;
-  ++retired_;
+  const uint64_t per_step = static_cast<uint64_t>(settings_.micro_batches) * settings_.replicas;
+  ++retired_[(key % per_step) / static_cast<uint64_t>(settings_.micro_batches)];
   return true;
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 
 // The coordinator's admission policy as a state machine: which keys may enter the pipeline
-// now, given the mode, the schedule and the keys still in flight. Key k is micro-batch
-// k % M of optimizer step k / M, so every mode reads the data in the sequential order.
+// now, given the mode, the schedule and the keys still in flight. With R replicas of the
+// pipeline, key k is micro-batch k % M of replica (k / M) % R in optimizer step k / (R·M), so
+// every mode reads the data in the sequential order; each replica is admitted on its own (its
+// keys in flight bounded as one pipeline's), and in sync mode a step begins once every key of
+// the step before has retired in every replica.
 
 #include <cstdint>
 #include <set>
@@ -17,7 +20,8 @@ struct admission_settings {
   std::string mode = "sync";       ///< "sync" or "async"
   std::string schedule = "gpipe";  ///< sync: "gpipe" or "1f1b"
   int stages = 1;
-  int micro_batches = 1;
+  int micro_batches = 1;  ///< per replica
+  int replicas = 1;
   int max_active_keys = 1;
   int min_update_interval = 1;
   int max_staleness = -1;  ///< -1: unbounded
@@ -35,6 +39,7 @@ struct admission {
   int64_t step = 0;
   int micro_batch = 0;
   int64_t sample_offset = 0;  ///< within the step's batch
+  int replica = 0;
 };
 
 class coordinator_logic {
@@ -54,24 +59,31 @@ class coordinator_logic {
   /// Admission goes on after a pause.
   void resume() { pause_at_key_ = -1; }
   /// Paused and nothing in flight: every stage has finished every admitted key.
-  bool quiet() const { return pause_at_key_ >= 0 && active() == 0 && admitted_ == pause_at_key_; }
+  bool quiet() const;
 
-  bool finished() const { return retired_ == total_keys_; }
-  int64_t active() const { return admitted_ - retired_; }
-  int64_t retired_count() const { return retired_; }
-  /// Most keys in flight at once under the settings (MAK, tightened by max_staleness).
+  bool finished() const;
+  /// Keys in flight, over every replica.
+  int64_t active() const { return static_cast<int64_t>(active_keys_.size()); }
+  /// Keys retired, over every replica.
+  int64_t retired_count() const;
+  /// Most keys of one replica in flight at once under the settings (MAK, tightened by
+  /// max_staleness).
   int64_t admission_limit() const { return limit_; }
 
  private:
-  bool may_admit_next() const;
-  admission make_admission(uint64_t key) const;
+  /// Whether replica `replica`'s next key may enter now.
+  bool may_admit_next(int replica) const;
+  /// The `local`-th key of replica `replica` (counting its keys alone).
+  admission make_admission(int replica, int64_t local) const;
+  int64_t active(int replica) const { return admitted_[replica] - retired_[replica]; }
 
   admission_settings settings_;
-  int64_t total_keys_;
-  int64_t admitted_;
-  int64_t retired_;
+  int64_t total_keys_;  ///< per replica
+  // Per replica, in its own keys: admitted and retired so far.
+  std::vector<int64_t> admitted_;
+  std::vector<int64_t> retired_;
   int64_t limit_ = 1;
-  int64_t pause_at_key_ = -1;  ///< -1: not paused
+  int64_t pause_at_key_ = -1;  ///< per replica; -1: not paused
   std::set<uint64_t> active_keys_;
 };
 

@@ -14,8 +14,10 @@ namespace troupe::actors {
 
 /// forward, backward, evaluate: a key's trip. step: in sync mode with global gradient clipping,
 /// stage 0 tells the stages after it, one by one, to take the optimizer step they hold since
-/// the step's last backward pass, clipped by the norm it carries.
-enum class key_kind { forward, backward, evaluate, step };
+/// the step's last backward pass, clipped by the norm it carries. reduce: one chunk of a ring
+/// all-reduce of a stage's gradients with the same stage of the other replicas (`step`: the
+/// ring's round, `key`: its ring step, `values`).
+enum class key_kind { forward, backward, evaluate, step, reduce };
 
 /// One key (a micro-batch) at one point of its trip through the pipeline.
 struct key_message {
@@ -32,11 +34,14 @@ struct key_message {
   /// Sync mode with global clipping: on a step's last backward message, the squared gradient
   /// norms of the stages after the receiver, summed; on a step message, those of every stage.
   double norm_squared = 0;
+  /// reduce: the chunk's values, in host memory.
+  std::shared_ptr<const std::vector<float>> values;
 };
 
 /// What a stage asks its host to do after handling a message.
 struct stage_output {
-  enum class kind { to_next_stage, to_previous_stage, retired, loss_report };
+  /// to_replica_peer: a reduce message for the same stage of the next replica (its ring).
+  enum class kind { to_next_stage, to_previous_stage, retired, loss_report, to_replica_peer };
   kind what = kind::to_next_stage;
   key_message message;
   /// loss_report: totals of the key's samples.
@@ -47,16 +52,21 @@ struct stage_output {
 
 /// destination_of() for an output that goes to the coordinator.
 inline constexpr int output_for_coordinator = -1;
+/// destination_of() for an output that goes to the same stage of the next replica.
+inline constexpr int output_for_replica_peer = -2;
 
-/// Where an output of stage `stage` goes: the index of the stage it is for, or
-/// output_for_coordinator (reports: a key's loss, its retirement). The one routing rule that
-/// every host (the CAF actors, the simulator, the test driver) follows.
+/// Where an output of stage `stage` goes: the index of the stage it is for (in the same
+/// replica), output_for_coordinator (reports: a key's loss, its retirement) or
+/// output_for_replica_peer. The one routing rule that every host (the CAF actors, the
+/// simulator, the test driver) follows.
 inline int destination_of(int stage, const stage_output& output) {
   switch (output.what) {
     case stage_output::kind::to_next_stage:
       return stage + 1;
     case stage_output::kind::to_previous_stage:
       return stage - 1;
+    case stage_output::kind::to_replica_peer:
+      return output_for_replica_peer;
     default:
       return output_for_coordinator;
   }

@@ -79,6 +79,16 @@ class stage_device {
   virtual int64_t peak_activation_bytes() const { return 0; }
   /// The stage's trainable parameters, in layer order.
   virtual std::vector<layers::parameter*> parameters() = 0;
+  /// The gradients accumulated since the last step in host memory, every parameter's in
+  /// order, followed by one flag per parameter (1: it received some; its values are 0 when
+  /// not): what a stage all-reduces with the same stage of the other replicas. Summed flags
+  /// tell set_gradient_values() which parameters any replica touched.
+  virtual std::vector<float> gradient_values();
+  /// Puts a sum of gradient_values() in place of the accumulated gradients; a parameter whose
+  /// flag sums to 0 stays without a gradient (its step skips it, as it would have).
+  virtual void set_gradient_values(const std::vector<float>& values);
+  /// The length of gradient_values().
+  virtual int64_t gradient_value_count();
   /// Weights, accumulated gradients and optimizer state, copied to host memory (the version
   /// fields are the stage logic's to fill). Only meaningful with no key in flight.
   virtual stage_state save_state() = 0;

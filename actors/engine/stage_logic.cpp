@@ -12,11 +12,25 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
     : settings_(std::move(settings)), device_(device) {
   TROUPE_CHECK(settings_.min_update_interval >= 1);
   TROUPE_CHECK(settings_.index >= 0 && settings_.index < settings_.count);
+  TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas);
+  if (replicated()) {
+    ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
+                                              device_.gradient_value_count());
+  }
 }
 
 std::vector<stage_output> stage_logic::handle(const key_message& message, std::string* refusal) {
   std::vector<stage_output> outputs;
   std::string error;
+  if (message.kind == key_kind::reduce) {
+    handle_reduce(message, &outputs, refusal);
+    return outputs;
+  }
+  if (reduction_pending_ && message.kind != key_kind::backward) {
+    if (refusal) *refusal = "a forward or evaluation while the step's gradients are being summed";
+    ++refused_;
+    return outputs;
+  }
   if (message.kind == key_kind::step || step_pending_) {
     // Only a step message may follow a held step, and only a held step takes one.
     const bool fits = message.kind == key_kind::step && step_pending_ &&
@@ -172,27 +186,17 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   record(&weight_staleness_, stashed ? 0 : staleness);
   message.payload = run_backward(message);
   const bool complete = count_backward();
-  if (complete && settings_.global_clipping) {
-    run_all_deferred();  // the norm needs every weight gradient
-    // The later stages' squared norms came with the message; add this stage's.
-    const double norm_squared = message.norm_squared + device_.squared_gradient_norm();
-    if (settings_.index > 0) {
-      step_pending_ = true;
-      message.norm_squared = norm_squared;
-      outputs->push_back({stage_output::kind::to_previous_stage, message});
-      return;
-    }
-    take_step(norm_squared);
-    key_message step;
-    step.kind = key_kind::step;
-    step.key = message.key;
-    step.step = message.step;
-    step.sample_offset = message.sample_offset;
-    step.norm_squared = norm_squared;
-    outputs->push_back({stage_output::kind::to_next_stage, step});
+  if (complete && replicated()) {
+    // The sum needs every weight gradient; the step waits for it. Without global clipping the
+    // backward goes on meanwhile.
+    run_all_deferred();
+    if (settings_.global_clipping) held_for_clipping_ = message;
+    start_reduction(outputs);
+    if (settings_.global_clipping) return;
+  } else if (complete && settings_.global_clipping) {
+    step_with_global_norm(std::move(message), outputs);
     return;
-  }
-  if (complete) {
+  } else if (complete) {
     // Zero-bubble: the step waits for the deferred W, which run in the cool-down after this
     // input gradient has gone on.
     step_after_deferred_ = true;
@@ -214,6 +218,70 @@ layers::tensor stage_logic::run_backward(const key_message& message) {
   layers::tensor gradient = device_.backward_input(message, settings_.index > 0);
   deferred_.push_back(message.key);
   return gradient;
+}
+
+void stage_logic::step_with_global_norm(key_message message, std::vector<stage_output>* outputs) {
+  run_all_deferred();  // the norm needs every weight gradient
+  // The later stages' squared norms came with the message; add this stage's.
+  const double norm_squared = message.norm_squared + device_.squared_gradient_norm();
+  if (settings_.index > 0) {
+    step_pending_ = true;
+    message.norm_squared = norm_squared;
+    outputs->push_back({stage_output::kind::to_previous_stage, message});
+    return;
+  }
+  take_step(norm_squared);
+  key_message step;
+  step.kind = key_kind::step;
+  step.key = message.key;
+  step.step = message.step;
+  step.sample_offset = message.sample_offset;
+  step.norm_squared = norm_squared;
+  outputs->push_back({stage_output::kind::to_next_stage, step});
+}
+
+void stage_logic::start_reduction(std::vector<stage_output>* outputs) {
+  reduction_pending_ = true;
+  send_chunks(ring_->start(device_.gradient_values()), outputs);
+  if (ring_->finished()) finish_reduction(outputs);
+}
+
+void stage_logic::handle_reduce(const key_message& message, std::vector<stage_output>* outputs,
+                                std::string* refusal) {
+  std::string error = "a reduce message, but this stage has no replicas";
+  std::vector<ring_chunk> to_send;
+  const ring_chunk chunk{message.step, static_cast<int>(message.key), message.values};
+  if (!ring_ || !ring_->receive(chunk, &to_send, &error)) {
+    if (refusal) *refusal = error;
+    ++refused_;
+    return;
+  }
+  send_chunks(to_send, outputs);
+  if (ring_->finished()) finish_reduction(outputs);
+}
+
+void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
+                              std::vector<stage_output>* outputs) {
+  for (const ring_chunk& chunk : chunks) {
+    stage_output output{stage_output::kind::to_replica_peer, {}};
+    output.message.kind = key_kind::reduce;
+    output.message.key = static_cast<uint64_t>(chunk.step);
+    output.message.step = chunk.round;
+    output.message.values = chunk.values;
+    outputs->push_back(std::move(output));
+  }
+}
+
+void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
+  device_.set_gradient_values(ring_->take_result());
+  reduction_pending_ = false;
+  if (held_for_clipping_) {
+    key_message message = std::move(*held_for_clipping_);
+    held_for_clipping_.reset();
+    step_with_global_norm(std::move(message), outputs);
+    return;
+  }
+  take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
 }
 
 void stage_logic::run_weight_gradients() {
@@ -312,6 +380,12 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   if (!device_.load_state(state, weights_only, error)) return false;
   forward_versions_.clear();
   deferred_.clear();
+  if (replicated()) {
+    ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
+                                              device_.gradient_value_count());
+  }
+  reduction_pending_ = false;
+  held_for_clipping_.reset();
   early_.clear();
   predicted_versions_.clear();
   if (ordered()) settings_.turn->next.store(0);

@@ -9,12 +9,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
 
 #include "actors/engine/pass_order.h"
 #include "actors/engine/pipeline_messages.h"
+#include "actors/engine/ring_all_reduce.h"
 #include "actors/engine/stage_device.h"
 
 namespace troupe::actors {
@@ -60,6 +62,12 @@ struct stage_settings {
   /// (stages − index), so that a stage takes the next forward only after a backward, as the
   /// schedule orders its work; 0: any number (GPipe, async).
   int max_forward_keys = 0;
+  /// Data parallelism: this stage is stage `index` of replica `replica` of `replicas` copies
+  /// of the pipeline. With several, a step's gradients are summed with the same stage of the
+  /// other replicas (a ring all-reduce whose chunks travel as reduce messages) before the
+  /// stage steps; until then it takes no forward or evaluation.
+  int replicas = 1;
+  int replica = 0;
 };
 
 class stage_logic {
@@ -76,9 +84,14 @@ class stage_logic {
   /// Whether a forward message may be handled now (max_forward_keys). A host keeps a forward
   /// that may not waiting, and hands it over after a backward message has been handled.
   bool ready_for_forward() const {
-    return settings_.max_forward_keys <= 0 ||
-           forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys);
+    return !reducing() && (settings_.max_forward_keys <= 0 ||
+                           forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys));
   }
+  /// The step's gradients are being summed with the other replicas: the step waits for the
+  /// sum, and a host keeps forwards, evaluations and state requests waiting until it is taken.
+  bool reducing() const { return reduction_pending_; }
+  /// All-reduces finished so far.
+  int64_t reductions() const { return ring_ ? ring_->rounds() : 0; }
   /// The worker's next pass is this stage's and can run: a W, or a message that came before
   /// its turn. The host calls run_ready_work() after it has sent what the last call returned
   /// (so that a B's input gradient leaves before the W behind it runs), and tells the stage
@@ -94,6 +107,8 @@ class stage_logic {
   void finish_deferred_step();
 
   bool is_last() const { return settings_.index + 1 == settings_.count; }
+  /// The stage's place in its pipeline (its replica's).
+  int stage_index() const { return settings_.index; }
   /// Weight version: optimizer steps taken so far.
   int64_t version() const { return version_; }
   /// Count of backward passes by staleness (version at backward − version at forward).
@@ -139,6 +154,18 @@ class stage_logic {
   /// The learning rate of the step from version_ (with PipeMare's rescheduling).
   double step_learning_rate() const;
   void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
+  /// Global clipping: the step's gradients are complete (and summed over the replicas): stage
+  /// 0 steps and tells the next; a later stage passes its norm on and holds its step.
+  void step_with_global_norm(key_message message, std::vector<stage_output>* outputs);
+  bool replicated() const { return settings_.replicas > 1; }
+  /// Begins the all-reduce of the step's gradients.
+  void start_reduction(std::vector<stage_output>* outputs);
+  /// A chunk of the ring from the previous replica.
+  void handle_reduce(const key_message& message, std::vector<stage_output>* outputs,
+                     std::string* refusal);
+  void send_chunks(const std::vector<ring_chunk>& chunks, std::vector<stage_output>* outputs);
+  /// The sum is in: the step is taken (or, with global clipping, its norm goes on).
+  void finish_reduction(std::vector<stage_output>* outputs);
   static void record(std::vector<int64_t>* histogram, int64_t value);
 
   stage_settings settings_;
@@ -163,6 +190,11 @@ class stage_logic {
   std::vector<int64_t> weight_staleness_;
   size_t peak_contexts_ = 0;
   int64_t refused_ = 0;
+  /// Replicas: the ring among this stage's peers, and whether a step waits for its sum.
+  std::unique_ptr<ring_all_reduce> ring_;
+  bool reduction_pending_ = false;
+  /// Global clipping with replicas: the step's last backward message, until the sum is in.
+  std::optional<key_message> held_for_clipping_;
 };
 
 }  // namespace troupe::actors

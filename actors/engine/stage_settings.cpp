@@ -9,7 +9,8 @@ namespace troupe::actors {
 
 stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
                                  int64_t total_steps,
-                                 const std::vector<std::shared_ptr<pass_turn>>& turns) {
+                                 const std::vector<std::shared_ptr<pass_turn>>& turns,
+                                 int replica) {
   const parallelism_config& p = config.parallelism;
   stage_settings settings;
   settings.index = index;
@@ -26,9 +27,11 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
                                          ? p.correction_warmup_steps
                                          : std::max<int64_t>(1, steps_per_epoch);
   }
-  const int64_t micro_batch_size = config.training.batch_size / p.micro_batches;
-  settings.gradient_scale =
-      1.0f / static_cast<float>(micro_batch_size * settings.min_update_interval);
+  // The replicas' gradients are summed, so each scales by the whole batch.
+  settings.replicas = p.replicas;
+  settings.replica = replica;
+  settings.gradient_scale = 1.0f / static_cast<float>(micro_batch_size(config) *
+                                                      settings.min_update_interval * p.replicas);
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
   if (!turns.empty()) settings.turn = turns[static_cast<size_t>(pipeline_worker_of(config, index))];
@@ -41,6 +44,24 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
     return learning_rate_at(training, version, steps_per_epoch, total_steps);
   };
   return settings;
+}
+
+int keys_per_step(const job_config& config) {
+  return config.parallelism.replicas * config.parallelism.micro_batches;
+}
+
+int64_t micro_batch_size(const job_config& config) {
+  return config.training.batch_size / keys_per_step(config);
+}
+
+int replica_of_key(const job_config& config, uint64_t key) {
+  if (key >= (uint64_t(1) << 62)) return 0;  // evaluation keys
+  return static_cast<int>((key % static_cast<uint64_t>(keys_per_step(config))) /
+                          static_cast<uint64_t>(config.parallelism.micro_batches));
+}
+
+int stage_actor_count(const job_config& config) {
+  return config.parallelism.replicas * config.parallelism.stages;
 }
 
 int job_threads(const job_config& config) {
@@ -59,7 +80,8 @@ bool backward_first(const job_config& config) {
 }
 
 int threads_per_stage(const job_config& config) {
-  return std::max(1, job_threads(config) / pipeline_workers(config));
+  return std::max(1, job_threads(config) /
+                         (pipeline_workers(config) * std::max(1, config.parallelism.replicas)));
 }
 
 const std::string& device_of_stage(const job_config& config, int stage) {

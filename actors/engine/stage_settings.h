@@ -16,11 +16,33 @@ namespace troupe::actors {
 
 /// The settings of stage `index` of `config` (its update interval, gradient scale, learning
 /// rate schedule over `steps_per_epoch` and `total_steps`). `turns` are the job's
-/// make_pass_turns(), made once for all the stages of a process: the stages of one worker
-/// share its turn.
+/// make_pass_turns(), made once for all the stages of a replica in a process: the stages of
+/// one worker share its turn. `replica`: which of parallelism.replicas copies it belongs to.
 stage_settings stage_settings_of(const job_config& config, int index, int64_t steps_per_epoch,
                                  int64_t total_steps,
-                                 const std::vector<std::shared_ptr<pass_turn>>& turns);
+                                 const std::vector<std::shared_ptr<pass_turn>>& turns,
+                                 int replica = 0);
+
+/// Keys per optimizer step: parallelism.micro_batches of each of parallelism.replicas. Key k
+/// is micro-batch k % M of replica (k / M) % R in step k / (R·M), and holds the samples from
+/// (k % (R·M)) · batch_size / (R·M) of that step's batch: replica r reads the r-th R-th of
+/// every batch, so the data order is the sequential one.
+int keys_per_step(const job_config& config);
+/// Samples per key: training.batch_size / keys_per_step().
+int64_t micro_batch_size(const job_config& config);
+/// The replica a training key belongs to (evaluation keys go to replica 0).
+int replica_of_key(const job_config& config, uint64_t key);
+
+/// Stage actors of the job: parallelism.stages of each of parallelism.replicas. Hosts number
+/// them replica by replica (stage actor replica · stages + stage), in addresses, wire routes
+/// and worker assignments alike.
+int stage_actor_count(const job_config& config);
+inline int stage_of_actor(const job_config& config, int actor) {
+  return actor % config.parallelism.stages;
+}
+inline int replica_of_actor(const job_config& config, int actor) {
+  return actor / config.parallelism.stages;
+}
 
 /// The CPU threads the job's stages share: parallelism.threads, or every core when it is 0.
 int job_threads(const job_config& config);
@@ -36,7 +58,8 @@ int pipeline_workers(const job_config& config);
 /// message until its turn under the schedules with a fixed order (pass_order.h).
 bool backward_first(const job_config& config);
 
-/// The CPU threads each stage's backend may use: job_threads() split evenly over the workers.
+/// The CPU threads each stage's backend may use: job_threads() split evenly over the workers of
+/// every replica.
 int threads_per_stage(const job_config& config);
 
 /// The device of stage `stage` per parallelism.devices (one for all, or one per stage).

@@ -170,4 +170,63 @@ int64_t stage_state_values(const stage_state& state) {
   return values;
 }
 
+/// Adds `from`'s tensors to `into`'s; false when their names or shapes differ.
+static bool add_tensors(std::vector<named_tensor>* into, const std::vector<named_tensor>& from) {
+  if (into->size() != from.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    named_tensor& target = (*into)[i];
+    if (target.name != from[i].name || target.dims != from[i].dims ||
+        target.values.size() != from[i].values.size()) {
+      return false;
+    }
+    for (size_t j = 0; j < target.values.size(); ++j) target.values[j] += from[i].values[j];
+  }
+  return true;
+}
+
+static void scale_tensors(std::vector<named_tensor>* tensors, float factor) {
+  for (named_tensor& tensor : *tensors) {
+    for (float& value : tensor.values) value *= factor;
+  }
+}
+
+std::vector<std::string> merge_replica_states(std::vector<std::string> shards, int stages,
+                                              std::string* error) {
+  if (stages < 1 || shards.size() % static_cast<size_t>(stages) != 0) {
+    *error = std::to_string(shards.size()) + " shards for " + std::to_string(stages) + " stages";
+    return {};
+  }
+  const size_t replicas = shards.size() / static_cast<size_t>(stages);
+  std::vector<std::string> merged;
+  for (size_t s = 0; s < static_cast<size_t>(stages); ++s) {
+    bool equal = true;
+    for (size_t r = 1; r < replicas; ++r) equal = equal && shards[r * stages + s] == shards[s];
+    if (equal) {
+      merged.push_back(std::move(shards[s]));
+      continue;
+    }
+    std::optional<stage_state> mean = parse_stage_state(shards[s].data(), shards[s].size(), error);
+    if (!mean) return {};
+    for (size_t r = 1; r < replicas; ++r) {
+      const std::string& bytes = shards[r * stages + s];
+      std::optional<stage_state> other = parse_stage_state(bytes.data(), bytes.size(), error);
+      if (!other) return {};
+      if (!add_tensors(&mean->parameters, other->parameters) ||
+          !add_tensors(&mean->optimizer_state, other->optimizer_state)) {
+        *error = "the replicas of stage " + std::to_string(s) + " hold tensors of other shapes";
+        return {};
+      }
+    }
+    const float factor = 1.0f / static_cast<float>(replicas);
+    scale_tensors(&mean->parameters, factor);
+    scale_tensors(&mean->optimizer_state, factor);
+    // Gradients accumulated towards a step differ per replica: a checkpoint of an async run
+    // keeps replica 0's count and drops them (the step starts afresh).
+    mean->gradients.clear();
+    mean->keys_since_step = 0;
+    merged.push_back(serialize_stage_state(*mean));
+  }
+  return merged;
+}
+
 }  // namespace troupe::actors

@@ -43,6 +43,13 @@ std::string serialize_stage_state(const stage_state& state);
 /// Nothing, with `error` saying what is wrong, for bytes that are not a complete shard.
 std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std::string* error);
 
+/// One shard per stage from the shards of every stage actor of a replicated run (replica by
+/// replica, `stages` each): replica 0's where every replica holds the same bytes (sync mode),
+/// else one whose tensors are the replicas' means (async mode) with replica 0's counters.
+/// Empty, with `error` saying why, when a shard does not parse or the replicas' shapes differ.
+std::vector<std::string> merge_replica_states(std::vector<std::string> shards, int stages,
+                                              std::string* error);
+
 /// Number of float values in all tensors of `state`.
 int64_t stage_state_values(const stage_state& state);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "actors/engine/learning_rate.h"
+#include "actors/engine/stage_settings.h"
 #include "layers/check.h"
 
 namespace troupe::actors {
@@ -122,7 +123,7 @@ std::vector<key_message> training_run::admit_training() {
 }
 
 key_message training_run::training_key(const admission& entry) {
-  const int64_t micro = config_.training.batch_size / config_.parallelism.micro_batches;
+  const int64_t micro = micro_batch_size(config_);
   const int64_t first =
       (entry.step % steps_per_epoch_) * config_.training.batch_size + entry.sample_offset;
   std::vector<int64_t> samples(order_.order().begin() + first,
@@ -191,7 +192,7 @@ batch_totals training_run::totals_of(const stage_output& report) {
 }
 
 void training_run::log_completed_steps(double now_s, bool all_reported) {
-  const int64_t micro_batches = config_.parallelism.micro_batches;
+  const int64_t micro_batches = keys_per_step(config_);
   while (!unlogged_steps_.empty()) {
     const int64_t boundary = unlogged_steps_.front();
     for (; next_logged_step_ < boundary; ++next_logged_step_) {
@@ -216,7 +217,7 @@ std::vector<key_message> training_run::handle_retired(uint64_t key, double now_s
     ++ignored_reports_;
     return {};
   }
-  const int64_t micro_batches = config_.parallelism.micro_batches;
+  const int64_t micro_batches = keys_per_step(config_);
   const int64_t retired = admission_->retired_count();
   if (retired % micro_batches == 0) {
     const int64_t step = retired / micro_batches;
@@ -307,7 +308,7 @@ std::vector<key_message> training_run::after_evaluation_within_epoch(double now_
   record_evaluation(now_s);
   epoch_start_s_ += now_s - evaluation_start_s_;
   if (checkpoint_requested_) {
-    due_step_ = admission_->retired_count() / config_.parallelism.micro_batches;
+    due_step_ = admission_->retired_count() / keys_per_step(config_);
     after_ = after_checkpoint::admit;
     return {};
   }
@@ -330,7 +331,7 @@ std::vector<key_message> training_run::after_evaluation(double now_s) {
 }
 
 void training_run::finish(double now_s) {
-  summary_.steps = admission_ ? admission_->retired_count() / config_.parallelism.micro_batches
+  summary_.steps = admission_ ? admission_->retired_count() / keys_per_step(config_)
                               : (resume_ ? resume_->step : 0);
   summary_.wall_s = now_s - start_s_;
   summary_.samples_per_s =
@@ -394,7 +395,7 @@ run_progress training_run::progress(double now_s) const {
   progress.step =
       due_step_
           ? *due_step_
-          : (admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0);
+          : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
   progress.epoch = epoch_;
   progress.wall_s = now_s - start_s_;
   progress.train_s = train_s_;
@@ -418,7 +419,7 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
   metrics_record record;
   record.step =
       step ? *step
-           : (admission_ ? admission_->retired_count() / config_.parallelism.micro_batches : 0);
+           : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
   record.epoch = epoch;
   record.loss = span.mean_loss();
   record.learning_rate =

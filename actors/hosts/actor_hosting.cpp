@@ -80,6 +80,11 @@ static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs)
       send_on(*parts.coordinator, report_to_wire(output, route), parts.coordinator_reader);
       continue;
     }
+    if (target == output_for_replica_peer) {
+      route.target_stage = parts.replica_next_index;
+      send_on(*parts.replica_next, to_wire(output.message, route), parts.replica_next_reader);
+      continue;
+    }
     route.target_stage = target;
     const bool forward = target > parts.index;
     send_on(forward ? *parts.next : *parts.previous, to_wire(output.message, route),
@@ -189,33 +194,54 @@ static void run_ready_work(stage_parts& parts) {
 /// message for it already: it is told to look.
 static void wake_turn_holder(caf::event_based_actor* self, stage_parts& parts, int before) {
   const int holder = parts.logic->stage_with_next_pass();
-  if (holder == before || holder == parts.index) return;
+  if (holder == before || holder == parts.logic->stage_index()) return;
   auto sibling = parts.worker_siblings.find(holder);
   if (sibling != parts.worker_siblings.end()) self->send(sibling->second, ready_work_atom::value);
 }
 
-/// A forward the stage may not take yet (1F1B's bound on keys between forward and backward)
-/// waits in the actor's state until a backward pass has made room.
-static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
-                             const transport::message& incoming) {
-  stage_parts& parts = *self->state.parts;
+/// Whether `incoming` must wait: a forward the stage may not take yet (1F1B's bound on keys
+/// between forward and backward), and while the step's gradients are summed with the
+/// replicas, anything but a backward pass or a ring chunk.
+static bool must_wait(const stage_parts& parts, const transport::message& incoming) {
+  using transport::message_kind;
+  const message_kind kind = incoming.header.kind;
+  if (kind == message_kind::forward) return !parts.logic->ready_for_forward();
+  return parts.logic->reducing() && kind != message_kind::backward &&
+         kind != message_kind::gradient_chunk && kind != message_kind::optimizer_step;
+}
+
+static void handle_now(stage_parts& parts, const transport::message& incoming) {
   const auto kind = incoming.header.kind;
   if (kind == transport::message_kind::save_state || kind == transport::message_kind::load_state ||
       kind == transport::message_kind::load_weights) {
     handle_state_request(parts, incoming);
-    return;
+  } else {
+    handle_at_stage(parts, incoming);
   }
-  std::deque<transport::message>& waiting = self->state.waiting_forwards;
-  if (kind == transport::message_kind::forward && !parts.logic->ready_for_forward()) {
+}
+
+/// Messages that must wait keep their order in the actor's state until the stage can take
+/// them.
+static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
+                             const transport::message& incoming) {
+  stage_parts& parts = *self->state.parts;
+  std::deque<transport::message>& waiting = self->state.waiting;
+  if (must_wait(parts, incoming)) {
     waiting.push_back(incoming);
     return;
   }
   const int before = parts.logic->stage_with_next_pass();
-  handle_at_stage(parts, incoming);
-  while (!waiting.empty() && parts.logic->ready_for_forward()) {
+  handle_now(parts, incoming);
+  while (!waiting.empty() && !must_wait(parts, waiting.front())) {
     const transport::message next = std::move(waiting.front());
     waiting.pop_front();
-    handle_at_stage(parts, next);
+    handle_now(parts, next);
+  }
+  if (!parts.logic->reducing()) {
+    for (caf::response_promise& promise : self->state.waiting_reports) {
+      promise.deliver(snapshot(parts));
+    }
+    self->state.waiting_reports.clear();
   }
   remind_of_ready_work(self);
   wake_turn_holder(self, parts, before);
@@ -238,7 +264,12 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
         remind_of_ready_work(self);
         wake_turn_holder(self, *self->state.parts, before);
       },
-      [self](collect_atom) { return snapshot(*self->state.parts); },
+      [self](collect_atom) -> caf::result<stage_report> {
+        if (!self->state.parts->logic->reducing()) return snapshot(*self->state.parts);
+        // The last step waits for its sum: the report follows once the step is taken.
+        self->state.waiting_reports.push_back(self->make_response_promise());
+        return caf::delegated<stage_report>();
+      },
   };
 }
 
@@ -249,8 +280,11 @@ static caf::actor reader_of(const coordinator_parts& parts, size_t stage) {
 
 static void dispatch(coordinator_parts& parts, const std::vector<key_message>& messages) {
   for (const key_message& message : messages) {
-    wire_route route{parts.job_id, transport::coordinator_stage, 0, 0, parts.clock->now_seconds()};
-    send_on(*parts.stages[0], to_wire(message, route), reader_of(parts, 0));
+    // Stage 0 of the key's replica.
+    const int first = replica_of_key(*parts.config, message.key) * parts.config->parallelism.stages;
+    wire_route route{parts.job_id, transport::coordinator_stage, first, 0,
+                     parts.clock->now_seconds()};
+    send_on(*parts.stages[first], to_wire(message, route), reader_of(parts, first));
   }
 }
 
@@ -265,10 +299,11 @@ static void ask_stages(coordinator_parts& parts) {
                                          : parts.initial_weights_only
                                              ? transport::message_kind::load_weights
                                              : transport::message_kind::load_state;
-    send_on(
-        *parts.stages[s],
-        state_to_wire(kind, parts.round.step(), load ? parts.initial_shards[s] : nullptr, route),
-        reader_of(parts, s));
+    // Every replica of a stage loads the checkpoint's one shard of it.
+    const auto shard = load ? parts.initial_shards[stage_of_actor(*parts.config, static_cast<int>(s))]
+                            : nullptr;
+    send_on(*parts.stages[s], state_to_wire(kind, parts.round.step(), shard, route),
+            reader_of(parts, s));
   }
 }
 
@@ -299,12 +334,18 @@ static void commit_checkpoint(coordinator_parts& parts) {
   manifest.step = step;
   const run_progress progress = parts.run->progress(now);
   manifest.epoch = progress.epoch;
-  manifest.stages = static_cast<int32_t>(parts.stages.size());
+  manifest.stages = parts.config->parallelism.stages;
   manifest.coordinator = to_json(progress);
-  std::vector<std::string> shards = parts.round.take_states();
+  std::string error;
+  std::vector<std::string> shards =
+      merge_replica_states(parts.round.take_states(), parts.config->parallelism.stages, &error);
+  if (shards.empty()) {
+    std::fprintf(stderr, "troupe: the checkpoint of step %lld was not written: %s\n",
+                 static_cast<long long>(step), error.c_str());
+    return;
+  }
   uint64_t bytes = 0;
   for (const std::string& shard : shards) bytes += shard.size();
-  std::string error;
   if (parts.store->commit(manifest, shards, &error)) {
     const double seconds = parts.clock->now_seconds() - parts.round.started_s();
     if (parts.observer) {
@@ -459,7 +500,8 @@ std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& conf
     parts->initial_shards = options.initial_weights;
     parts->initial_weights_only = true;
   }
-  parts->round = checkpoint_round(config.parallelism.stages);
+  parts->config = &config;
+  parts->round = checkpoint_round(stage_actor_count(config));
   parts->run = std::make_unique<training_run>(config, data.train, data.test, *parts->host, observer,
                                               progress);
   parts->clock = &clock;
@@ -494,8 +536,10 @@ void close_outboxes(stage_parts& parts) {
   parts.next.reset();
   parts.previous.reset();
   parts.coordinator.reset();
+  parts.replica_next.reset();
   parts.inbox.reset();
   parts.next_reader = parts.previous_reader = parts.coordinator_reader = caf::actor{};
+  parts.replica_next_reader = caf::actor{};
 }
 
 void configure_scheduler(caf::actor_system_config& settings, int threads) {
@@ -527,22 +571,33 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
                                               const address_book& addresses, std::string* error) {
   auto parts = std::make_shared<stage_parts>();
   parts->index = index;
+  const int stage = stage_of_actor(config, index);
+  const int replica = replica_of_actor(config, index);
   parts->backend =
-      layers::create_backend(device_of_stage(config, index), threads_per_stage(config), error);
+      layers::create_backend(device_of_stage(config, stage), threads_per_stage(config), error);
   if (!parts->backend) return nullptr;
   parts->device = make_layers_stage_device(config, range, *parts->backend);
   parts->logic = std::make_unique<stage_logic>(
-      stage_settings_of(config, index, steps_per_epoch, total_steps, turns), *parts->device);
+      stage_settings_of(config, stage, steps_per_epoch, total_steps, turns, replica),
+      *parts->device);
   const int stages = config.parallelism.stages;
-  if (index + 1 < stages) {
-    parts->next = connect_outbox(context, addresses.stages[index + 1], error, addresses.security,
-                                 key_of(addresses, index + 1));
+  const auto connect = [&](int actor) {
+    return connect_outbox(context, addresses.stages[actor], error, addresses.security,
+                          key_of(addresses, actor));
+  };
+  if (stage + 1 < stages) {
+    parts->next = connect(index + 1);
     if (!parts->next) return nullptr;
   }
-  if (index > 0) {
-    parts->previous = connect_outbox(context, addresses.stages[index - 1], error,
-                                     addresses.security, key_of(addresses, index - 1));
+  if (stage > 0) {
+    parts->previous = connect(index - 1);
     if (!parts->previous) return nullptr;
+  }
+  const int replicas = config.parallelism.replicas;
+  if (replicas > 1) {
+    parts->replica_next_index = ((replica + 1) % replicas) * stages + stage;
+    parts->replica_next = connect(parts->replica_next_index);
+    if (!parts->replica_next) return nullptr;
   }
   parts->coordinator = connect_outbox(context, addresses.coordinator, error, addresses.security,
                                       addresses.coordinator_key);
@@ -555,9 +610,11 @@ void connect_worker_siblings(const job_config& config,
                              const std::vector<caf::actor>& actors) {
   for (size_t i = 0; i < parts.size(); ++i) {
     for (size_t j = 0; j < parts.size(); ++j) {
-      if (i != j && pipeline_worker_of(config, parts[i]->index) ==
-                        pipeline_worker_of(config, parts[j]->index)) {
-        parts[i]->worker_siblings[parts[j]->index] = actors[j];
+      const int a = parts[i]->index, b = parts[j]->index;
+      if (i != j && replica_of_actor(config, a) == replica_of_actor(config, b) &&
+          pipeline_worker_of(config, stage_of_actor(config, a)) ==
+              pipeline_worker_of(config, stage_of_actor(config, b))) {
+        parts[i]->worker_siblings[stage_of_actor(config, b)] = actors[j];
       }
     }
   }

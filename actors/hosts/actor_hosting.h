@@ -49,6 +49,8 @@ bool send_on(transport::outbox& out, const transport::message& message,
 
 /// Everything a stage actor owns, made before the actor is spawned and handed over to it.
 struct stage_parts {
+  /// The stage actor's number: replica · parallelism.stages + stage (stage_settings.h). Wire
+  /// routes, addresses and traces use it; the stage logic knows its stage and replica.
   int index = 0;
   uint64_t job_id = 0;
   std::unique_ptr<layers::backend> backend;
@@ -57,14 +59,19 @@ struct stage_parts {
   std::optional<transport::outbox> next;
   std::optional<transport::outbox> previous;
   std::optional<transport::outbox> coordinator;
-  /// In one process, the actors owning the inboxes of next, previous and coordinator (each
-  /// send is followed by a take_atom to its reader); null where a receiver thread delivers.
-  caf::actor next_reader, previous_reader, coordinator_reader;
+  /// Replicas: the same stage of the next replica, where this stage's ring chunks go.
+  std::optional<transport::outbox> replica_next;
+  int replica_next_index = 0;
+  /// In one process, the actors owning the inboxes of next, previous, coordinator and
+  /// replica_next (each send is followed by a take_atom to its reader); null where a receiver
+  /// thread delivers.
+  caf::actor next_reader, previous_reader, coordinator_reader, replica_next_reader;
   /// In one process, the stage's own inbox, read by its actor on each take_atom (no receiver
   /// thread in between: a message crosses one thread boundary, not two); empty in a cluster.
   std::optional<transport::inbox> inbox;
   /// The actors of the other stages its pipeline worker hosts in this process (interleaved),
-  /// by stage: the one whose pass is next is told when this stage moves the turn on.
+  /// by stage (within the replica): the one whose pass is next is told when this stage moves
+  /// the turn on.
   std::map<int, caf::actor> worker_siblings;
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
@@ -81,8 +88,11 @@ struct stage_actor_state {
   std::shared_ptr<stage_parts> parts;
   /// A ready_work_atom is in the mailbox.
   bool ready_work_requested = false;
-  /// Forward messages the stage may not take yet (stage_logic::ready_for_forward), in order.
-  std::deque<transport::message> waiting_forwards;
+  /// Messages the stage may not take yet, in order: forwards (stage_logic::ready_for_forward),
+  /// and while its gradients are summed with its replicas, evaluations and state requests.
+  std::deque<transport::message> waiting;
+  /// collect_atom answers that wait for the sum of the last step's gradients.
+  std::vector<caf::response_promise> waiting_reports;
 };
 
 /// A stage: handles key messages (transport frames) and answers collect_atom with its report.
@@ -92,9 +102,12 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
 /// Everything the coordinator actor owns.
 struct coordinator_parts {
   uint64_t job_id = 0;
+  /// The job (it outlives the run, as training_run requires).
+  const job_config* config = nullptr;
   std::unique_ptr<layers::backend> host;
   std::unique_ptr<training_run> run;
-  /// One outbox per stage: keys enter at stage 0; checkpoints talk to every stage.
+  /// One outbox per stage actor: keys enter at stage 0 of their replica; checkpoints talk to
+  /// every stage actor.
   std::vector<std::optional<transport::outbox>> stages;
   /// In one process, the stages' actors, told to take each message sent to them; else empty.
   std::vector<caf::actor> stage_readers;
@@ -162,10 +175,11 @@ struct address_book {
   transport::security_settings security;  ///< this process's own keys and policy
 };
 
-/// Builds stage `index` of `config` (blocks `range`) with outboxes to its neighbours and the
-/// coordinator per `addresses`. Returns null with `error` set when its device cannot be opened
-/// or an address is malformed.
-/// `turns` are the job's make_pass_turns(), made once for all the stages of the process.
+/// Builds stage actor `index` of `config` (replica index / stages, stage index % stages, whose
+/// blocks are `range`) with outboxes to its neighbours, its replica peer and the coordinator
+/// per `addresses` (one per stage actor). Returns null with `error` set when its device cannot
+/// be opened or an address is malformed. `turns` are the job's make_pass_turns(), made once for
+/// all the stages of one replica in the process.
 std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const stage_range& range,
                                               int index, int64_t steps_per_epoch,
                                               int64_t total_steps,

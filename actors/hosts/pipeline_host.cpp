@@ -80,16 +80,17 @@ class outbox_closer {
 void connect_readers(std::vector<std::shared_ptr<stage_parts>>& parts,
                      coordinator_parts& coordinator, const std::vector<caf::actor>& targets,
                      std::vector<transport::inbox>& inboxes) {
-  const size_t stages = parts.size();
-  for (size_t s = 0; s < stages; ++s) {
+  const size_t actors = parts.size();
+  for (size_t s = 0; s < actors; ++s) {
     stage_parts& stage = *parts[s];
     stage.inbox = std::move(inboxes[s]);
-    if (s + 1 < stages) stage.next_reader = targets[s + 1];
-    if (s > 0) stage.previous_reader = targets[s - 1];
-    stage.coordinator_reader = targets[stages];
+    if (stage.next) stage.next_reader = targets[s + 1];
+    if (stage.previous) stage.previous_reader = targets[s - 1];
+    if (stage.replica_next) stage.replica_next_reader = targets[stage.replica_next_index];
+    stage.coordinator_reader = targets[actors];
   }
-  coordinator.inbox = std::move(inboxes[stages]);
-  coordinator.stage_readers.assign(targets.begin(), targets.begin() + stages);
+  coordinator.inbox = std::move(inboxes[actors]);
+  coordinator.stage_readers.assign(targets.begin(), targets.begin() + actors);
 }
 
 }  // namespace
@@ -158,7 +159,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
                                             const pipeline_options& options, std::string* error) {
   auto ranges = partition_model(config, error);
   if (!ranges) return std::nullopt;
-  const int stages = static_cast<int>(ranges->size());
+  const int stages = stage_actor_count(config);  // every replica's
   // Messages still queued when the run ends (a failed run leaves keys in flight) hold tensors
   // and pinned buffers of the stages' and the coordinator's backends until ZeroMQ drops them as
   // the context ends. So the parts, which own the backends, are declared before the context
@@ -183,9 +184,12 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     if (!coordinator->stages.back()) return std::nullopt;
   }
 
-  const auto turns = make_pass_turns(config);
+  std::vector<std::shared_ptr<pass_turn>> turns;
   for (int s = 0; s < stages; ++s) {
-    parts.push_back(make_stage_parts(config, (*ranges)[s], s, coordinator->run->steps_per_epoch(),
+    // Each replica's workers keep their own order of passes.
+    if (stage_of_actor(config, s) == 0) turns = make_pass_turns(config);
+    parts.push_back(make_stage_parts(config, (*ranges)[stage_of_actor(config, s)], s,
+                                     coordinator->run->steps_per_epoch(),
                                      coordinator->run->total_steps(), turns, context, addresses,
                                      error));
     if (!parts.back()) return std::nullopt;
@@ -197,8 +201,8 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
 
   caf::actor_system_config settings;
   // One scheduler thread per worker (the interleaved schedule's workers run several stages).
-  configure_scheduler(settings,
-                      std::min<int>(pipeline_workers(config), std::thread::hardware_concurrency()));
+  configure_scheduler(settings, std::min<int>(pipeline_workers(config) * config.parallelism.replicas,
+                                              std::thread::hardware_concurrency()));
   caf::actor_system system{settings};
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};

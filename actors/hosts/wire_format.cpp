@@ -17,6 +17,8 @@ transport::message_kind kind_on_wire(key_kind kind) {
       return transport::message_kind::evaluate;
     case key_kind::step:
       return transport::message_kind::optimizer_step;
+    case key_kind::reduce:
+      return transport::message_kind::gradient_chunk;
   }
   return transport::message_kind::control;
 }
@@ -57,6 +59,26 @@ transport::frame frame_of(const layers::tensor& tensor) {
   return transport::frame{std::move(owner), host, bytes};
 }
 
+/// A ring all-reduce chunk: one one-dimensional float32 frame, kept in host memory.
+std::optional<key_message> chunk_from_wire(const transport::message& message, std::string* error) {
+  const auto& frames = message.header.frames;
+  if (frames.size() != 1 || frames[0].dtype != transport::element_type::float32 ||
+      frames[0].dims.size() != 1 || message.header.step < 0 ||
+      message.header.key > static_cast<uint64_t>(1 << 20)) {
+    *error = "a gradient_chunk message carries one one-dimensional float32 frame, a round >= 0 "
+             "and a ring step";
+    return std::nullopt;
+  }
+  key_message result;
+  result.kind = key_kind::reduce;
+  result.key = message.header.key;
+  result.step = message.header.step;
+  const auto* begin = static_cast<const float*>(message.payloads[0].data);
+  result.values = std::make_shared<const std::vector<float>>(
+      begin, begin + message.payloads[0].bytes / sizeof(float));
+  return result;
+}
+
 }  // namespace
 
 transport::message to_wire(const key_message& message, const wire_route& route) {
@@ -71,6 +93,9 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   }
   if (message.labels) {
     transport::add_payload(result, {static_cast<int64_t>(message.labels->size())}, message.labels);
+  }
+  if (message.values) {
+    transport::add_payload(result, {static_cast<int64_t>(message.values->size())}, message.values);
   }
   return result;
 }
@@ -106,6 +131,8 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     case transport::message_kind::optimizer_step:
       result.kind = key_kind::step;
       break;
+    case transport::message_kind::gradient_chunk:
+      return chunk_from_wire(message, error);
     default:
       *error = std::string("a stage cannot handle a ") + transport::to_string(message.header.kind) +
                " message";

@@ -44,7 +44,7 @@ double mean(const std::vector<double>& values) {
 /// Keys of one timed training round: the keys a stage handles between two steps, as in the
 /// engine (a sync stage steps after all its micro-batches, an async one every
 /// min_update_interval keys).
-int keys_per_step(const actors::job_config& config) {
+int keys_in_round(const actors::job_config& config) {
   if (config.parallelism.mode == "sync") return std::max(1, config.parallelism.micro_batches);
   return std::max(1, config.parallelism.min_update_interval);
 }
@@ -56,7 +56,7 @@ struct stage_timing {
 };
 
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
-/// keys_per_step() keys forward, the same keys back, a weight stash (asynchronous training with
+/// keys_per_round() keys forward, the same keys back, a weight stash (asynchronous training with
 /// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
 /// then compete for the caches as in training: a block timed alone keeps its state cached,
 /// and this model's step ran 4 times faster alone than in a stage. Stages that share a core
@@ -74,7 +74,7 @@ class stage_timer {
         gradients_(batched(device, output, batch)),
         first_(first),
         last_(last),
-        keys_per_round_(keys_per_step(config)),
+        keys_per_round_(keys_in_round(config)),
         stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
 
   int keys_per_round() const { return keys_per_round_; }
@@ -361,7 +361,7 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
                   machine_profile* profile, std::string* error) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (timings.size() <= cores) return true;
-  const double steps_per_key = 1.0 / keys_per_step(config);
+  const double steps_per_key = 1.0 / keys_in_round(config);
   const auto bytes = [&](const layers::shape& sample) {
     return static_cast<size_t>(profile->batch * layers::element_count(sample)) * sizeof(float);
   };
