@@ -134,7 +134,7 @@ int run_launch(const launch_options& options) {
     std::fprintf(stderr, "troupe launch: %s\n", problem.message.c_str());
     return 2;
   }
-  worker.job_hash = actors::checkpoint_config_hash(*config);
+  worker.job_hash = actors::job_identity_hash(*config);
   return run_worker_command(worker);
 }
 

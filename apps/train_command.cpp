@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "actors/engine/stage_settings.h"
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
@@ -224,12 +225,24 @@ int run_train(const train_options& given) {
       !actors::partition_model(*config, &error)) {
     return bad_input(given.job_file + ": " + error);
   }
+  const int stage_actors = actors::stage_actor_count(*config);
+  if (given.workers > 0 && config->parallelism.replicas > 1 && stage_actors % given.workers != 0) {
+    return bad_input(given.job_file + ": " + std::to_string(given.workers) +
+                     " workers do not divide parallelism.replicas (" +
+                     std::to_string(config->parallelism.replicas) + ") x parallelism.stages (" +
+                     std::to_string(config->parallelism.stages) + ") = " +
+                     std::to_string(stage_actors) + " stages: every worker hosts as many");
+  }
+  if (given.workers > stage_actors) {
+    return bad_input(given.job_file + ": " + std::to_string(given.workers) + " workers for " +
+                     std::to_string(stage_actors) + " stages: every worker must host one at least");
+  }
   const std::string out =
       given.out_directory.empty() ? default_out_directory(given.job_file) : given.out_directory;
   // Chosen once, here: the workers read the job with the chosen cut points added.
   train_options options = given;
   const std::string partition = config->parallelism.partition;
-  const std::string job_file_hash = actors::checkpoint_config_hash(*config);
+  const std::string job_file_hash = actors::job_identity_hash(*config);
   auto partition_line =
       choose_partition(&*config, options.resume ? out + "/config.json" : "", &error);
   if (!partition_line) return bad_input(options.job_file + ": " + error);

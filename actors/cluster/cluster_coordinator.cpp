@@ -321,7 +321,7 @@ class cluster_coordinator {
     const int protocol = body.value("protocol", 0);
     const std::string job_hash = body.value("job_hash", std::string());
     const std::string expected_hash =
-        options_.job_hash.empty() ? checkpoint_config_hash(config_) : options_.job_hash;
+        options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash;
     std::string refusal;
     if (protocol != transport::current_protocol_version) {
       refusal = "it speaks protocol version " + std::to_string(protocol) +
@@ -635,7 +635,7 @@ std::optional<pipeline_report> run_coordinator(const job_config& config, const j
                                                std::string* error) {
   auto ranges = partition_model(config, error);
   if (!ranges) return std::nullopt;
-  const int stages = static_cast<int>(ranges->size());
+  const int stages = stage_actor_count(config);  // every replica's
   if (options.workers < 1 || options.workers > stages) {
     *error = std::to_string(options.workers) + " workers for " + std::to_string(stages) +
              " stages: every worker must host at least one stage";

@@ -142,7 +142,7 @@ transport::message report_message(const stage_report& report, int stage,
 /// What a worker builds from its assignment.
 struct worker_stages {
   job_config config;
-  int stage_count = 0;  ///< of the whole job
+  int stage_count = 0;  ///< stage actors of the whole job (every replica's)
   std::vector<int> indices;
   std::vector<std::shared_ptr<stage_parts>> parts;
 };
@@ -162,25 +162,35 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
   if (!ranges) return std::nullopt;
   worker_stages result;
   result.config = *config;
-  result.stage_count = static_cast<int>(ranges->size());
+  result.stage_count = stage_actor_count(result.config);
   address_book addresses;
   addresses.stages = assignment.value("addresses", std::vector<std::string>{});
   addresses.coordinator = assignment.value("coordinator", "");
   addresses.stage_keys = assignment.value("keys", std::vector<std::string>{});
   addresses.coordinator_key = assignment.value("coordinator_key", "");
   addresses.security = security;
-  auto turns = make_pass_turns(result.config);
-  keep_local_turns(result.config, assignment.value("stages", std::vector<int>{}), &turns);
-  for (int stage : assignment.value("stages", std::vector<int>{})) {
-    if (stage < 0 || stage >= static_cast<int>(ranges->size()) ||
-        addresses.stages.size() != ranges->size()) {
-      *error = "the assignment names stage " + std::to_string(stage) + " of a " +
-               std::to_string(ranges->size()) + "-stage job";
+  const std::vector<int> assigned = assignment.value("stages", std::vector<int>{});
+  const int actors = stage_actor_count(result.config);
+  // Each replica's workers keep their own order of passes.
+  std::map<int, std::vector<std::shared_ptr<pass_turn>>> turns;
+  for (int actor : assigned) {
+    if (actor < 0 || actor >= actors || addresses.stages.size() != static_cast<size_t>(actors)) {
+      *error = "the assignment names stage actor " + std::to_string(actor) + " of a job with " +
+               std::to_string(actors) + " (" + std::to_string(result.config.parallelism.replicas) +
+               " replica(s) of " + std::to_string(ranges->size()) + " stages)";
       return std::nullopt;
     }
+    const int replica = replica_of_actor(result.config, actor);
+    if (!turns.count(replica)) {
+      turns[replica] = make_pass_turns(result.config);
+      keep_local_turns(result.config, assigned, replica, &turns[replica]);
+    }
+  }
+  for (int stage : assigned) {
     auto parts = make_stage_parts(
-        result.config, (*ranges)[stage], stage, assignment.value("steps_per_epoch", int64_t{1}),
-        assignment.value("total_steps", int64_t{0}), turns, context, addresses, error);
+        result.config, (*ranges)[stage_of_actor(result.config, stage)], stage,
+        assignment.value("steps_per_epoch", int64_t{1}), assignment.value("total_steps", int64_t{0}),
+        turns[replica_of_actor(result.config, stage)], context, addresses, error);
     if (!parts) return std::nullopt;
     parts->job_id = assignment.value("job_id", uint64_t{0});
     parts->clock = &clock;

@@ -470,6 +470,10 @@ std::string fnv1a_hex(const nlohmann::json& json) {
 
 std::string config_hash(const job_config& config) { return fnv1a_hex(to_json(config)); }
 
+std::string job_identity_hash(const job_config& config) {
+  return checkpoint_config_hash(config) + "-r" + std::to_string(config.parallelism.replicas);
+}
+
 std::string checkpoint_config_hash(const job_config& config) {
   nlohmann::json json = to_json(config);
   json.erase("checkpoint");

@@ -43,8 +43,12 @@ std::string config_hash(const job_config& config);
 
 /// The hash a checkpoint records and a resume must match: config_hash over everything that
 /// shapes the training state, leaving out what may change between runs of one job
-/// (training.epochs, max_steps and target_accuracy, parallelism.threads and devices,
+/// (training.epochs, max_steps and target_accuracy, parallelism.threads, devices and replicas,
 /// model.init_from, [checkpoint] and [metrics]).
 std::string checkpoint_config_hash(const job_config& config);
+
+/// What every process of one run must agree on: checkpoint_config_hash() and the number of
+/// replicas (a worker started for another number of replicas is refused).
+std::string job_identity_hash(const job_config& config);
 
 }  // namespace troupe::actors

@@ -92,18 +92,22 @@ int pipeline_worker_of(const job_config& config, int stage) {
   return stage % pipeline_workers(config);
 }
 
-int process_of_stage(const job_config& config, int stage, int processes) {
-  const int64_t workers = pipeline_workers(config);
+int process_of_stage(const job_config& config, int actor, int processes) {
+  const int64_t per_replica = pipeline_workers(config);
+  const int64_t workers = per_replica * config.parallelism.replicas;
   if (processes > workers)
-    return static_cast<int>(stage * int64_t{processes} / config.parallelism.stages);
-  return static_cast<int>(pipeline_worker_of(config, stage) * int64_t{processes} / workers);
+    return static_cast<int>(actor * int64_t{processes} / stage_actor_count(config));
+  const int64_t worker = replica_of_actor(config, actor) * per_replica +
+                         pipeline_worker_of(config, stage_of_actor(config, actor));
+  return static_cast<int>(worker * processes / workers);
 }
 
-void keep_local_turns(const job_config& config, const std::vector<int>& local_stages,
+void keep_local_turns(const job_config& config, const std::vector<int>& local_actors, int replica,
                       std::vector<std::shared_ptr<pass_turn>>* turns) {
-  for (int stage = 0; stage < config.parallelism.stages; ++stage) {
-    const bool local =
-        std::find(local_stages.begin(), local_stages.end(), stage) != local_stages.end();
+  const int stages = config.parallelism.stages;
+  for (int stage = 0; stage < stages; ++stage) {
+    const bool local = std::find(local_actors.begin(), local_actors.end(),
+                                 replica * stages + stage) != local_actors.end();
     const size_t worker = static_cast<size_t>(pipeline_worker_of(config, stage));
     if (!local && worker < turns->size()) (*turns)[worker] = nullptr;
   }

@@ -70,15 +70,16 @@ std::vector<std::shared_ptr<pass_turn>> make_pass_turns(const job_config& config
 /// schedule stage mod workers.
 int pipeline_worker_of(const job_config& config, int stage);
 
-/// Which of `processes` worker processes hosts stage `stage`: contiguous runs of pipeline
-/// workers, so that a worker's interleaved chunks stay in one process; contiguous runs of
-/// stages when there are more processes than pipeline workers.
-int process_of_stage(const job_config& config, int stage, int processes);
+/// Which of `processes` worker processes hosts stage actor `actor` (replica · stages + stage,
+/// stage_settings.h): contiguous runs of pipeline workers, replica by replica, so that a
+/// worker's interleaved chunks stay in one process; contiguous runs of stage actors when there
+/// are more processes than pipeline workers.
+int process_of_stage(const job_config& config, int actor, int processes);
 
-/// Drops from `turns` those of the pipeline workers whose stages are not all among
-/// `local_stages`: a turn is shared in one process only, so such stages run their passes as
-/// they come.
-void keep_local_turns(const job_config& config, const std::vector<int>& local_stages,
+/// Drops from `turns` (replica `replica`'s) those of the pipeline workers whose stages are not
+/// all among `local_actors` (stage actors): a turn is shared in one process only, so such
+/// stages run their passes as they come.
+void keep_local_turns(const job_config& config, const std::vector<int>& local_actors, int replica,
                       std::vector<std::shared_ptr<pass_turn>>* turns);
 
 }  // namespace troupe::actors

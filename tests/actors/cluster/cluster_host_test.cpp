@@ -347,7 +347,7 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   EXPECT_EQ(run_worker(stranger, clock, &stranger_error), 2);
   EXPECT_NE(stranger_error.find("refused this worker: it was started for another job (config "
                                 "hash 0123456789abcdef, this job's is " +
-                                checkpoint_config_hash(*config) + ")"),
+                                job_identity_hash(*config) + ")"),
             std::string::npos)
       << stranger_error;
 
@@ -355,7 +355,7 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   worker_options own;
   own.coordinator_address = options.listen_address;
   own.listen_address = "ipc://" + directory + "/worker";
-  own.job_hash = checkpoint_config_hash(*config);
+  own.job_hash = job_identity_hash(*config);
   std::string own_error;
   EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
   coordinator.join();

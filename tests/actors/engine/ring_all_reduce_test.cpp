@@ -1,0 +1,123 @@
+// The ring all-reduce machine: every rank ends with the same sum, whatever order the ranks'
+// messages are delivered in, and a chunk that does not fit changes nothing.
+
+#include "actors/engine/ring_all_reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace troupe::actors {
+namespace {
+
+/// Contributions of `ranks` ranks of `length` values, distinct per rank and position.
+std::vector<std::vector<float>> contributions(int ranks, int64_t length, int round) {
+  std::vector<std::vector<float>> values(ranks, std::vector<float>(length));
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t i = 0; i < length; ++i) {
+      values[r][i] = std::sin(0.37f * static_cast<float>(i + 1) * static_cast<float>(r + 2) +
+                              static_cast<float>(round));
+    }
+  }
+  return values;
+}
+
+/// Runs `rounds` rounds among `ranks` ranks; the ranks start in a random order and the
+/// queued chunks (one FIFO per link, as a socket keeps them) are delivered in a random order.
+void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::vector<ring_all_reduce> ring;
+  for (int r = 0; r < ranks; ++r) ring.emplace_back(r, ranks, length);
+  for (int round = 0; round < rounds; ++round) {
+    const auto inputs = contributions(ranks, length, round);
+    std::vector<std::deque<ring_chunk>> links(ranks);  // link r: from rank r to r + 1
+    std::vector<bool> started(ranks, false);
+    std::vector<std::vector<float>> results(ranks);
+    int finished = 0;
+    while (finished < ranks) {
+      // Either a rank that has not started starts, or a link delivers its oldest chunk.
+      std::vector<int> choices;
+      for (int r = 0; r < ranks; ++r) {
+        if (!started[r]) choices.push_back(r);
+        if (!links[r].empty()) choices.push_back(ranks + r);
+      }
+      ASSERT_FALSE(choices.empty()) << "the ring stalled";
+      const int choice = choices[random() % choices.size()];
+      std::vector<ring_chunk> sent;
+      int rank;
+      if (choice < ranks) {
+        rank = choice;
+        started[rank] = true;
+        sent = ring[rank].start(inputs[rank]);
+      } else {
+        rank = (choice - ranks + 1) % ranks;
+        const ring_chunk chunk = links[choice - ranks].front();
+        links[choice - ranks].pop_front();
+        std::string error;
+        ASSERT_TRUE(ring[rank].receive(chunk, &sent, &error)) << error;
+      }
+      for (const ring_chunk& chunk : sent) links[rank].push_back(chunk);
+      if (ring[rank].finished()) {
+        results[rank] = ring[rank].take_result();
+        ++finished;
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(results[r], results[0]) << "rank " << r << " differs, round " << round;
+      EXPECT_TRUE(links[r].empty());
+    }
+    for (int64_t i = 0; i < length; ++i) {
+      double sum = 0;
+      for (int r = 0; r < ranks; ++r) sum += inputs[r][i];
+      EXPECT_NEAR(results[0][i], sum, 1e-5) << "value " << i;
+    }
+  }
+  for (const ring_all_reduce& rank : ring) EXPECT_EQ(rank.rounds(), rounds);
+}
+
+TEST(RingAllReduceTest, EveryRankEndsWithTheSameSum) {
+  for (int ranks : {1, 2, 3, 5}) {
+    for (int64_t length : {0, 1, 4, 103}) {
+      for (uint32_t seed : {1u, 2u, 3u}) {
+        SCOPED_TRACE("ranks " + std::to_string(ranks) + " length " + std::to_string(length));
+        run_rounds(ranks, length, 3, seed);
+      }
+    }
+  }
+}
+
+TEST(RingAllReduceTest, EachRankSendsTwiceItsShareOfTheBuffer) {
+  ring_all_reduce rank(1, 4, 1000);
+  // 2 (R - 1) / R of 1000 floats.
+  EXPECT_EQ(rank.bytes_sent_per_round(), 1500 * 4);
+}
+
+TEST(RingAllReduceTest, ChunksThatDoNotFitAreRefused) {
+  ring_all_reduce rank(0, 3, 9);
+  std::vector<ring_chunk> sent;
+  std::string error;
+  auto values = [](size_t count) { return std::make_shared<const std::vector<float>>(count, 1.f); };
+  // Before this rank starts: an all-gather step, a step out of order, a wrong size.
+  EXPECT_FALSE(rank.receive({0, 2, values(3)}, &sent, &error));
+  EXPECT_NE(error.find("step 2"), std::string::npos) << error;
+  EXPECT_FALSE(rank.receive({0, 1, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 0, values(4)}, &sent, &error));
+  EXPECT_NE(error.find("4 values"), std::string::npos) << error;
+  EXPECT_FALSE(rank.receive({1, 0, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 0, nullptr}, &sent, &error));
+  EXPECT_TRUE(sent.empty());
+  // A fitting early chunk is kept and taken when the rank starts.
+  EXPECT_TRUE(rank.receive({0, 0, values(3)}, &sent, &error)) << error;
+  sent = rank.start(std::vector<float>(9, 2.f));
+  ASSERT_EQ(sent.size(), 2u);  // its own chunk, then the sum it made of the early one
+  EXPECT_EQ(sent[1].step, 1);
+  EXPECT_EQ(*sent[1].values, std::vector<float>(3, 3.f));
+  EXPECT_TRUE(rank.under_way());
+}
+
+}  // namespace
+}  // namespace troupe::actors

@@ -1,0 +1,86 @@
+// Data-parallel replicas of the pipeline on the real host: in sync mode R replicas of an
+// S-stage pipeline train like one pipeline at the same global batch, and stay equal.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "actors/config/job_data.h"
+#include "actors/hosts/pipeline_host.h"
+#include "tests/support/engine_helpers.h"
+#include "tests/support/job_helpers.h"
+
+namespace troupe::actors {
+namespace {
+
+using testing::max_relative_difference;
+using testing::weights;
+
+job_config replica_job(int stages, int micro_batches, int replicas, const std::string& schedule) {
+  job_config config = testing::small_pipeline_job(stages, micro_batches, "sync", schedule, 800);
+  config.training.epochs = 1;
+  config.parallelism.replicas = replicas;
+  config.parallelism.threads = stages * replicas;
+  config.metrics.log_interval = 10;
+  return config;
+}
+
+pipeline_report run(const job_config& config) {
+  std::string error;
+  auto data = load_job_data(config, &error);
+  EXPECT_TRUE(data.has_value()) << error;
+  testing::wall_clock clock;
+  quiet_observer observer;
+  pipeline_options options;
+  options.collect_weights = true;
+  auto report = run_pipeline(config, *data, observer, clock, options, &error);
+  EXPECT_TRUE(report.has_value()) << error;
+  return report ? *report : pipeline_report{};
+}
+
+/// The weights of replica `replica`'s stages, in stage order.
+weights replica_weights(const pipeline_report& report, int stages, int replica) {
+  weights result;
+  for (int s = 0; s < stages; ++s) {
+    for (const auto& w : report.stages[static_cast<size_t>(replica * stages + s)].weights) {
+      result.push_back(w);
+    }
+  }
+  return result;
+}
+
+TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
+  // stages, micro-batches per replica, replicas, schedule, clip_norm (global clipping)
+  for (const auto& [stages, micro, replicas, schedule, clip] :
+       {std::tuple{2, 2, 2, "gpipe", 0.0}, std::tuple{2, 2, 2, "1f1b", 0.0},
+        std::tuple{2, 1, 2, "gpipe", 0.5}, std::tuple{1, 1, 4, "gpipe", 0.0},
+        std::tuple{2, 2, 2, "zb-h1", 0.0}}) {
+    SCOPED_TRACE(std::string(schedule) + " S=" + std::to_string(stages) +
+                 " M=" + std::to_string(micro) + " R=" + std::to_string(replicas) +
+                 " clip=" + std::to_string(clip));
+    job_config replicated = replica_job(stages, micro, replicas, schedule);
+    replicated.training.clip_norm = clip;
+    job_config single = replica_job(stages, micro * replicas, 1, schedule);
+    single.training.clip_norm = clip;
+    const pipeline_report many = run(replicated);
+    const pipeline_report one = run(single);
+    ASSERT_EQ(many.stages.size(), static_cast<size_t>(stages * replicas));
+    ASSERT_EQ(one.stages.size(), static_cast<size_t>(stages));
+    EXPECT_LE(max_relative_difference(replica_weights(many, stages, 0),
+                                      replica_weights(one, stages, 0)),
+              1e-5);
+    // Every replica took the same steps to the same bits.
+    for (int r = 1; r < replicas; ++r) {
+      EXPECT_EQ(replica_weights(many, stages, r), replica_weights(many, stages, 0)) << r;
+    }
+    for (const stage_report& stage : many.stages) EXPECT_EQ(stage.version, 50);
+    EXPECT_EQ(many.summary.steps, 50);
+    EXPECT_EQ(many.dropped_frames, 0u);
+    EXPECT_NEAR(many.summary.final_test_accuracy, one.summary.final_test_accuracy, 0.011);
+  }
+}
+
+}  // namespace
+}  // namespace troupe::actors
