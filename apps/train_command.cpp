@@ -39,14 +39,26 @@ int classes_of(const actors::job_config& config) {
   return config.data.dataset == "synthetic" ? config.data.classes : 10;
 }
 
-nlohmann::json stages_json(const actors::pipeline_report& report) {
+/// One entry per stage actor; with replicas, replica by replica, each naming its stage and
+/// replica.
+nlohmann::json stages_json(const actors::pipeline_report& report,
+                           const actors::job_config& config) {
   nlohmann::json stages = nlohmann::json::array();
-  for (const auto& stage : report.stages) {
-    stages.push_back({{"staleness_histogram", stage.staleness_histogram},
-                      {"weight_staleness_histogram", stage.weight_staleness_histogram},
-                      {"peak_contexts", stage.peak_contexts},
-                      {"peak_activation_bytes", stage.peak_activation_bytes},
-                      {"optimizer_steps", stage.version}});
+  for (size_t i = 0; i < report.stages.size(); ++i) {
+    const actors::stage_report& stage = report.stages[i];
+    nlohmann::json entry = {{"staleness_histogram", stage.staleness_histogram},
+                            {"weight_staleness_histogram", stage.weight_staleness_histogram},
+                            {"peak_contexts", stage.peak_contexts},
+                            {"peak_activation_bytes", stage.peak_activation_bytes},
+                            {"optimizer_steps", stage.version}};
+    if (config.parallelism.replicas > 1) {
+      entry["stage"] = actors::stage_of_actor(config, static_cast<int>(i));
+      entry["replica"] = actors::replica_of_actor(config, static_cast<int>(i));
+      if (config.parallelism.mode == "async") {
+        entry["replica_staleness_histogram"] = stage.replica_staleness_histogram;
+      }
+    }
+    stages.push_back(std::move(entry));
   }
   return stages;
 }
@@ -83,7 +95,7 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
                                            actors::training_observer& observer,
                                            std::string* error) {
   steady_clock_source clock;
-  actors::trace_recorder trace(config.parallelism.stages);
+  actors::trace_recorder trace(actors::stage_actor_count(config));
   if (config.metrics.trace) options.trace = &trace;
   auto report = actors::run_pipeline(config, data, observer, clock, options, error);
   if (!report) return std::nullopt;
@@ -92,7 +104,7 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
     std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
                  static_cast<unsigned long long>(report->dropped_frames));
   }
-  return run_outcome{report->summary, stages_json(*report), processes_json(*report),
+  return run_outcome{report->summary, stages_json(*report, config), processes_json(*report),
                      report->stopped};
 }
 
@@ -122,7 +134,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   auto security = security_from(options.keys_directory, options.key_name, options.insecure, error);
   if (!security) return std::nullopt;
   cluster.security = *security;
-  actors::trace_recorder trace(config.parallelism.stages);
+  actors::trace_recorder trace(actors::stage_actor_count(config));
   cluster.pipeline = std::move(pipeline);
   if (config.metrics.trace) cluster.pipeline.trace = &trace;
   std::optional<local_workers> local;
@@ -140,7 +152,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
   if (!report) return std::nullopt;
   if (config.metrics.trace && !write_trace(trace, out, error)) return std::nullopt;
-  return run_outcome{report->summary, stages_json(*report), processes_json(*report),
+  return run_outcome{report->summary, stages_json(*report, config), processes_json(*report),
                      report->stopped};
 }
 

@@ -53,6 +53,7 @@ stage_report report_from(const json& body, const transport::message& message) {
   report.peak_activation_bytes = body.value("peak_activation_bytes", int64_t{0});
   report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
   report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
+  report.replica_staleness_histogram = body.value("replica_staleness", std::vector<int64_t>{});
   for (const transport::frame& frame : message.payloads) {
     const auto* begin = static_cast<const float*>(frame.data);
     report.weights.emplace_back(begin, begin + frame.bytes / sizeof(float));

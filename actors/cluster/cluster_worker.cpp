@@ -131,7 +131,8 @@ transport::message report_message(const stage_report& report, int stage,
                        {"peak_contexts", report.peak_contexts},
                        {"peak_activation_bytes", report.peak_activation_bytes},
                        {"staleness", report.staleness_histogram},
-                       {"weight_staleness", report.weight_staleness_histogram}});
+                       {"weight_staleness", report.weight_staleness_histogram},
+                       {"replica_staleness", report.replica_staleness_histogram}});
   for (const auto& weights : report.weights) {
     transport::add_payload(message, {static_cast<int64_t>(weights.size())},
                            std::make_shared<const std::vector<float>>(weights));

@@ -68,7 +68,7 @@ struct parallelism_config {
   int64_t replica_sync_interval = 1;
   /// Async mode with replicas: most weight versions a stage may run ahead of the slowest of
   /// its replicas (stale synchronous parallel; -1: unbounded).
-  int replica_staleness = 1;
+  int replica_staleness = -1;
 };
 
 struct training_config {

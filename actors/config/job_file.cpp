@@ -355,6 +355,10 @@ problem check_consistency(job_config* config) {
     return "parallelism.devices names " + std::to_string(p.devices.size()) +
            " devices but parallelism.stages is " + stages + " (give one, or one per stage)";
   }
+  if (p.replica_staleness == 0) {
+    return "parallelism.replica_staleness must be -1 (unbounded) or >= 1: at 0 no replica could "
+           "admit a key while another has one in flight";
+  }
   if (t.lr_schedule == "step" && t.lr_decay_epochs < 1) {
     return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
   }

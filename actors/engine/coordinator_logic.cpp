@@ -18,6 +18,7 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   settings.min_update_interval =
       p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches;
   settings.max_staleness = p.max_staleness;
+  if (p.mode == "async" && p.replicas > 1) settings.replica_staleness = p.replica_staleness;
   if (p.mode == "async" && p.staleness_correction == "2bw") {
     settings.max_staleness = settings.max_staleness < 0 ? 1 : std::min(settings.max_staleness, 1);
   }
@@ -54,12 +55,24 @@ bool coordinator_logic::may_admit_next(int replica) const {
   const int64_t admitted = admitted_[replica];
   if (admitted >= total_keys_ || active(replica) >= limit_) return false;
   if (pause_at_key_ >= 0 && admitted >= pause_at_key_) return false;
-  if (settings_.mode == "async") return true;
+  if (settings_.mode == "async") return within_replica_staleness(replica);
   // Sync: the keys of one step at a time; the next step starts after every key of this one
   // has retired in every replica (every stage has stepped by then).
   if (admitted % settings_.micro_batches != 0) return true;
   return std::all_of(retired_.begin(), retired_.end(),
                      [admitted](int64_t retired) { return retired >= admitted; });
+}
+
+int64_t coordinator_logic::slowest_version() const {
+  const int64_t interval = std::max(1, settings_.min_update_interval);
+  return *std::min_element(retired_.begin(), retired_.end()) / interval;
+}
+
+bool coordinator_logic::within_replica_staleness(int replica) const {
+  if (settings_.replicas < 2 || settings_.replica_staleness < 0) return true;
+  const int64_t interval = std::max(1, settings_.min_update_interval);
+  const int64_t reached = (admitted_[replica] + 1) / interval;
+  return reached - slowest_version() <= settings_.replica_staleness;
 }
 
 admission coordinator_logic::make_admission(int replica, int64_t local) const {
@@ -71,6 +84,7 @@ admission coordinator_logic::make_admission(int replica, int64_t local) const {
   const int64_t within_step = int64_t(replica) * micro + result.micro_batch;
   result.key = static_cast<uint64_t>(result.step * micro * settings_.replicas + within_step);
   result.sample_offset = within_step * settings_.micro_batch_size;
+  if (settings_.replicas > 1) result.replica_floor = slowest_version();
   return result;
 }
 

@@ -25,6 +25,10 @@ struct admission_settings {
   int max_active_keys = 1;
   int min_update_interval = 1;
   int max_staleness = -1;  ///< -1: unbounded
+  /// Async mode with replicas: a replica admits a key only while the weight version it brings
+  /// its stages to stays within this many versions of the slowest replica's (stale
+  /// synchronous parallel; -1: unbounded).
+  int replica_staleness = -1;
   int64_t micro_batch_size = 1;
   int64_t total_steps = 0;  ///< stop after this step (absolute)
   int64_t first_step = 0;   ///< start at this step (resuming, or continuing a run)
@@ -40,6 +44,8 @@ struct admission {
   int micro_batch = 0;
   int64_t sample_offset = 0;  ///< within the step's batch
   int replica = 0;
+  /// The slowest replica's stage 0 weight version when the key was admitted.
+  int64_t replica_floor = 0;
 };
 
 class coordinator_logic {
@@ -69,6 +75,10 @@ class coordinator_logic {
   /// Most keys of one replica in flight at once under the settings (MAK, tightened by
   /// max_staleness).
   int64_t admission_limit() const { return limit_; }
+  /// The weight version every stage of every replica has reached: the slowest replica's stage
+  /// 0 has taken a step per min_update_interval retired keys, and a later stage has seen the
+  /// backward passes of at least those keys.
+  int64_t slowest_version() const;
 
  private:
   /// Whether replica `replica`'s next key may enter now.
@@ -76,6 +86,11 @@ class coordinator_logic {
   /// The `local`-th key of replica `replica` (counting its keys alone).
   admission make_admission(int replica, int64_t local) const;
   int64_t active(int replica) const { return admitted_[replica] - retired_[replica]; }
+  /// Stale synchronous parallel: replica `replica`'s next key keeps it within
+  /// replica_staleness versions of the slowest replica. A stage of it reaches at most version
+  /// (admitted + 1) / MUI with that key, and no stage of any replica is below
+  /// slowest_version(), so the bound holds at every stage.
+  bool within_replica_staleness(int replica) const;
 
   admission_settings settings_;
   int64_t total_keys_;  ///< per replica

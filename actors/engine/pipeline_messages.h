@@ -36,6 +36,11 @@ struct key_message {
   double norm_squared = 0;
   /// reduce: the chunk's values, in host memory.
   std::shared_ptr<const std::vector<float>> values;
+  /// Async mode with replicas, on a training key: the weight version that every replica's
+  /// every stage had reached when the coordinator admitted it (the slowest replica's stage 0
+  /// version; no stage is behind its own stage 0). A stage measures how far it runs ahead of
+  /// its slowest replica against it.
+  int64_t replica_floor = 0;
 };
 
 /// What a stage asks its host to do after handling a message.

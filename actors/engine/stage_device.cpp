@@ -47,4 +47,31 @@ int64_t stage_device::gradient_value_count() {
   return count;
 }
 
+std::vector<float> stage_device::weight_values() {
+  std::vector<float> values;
+  values.reserve(static_cast<size_t>(weight_value_count()));
+  for (layers::parameter* p : parameters()) {
+    const std::vector<float> host = p->value.to_host(p->value.device().default_stream());
+    values.insert(values.end(), host.begin(), host.end());
+  }
+  return values;
+}
+
+void stage_device::set_weight_values(const std::vector<float>& values) {
+  TROUPE_CHECK(static_cast<int64_t>(values.size()) == weight_value_count());
+  size_t offset = 0;
+  for (layers::parameter* p : parameters()) {
+    layers::backend& device = p->value.device();
+    p->value.copy_from_host(device.default_stream(), values.data() + offset);
+    device.synchronize(device.default_stream());
+    offset += static_cast<size_t>(p->value.size());
+  }
+}
+
+int64_t stage_device::weight_value_count() {
+  int64_t count = 0;
+  for (layers::parameter* p : parameters()) count += p->value.size();
+  return count;
+}
+
 }  // namespace troupe::actors

@@ -89,6 +89,12 @@ class stage_device {
   virtual void set_gradient_values(const std::vector<float>& values);
   /// The length of gradient_values().
   virtual int64_t gradient_value_count();
+  /// The weights, every parameter's in order, in host memory (async replicas average them).
+  virtual std::vector<float> weight_values();
+  /// Puts `values` (as weight_values() lays them out) in place of the weights.
+  virtual void set_weight_values(const std::vector<float>& values);
+  /// The length of weight_values().
+  virtual int64_t weight_value_count();
   /// Weights, accumulated gradients and optimizer state, copied to host memory (the version
   /// fields are the stage logic's to fill). Only meaningful with no key in flight.
   virtual stage_state save_state() = 0;

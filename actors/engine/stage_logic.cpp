@@ -15,7 +15,8 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas);
   if (replicated()) {
     ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
-                                              device_.gradient_value_count());
+                                              averaging() ? device_.weight_value_count()
+                                                          : device_.gradient_value_count());
   }
 }
 
@@ -128,6 +129,7 @@ std::vector<stage_output> stage_logic::run_ready_work() {
 void stage_logic::forward(const key_message& message, std::vector<stage_output>* outputs) {
   finish_deferred_step();  // a new step's key sees the weights of the step before
   forward_versions_[message.key] = version_;
+  replica_floor_ = std::max(replica_floor_, message.replica_floor);
   if (settings_.predict_weights && delay_ > 0) {
     if (predicted_versions_.insert(version_).second) {
       device_.stash_predicted_weights(
@@ -186,7 +188,7 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
   record(&weight_staleness_, stashed ? 0 : staleness);
   message.payload = run_backward(message);
   const bool complete = count_backward();
-  if (complete && replicated()) {
+  if (complete && replicated() && !averaging()) {
     // The sum needs every weight gradient; the step waits for it. Without global clipping the
     // backward goes on meanwhile.
     run_all_deferred();
@@ -201,6 +203,7 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
     // input gradient has gone on.
     step_after_deferred_ = true;
     if (deferred_.empty()) finish_deferred_step();
+    if (averaging()) after_replica_step(outputs);
   }
   message.norm_squared = 0;
   if (settings_.index > 0) {
@@ -257,7 +260,13 @@ void stage_logic::handle_reduce(const key_message& message, std::vector<stage_ou
     return;
   }
   send_chunks(to_send, outputs);
-  if (ring_->finished()) finish_reduction(outputs);
+  if (ring_->finished()) {
+    if (averaging()) {
+      finish_average(outputs);
+    } else {
+      finish_reduction(outputs);
+    }
+  }
 }
 
 void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
@@ -282,6 +291,32 @@ void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
     return;
   }
   take_step(settings_.clip_norm > 0 ? device_.squared_gradient_norm() : 0.0);
+}
+
+void stage_logic::after_replica_step(std::vector<stage_output>* outputs) {
+  record(&replica_staleness_, std::max<int64_t>(0, version_ - replica_floor_));
+  if (version_ % settings_.replica_sync_interval != 0) return;
+  ++averages_due_;
+  if (!ring_->under_way()) start_average(outputs);  // else once the one under way ends
+}
+
+void stage_logic::start_average(std::vector<stage_output>* outputs) {
+  --averages_due_;
+  sent_weights_ = device_.weight_values();
+  send_chunks(ring_->start(sent_weights_), outputs);
+  if (ring_->finished()) finish_average(outputs);
+}
+
+void stage_logic::finish_average(std::vector<stage_output>* outputs) {
+  const std::vector<float> sum = ring_->take_result();
+  std::vector<float> weights = device_.weight_values();
+  const float share = 1.0f / static_cast<float>(settings_.replicas);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    weights[i] += sum[i] * share - sent_weights_[i];
+  }
+  device_.set_weight_values(weights);
+  sent_weights_.clear();
+  if (averages_due_ > 0) start_average(outputs);
 }
 
 void stage_logic::run_weight_gradients() {
@@ -382,10 +417,13 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   deferred_.clear();
   if (replicated()) {
     ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
-                                              device_.gradient_value_count());
+                                              averaging() ? device_.weight_value_count()
+                                                          : device_.gradient_value_count());
   }
   reduction_pending_ = false;
   held_for_clipping_.reset();
+  averages_due_ = 0;
+  sent_weights_.clear();
   early_.clear();
   predicted_versions_.clear();
   if (ordered()) settings_.turn->next.store(0);

@@ -68,6 +68,11 @@ struct stage_settings {
   /// stage steps; until then it takes no forward or evaluation.
   int replicas = 1;
   int replica = 0;
+  /// Async mode with replicas: every this many of its steps the stage averages its weights
+  /// with the same stage of the other replicas, by a ring all-reduce that runs while it goes
+  /// on training; once the sum is in, the stage moves to the average plus what it has learnt
+  /// since it sent its weights. 0: the replicas sum gradients instead (sync mode).
+  int64_t replica_sync_interval = 0;
 };
 
 class stage_logic {
@@ -92,6 +97,14 @@ class stage_logic {
   bool reducing() const { return reduction_pending_; }
   /// All-reduces finished so far.
   int64_t reductions() const { return ring_ ? ring_->rounds() : 0; }
+  /// An all-reduce with the replicas is under way or waits to start (the stage's state is not
+  /// final until it ends): a host answers state requests and reports after it.
+  bool settling() const {
+    return reduction_pending_ || averages_due_ > 0 || (ring_ && ring_->under_way());
+  }
+  /// Async replicas: count of steps by how many versions the stage was ahead of the slowest
+  /// replica (as the coordinator last told it: an upper bound of the true lead).
+  const std::vector<int64_t>& replica_staleness_histogram() const { return replica_staleness_; }
   /// The worker's next pass is this stage's and can run: a W, or a message that came before
   /// its turn. The host calls run_ready_work() after it has sent what the last call returned
   /// (so that a B's input gradient leaves before the W behind it runs), and tells the stage
@@ -166,6 +179,14 @@ class stage_logic {
   void send_chunks(const std::vector<ring_chunk>& chunks, std::vector<stage_output>* outputs);
   /// The sum is in: the step is taken (or, with global clipping, its norm goes on).
   void finish_reduction(std::vector<stage_output>* outputs);
+  bool averaging() const { return settings_.replicas > 1 && settings_.replica_sync_interval > 0; }
+  /// Async replicas, after a step: its lead over the slowest replica is counted, and every
+  /// replica_sync_interval steps a weight average begins (or waits for the one under way).
+  void after_replica_step(std::vector<stage_output>* outputs);
+  void start_average(std::vector<stage_output>* outputs);
+  /// The replicas' weight sum is in: the weights move to its mean plus the stage's own
+  /// progress since it sent them.
+  void finish_average(std::vector<stage_output>* outputs);
   static void record(std::vector<int64_t>* histogram, int64_t value);
 
   stage_settings settings_;
@@ -195,6 +216,13 @@ class stage_logic {
   bool reduction_pending_ = false;
   /// Global clipping with replicas: the step's last backward message, until the sum is in.
   std::optional<key_message> held_for_clipping_;
+  /// Async replicas: the weights sent into the average under way, the averages due after it
+  /// (every stage takes part in every round, in order), the newest replica floor heard, and
+  /// the lead histogram.
+  std::vector<float> sent_weights_;
+  int64_t averages_due_ = 0;
+  int64_t replica_floor_ = 0;
+  std::vector<int64_t> replica_staleness_;
 };
 
 }  // namespace troupe::actors

@@ -131,6 +131,7 @@ key_message training_run::training_key(const admission& entry) {
   key_message message = message_for(key_kind::forward, entry.key, samples, train_);
   message.step = entry.step;
   message.sample_offset = entry.sample_offset;
+  message.replica_floor = entry.replica_floor;
   return message;
 }
 

@@ -158,6 +158,7 @@ static stage_report snapshot(stage_parts& parts) {
   stage_report report;
   report.staleness_histogram = parts.logic->staleness_histogram();
   report.weight_staleness_histogram = parts.logic->weight_staleness_histogram();
+  report.replica_staleness_histogram = parts.logic->replica_staleness_histogram();
   report.peak_contexts = parts.logic->peak_contexts();
   report.peak_activation_bytes = parts.device->peak_activation_bytes();
   report.version = parts.logic->version();
@@ -206,6 +207,10 @@ static bool must_wait(const stage_parts& parts, const transport::message& incomi
   using transport::message_kind;
   const message_kind kind = incoming.header.kind;
   if (kind == message_kind::forward) return !parts.logic->ready_for_forward();
+  if (kind == message_kind::save_state || kind == message_kind::load_state ||
+      kind == message_kind::load_weights) {
+    return parts.logic->settling();  // the state is final once the replicas' all-reduce ends
+  }
   return parts.logic->reducing() && kind != message_kind::backward &&
          kind != message_kind::gradient_chunk && kind != message_kind::optimizer_step;
 }
@@ -237,7 +242,7 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
     waiting.pop_front();
     handle_now(parts, next);
   }
-  if (!parts.logic->reducing()) {
+  if (!parts.logic->settling()) {
     for (caf::response_promise& promise : self->state.waiting_reports) {
       promise.deliver(snapshot(parts));
     }
@@ -265,8 +270,8 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
         wake_turn_holder(self, *self->state.parts, before);
       },
       [self](collect_atom) -> caf::result<stage_report> {
-        if (!self->state.parts->logic->reducing()) return snapshot(*self->state.parts);
-        // The last step waits for its sum: the report follows once the step is taken.
+        if (!self->state.parts->logic->settling()) return snapshot(*self->state.parts);
+        // An all-reduce with the replicas is under way: the report follows once it ends.
         self->state.waiting_reports.push_back(self->make_response_promise());
         return caf::delegated<stage_report>();
       },

@@ -41,6 +41,8 @@ struct pipeline_options {
 struct stage_report {
   std::vector<int64_t> staleness_histogram;
   std::vector<int64_t> weight_staleness_histogram;
+  /// Async replicas: steps by versions ahead of the slowest replica (an upper bound).
+  std::vector<int64_t> replica_staleness_histogram;
   size_t peak_contexts = 0;
   int64_t peak_activation_bytes = 0;  ///< see stage_device::peak_activation_bytes
   int64_t version = 0;

@@ -87,6 +87,9 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   result.header.step = message.step;
   result.header.sample_offset = message.sample_offset;
   if (message.norm_squared != 0) result.header.metrics["norm_squared"] = message.norm_squared;
+  if (message.replica_floor != 0) {
+    result.header.metrics["replica_floor"] = static_cast<double>(message.replica_floor);
+  }
   if (!message.payload.empty()) {
     result.header.frames.push_back({transport::element_type::float32, message.payload.dims()});
     result.payloads.push_back(frame_of(message.payload));
@@ -143,6 +146,14 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
   result.sample_offset = message.header.sample_offset;
   auto norm = message.header.metrics.find("norm_squared");
   if (norm != message.header.metrics.end()) result.norm_squared = norm->second;
+  auto floor = message.header.metrics.find("replica_floor");
+  if (floor != message.header.metrics.end()) {
+    if (!(floor->second >= 0 && floor->second < 1e15)) {
+      *error = "replica_floor must be a weight version >= 0";
+      return std::nullopt;
+    }
+    result.replica_floor = static_cast<int64_t>(floor->second);
+  }
   for (size_t i = 0; i < message.payloads.size(); ++i) {
     const transport::tensor_frame_info& info = message.header.frames[i];
     const transport::frame& frame = message.payloads[i];

@@ -22,14 +22,17 @@ local_pipeline::local_pipeline(const job_config& config, layers::backend& device
   auto ranges = partition_model(config, &error);
   TROUPE_CHECK(ranges.has_value());
   const int64_t per_epoch = batches_.batches_per_epoch();
-  const auto turns = make_pass_turns(config);
-  for (size_t i = 0; i < ranges->size(); ++i) {
-    devices_.push_back(make_layers_stage_device(config, (*ranges)[i], device));
+  std::vector<std::shared_ptr<pass_turn>> turns;
+  for (int actor = 0; actor < stage_actor_count(config); ++actor) {
+    const int stage = stage_of_actor(config, actor);
+    if (stage == 0) turns = make_pass_turns(config);  // each replica's own
+    devices_.push_back(make_layers_stage_device(config, (*ranges)[stage], device));
     stages_.push_back(std::make_unique<stage_logic>(
-        stage_settings_of(config, static_cast<int>(i), per_epoch, total_steps, turns),
-        *devices_[i]));
+        stage_settings_of(config, stage, per_epoch, total_steps, turns,
+                          replica_of_actor(config, actor)),
+        *devices_.back()));
   }
-  mailboxes_.resize(ranges->size());
+  mailboxes_.resize(stages_.size());
 }
 
 key_message local_pipeline::make_forward(const layers::dataset& data, const admission& entry) {
@@ -40,7 +43,7 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
     batches_.start_epoch(epoch);
     current_epoch_ = epoch;
   }
-  const int64_t micro = batch / config_.parallelism.micro_batches;
+  const int64_t micro = micro_batch_size(config_);
   const int64_t first = (entry.step % per_epoch) * batch + entry.sample_offset;
   const int64_t size = data.sample_size();
   std::vector<float> features(micro * size);
@@ -59,6 +62,7 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
   message.key = entry.key;
   message.step = entry.step;
   message.sample_offset = entry.sample_offset;
+  message.replica_floor = entry.replica_floor;
   message.payload = layers::tensor::from_host(backend_, backend_.default_stream(), dims, features);
   message.labels = labels;
   return message;
@@ -66,49 +70,52 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
 
 void local_pipeline::admit(const layers::dataset& data, coordinator_logic& coordinator) {
   for (const admission& entry : coordinator.admit()) {
-    mailboxes_[0].forwards.push_back(make_forward(data, entry));
+    mailboxes_[entry.replica * config_.parallelism.stages].forwards.push_back(
+        make_forward(data, entry));
   }
   peak_active_ = std::max(peak_active_, coordinator.active());
 }
 
-bool local_pipeline::next_delivery(int* stage, bool* backward, bool* ready_pass) {
-  struct choice {
-    int stage;
-    bool backward;
-    bool ready_pass;
-  };
-  std::vector<choice> ready;
+bool local_pipeline::next_delivery(int* stage, channel* from) {
+  std::vector<std::pair<int, channel>> ready;
   for (int s = 0; s < stage_count(); ++s) {
-    if (!mailboxes_[s].backwards.empty()) ready.push_back({s, true, false});
+    if (!mailboxes_[s].backwards.empty()) ready.push_back({s, channel::backward});
+    if (!mailboxes_[s].chunks.empty()) ready.push_back({s, channel::chunk});
     if (!mailboxes_[s].forwards.empty() && stages_[s]->ready_for_forward()) {
-      ready.push_back({s, false, false});
+      ready.push_back({s, channel::forward});
     }
-    if (stages_[s]->has_ready_work()) ready.push_back({s, false, true});
+    if (stages_[s]->has_ready_work()) ready.push_back({s, channel::ready_pass});
   }
   if (ready.empty()) return false;
   const size_t pick = static_cast<size_t>(order_.below(ready.size()));
-  *stage = ready[pick].stage;
-  *backward = ready[pick].backward;
-  *ready_pass = ready[pick].ready_pass;
+  *stage = ready[pick].first;
+  *from = ready[pick].second;
   return true;
 }
 
-key_message local_pipeline::take(int stage, bool backward) {
-  auto& queue = backward ? mailboxes_[stage].backwards : mailboxes_[stage].forwards;
+key_message local_pipeline::take(int stage, channel from) {
+  auto& queue = from == channel::backward ? mailboxes_[stage].backwards
+                : from == channel::chunk  ? mailboxes_[stage].chunks
+                                          : mailboxes_[stage].forwards;
   key_message message = std::move(queue.front());
   queue.pop_front();
   return message;
 }
 
 bool local_pipeline::deliver(const coordinator_inbox& to_coordinator) {
+  const bool delivered = deliver_one(to_coordinator);
+  if (delivered && after_delivery) after_delivery();
+  return delivered;
+}
+
+bool local_pipeline::deliver_one(const coordinator_inbox& to_coordinator) {
   if (shuffled_) {
     int stage = 0;
-    bool backward = false;
-    bool ready_pass = false;
-    if (!next_delivery(&stage, &backward, &ready_pass)) return false;
+    channel from = channel::forward;
+    if (!next_delivery(&stage, &from)) return false;
     route(stage,
-          ready_pass ? stages_[stage]->run_ready_work()
-                     : stages_[stage]->handle(take(stage, backward)),
+          from == channel::ready_pass ? stages_[stage]->run_ready_work()
+                                      : stages_[stage]->handle(take(stage, from)),
           to_coordinator);
     return true;
   }
@@ -121,9 +128,13 @@ bool local_pipeline::deliver(const coordinator_inbox& to_coordinator) {
       sent.push_back({s, stages_[s]->run_ready_work()});
       continue;
     }
+    if (!mailboxes_[s].chunks.empty()) {
+      sent.push_back({s, stages_[s]->handle(take(s, channel::chunk))});
+      continue;
+    }
     const bool backward = !mailboxes_[s].backwards.empty();
     if (!backward && (mailboxes_[s].forwards.empty() || !stages_[s]->ready_for_forward())) continue;
-    sent.push_back({s, stages_[s]->handle(take(s, backward))});
+    sent.push_back({s, stages_[s]->handle(take(s, backward ? channel::backward : channel::forward))});
   }
   for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), to_coordinator);
   return !sent.empty();
@@ -138,6 +149,10 @@ void local_pipeline::route(int stage, std::vector<stage_output> outputs,
     const int target = destination_of(stage, output);
     if (target == output_for_coordinator) {
       to_coordinator(std::move(output));
+    } else if (target == output_for_replica_peer) {
+      const int stages = config_.parallelism.stages;
+      const int peer = (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
+      mailboxes_[peer].chunks.push_back(std::move(output.message));
     } else {
       auto& queue = target > stage ? mailboxes_[target].forwards : mailboxes_[target].backwards;
       queue.push_back(std::move(output.message));
@@ -182,7 +197,10 @@ training_summary local_pipeline::run(const job_data& data, clock_source& clock,
   TROUPE_CHECK(host != nullptr);
   training_run coordinator(config_, data.train, data.test, *host, observer);
   const auto to_stage_0 = [this](std::vector<key_message> messages) {
-    for (key_message& message : messages) mailboxes_[0].forwards.push_back(std::move(message));
+    for (key_message& message : messages) {
+      const int first = replica_of_key(config_, message.key) * config_.parallelism.stages;
+      mailboxes_[first].forwards.push_back(std::move(message));
+    }
   };
   const coordinator_inbox to_coordinator = [&](stage_output&& output) {
     to_stage_0(coordinator.handle(output, clock.now_seconds()));

@@ -51,6 +51,7 @@ class local_pipeline {
   /// train(). Call it once, on a pipeline built for data.train's size and the job's steps.
   training_summary run(const job_data& data, clock_source& clock, training_observer& observer);
 
+  /// Stage actor `index` (replica · stages + stage; stage_settings.h).
   stage_logic& stage(int index) { return *stages_[index]; }
   stage_device& device_of(int index) { return *devices_[index]; }
   /// Every stage's weights, in stage and layer order, copied to the host.
@@ -58,22 +59,27 @@ class local_pipeline {
   int stage_count() const { return static_cast<int>(stages_.size()); }
   /// Most keys in flight at once during train().
   int64_t peak_active() const { return peak_active_; }
+  /// Called after every delivery (tests check invariants there).
+  std::function<void()> after_delivery;
 
  private:
   struct mailbox {
     std::deque<key_message> forwards;
     std::deque<key_message> backwards;
+    std::deque<key_message> chunks;  ///< from the same stage of the previous replica
   };
+  enum class channel { forward, backward, chunk, ready_pass };
 
   key_message make_forward(const layers::dataset& data, const admission& entry);
   void admit(const layers::dataset& data, coordinator_logic& coordinator);
   /// Picks a ready queue, or a stage's ready pass (zero-bubble), at random; false when none.
-  bool next_delivery(int* stage, bool* backward, bool* ready_pass);
-  key_message take(int stage, bool backward);
+  bool next_delivery(int* stage, channel* from);
+  key_message take(int stage, channel from);
   using coordinator_inbox = std::function<void(stage_output&&)>;
   /// Delivers one message (a random ready one when shuffled, else a lock-step round in which
   /// every stage with work handles one, backward first); false when none was waiting.
   bool deliver(const coordinator_inbox& to_coordinator);
+  bool deliver_one(const coordinator_inbox& to_coordinator);
   /// Hands a stage's outputs to the next or previous stage, or to the coordinator.
   void route(int stage, std::vector<stage_output> outputs, const coordinator_inbox& to_coordinator);
 
