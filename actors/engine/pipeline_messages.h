@@ -8,15 +8,16 @@
 #include <memory>
 #include <vector>
 
+#include "actors/engine/ring_all_reduce.h"
 #include "layers/tensor.h"
 
 namespace troupe::actors {
 
 /// forward, backward, evaluate: a key's trip. step: in sync mode with global gradient clipping,
 /// stage 0 tells the stages after it, one by one, to take the optimizer step they hold since
-/// the step's last backward pass, clipped by the norm it carries. reduce: one chunk of a ring
-/// all-reduce of a stage's gradients with the same stage of the other replicas (`step`: the
-/// ring's round, `key`: its ring step, `values`).
+/// the step's last backward pass, clipped by the norm it carries. reduce: one piece of a ring
+/// all-reduce with the same stage of the other replicas (`step`: the ring's round, `key`: its
+/// ring step, `sample_offset`: the piece, `values`).
 enum class key_kind { forward, backward, evaluate, step, reduce };
 
 /// One key (a micro-batch) at one point of its trip through the pipeline.
@@ -35,7 +36,7 @@ struct key_message {
   /// norms of the stages after the receiver, summed; on a step message, those of every stage.
   double norm_squared = 0;
   /// reduce: the chunk's values, in host memory.
-  std::shared_ptr<const std::vector<float>> values;
+  float_view values;
   /// Async mode with replicas, on a training key: the weight version that every replica's
   /// every stage had reached when the coordinator admitted it (the slowest replica's stage 0
   /// version; no stage is behind its own stage 0). A stage measures how far it runs ahead of

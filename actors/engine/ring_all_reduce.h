@@ -5,9 +5,12 @@
 // hears from r − 1). The buffer is cut into R chunks; at ring step t (0 ≤ t < 2(R − 1)) rank r
 // sends chunk (r − t) mod R and receives chunk (r − t − 1) mod R, adding it during the first
 // R − 1 steps and taking it as it is during the last R − 1. Each rank sends 2(R − 1)/R of the
-// buffer, the least any all-reduce can, and every rank ends with the same bits. No sockets and
-// no clocks: the stage logic runs it and the hosts carry its chunks (real runs over ZeroMQ, the
-// simulator over its network model).
+// buffer, the least any all-reduce can, and every rank ends with the same bits. Chunks larger
+// than a piece travel as several pieces, each going round the ring on its own as soon as it
+// arrives, so that large buffers stream through the ring (and through memory that the
+// allocator keeps mapped) instead of moving a whole chunk per step. No sockets and no clocks:
+// the stage logic runs it and the hosts carry its chunks (real runs over ZeroMQ, the simulator
+// over its network model).
 
 #include <cstdint>
 #include <map>
@@ -18,59 +21,84 @@
 
 namespace troupe::actors {
 
+/// Floats in memory that `owner` keeps alive: a slice of a rank's buffer on its way out, or a
+/// received frame. Copies are shallow.
+struct float_view {
+  std::shared_ptr<const void> owner;
+  const float* data = nullptr;
+  int64_t count = 0;
+
+  /// A view of all of `values`, which it keeps alive.
+  static float_view of(std::shared_ptr<const std::vector<float>> values);
+  std::vector<float> to_vector() const { return std::vector<float>(data, data + count); }
+};
+
 /// One chunk on its way from a rank to the next.
 struct ring_chunk {
   int64_t round = 0;  ///< which all-reduce of the rank's life (0, 1, ...)
   int step = 0;       ///< ring step, 0 ≤ step < 2(ranks − 1)
-  std::shared_ptr<const std::vector<float>> values;
+  int piece = 0;      ///< which piece of its chunk, 0 ≤ piece < pieces()
+  /// The chunk's values. A chunk a rank sends views its buffer, which must not change until
+  /// the receiver has taken the values: the ring makes it so (a rank writes that part of its
+  /// buffer again only after the chunk went round the ring), and a buffer some sent chunk
+  /// still holds is not reused for the next round.
+  float_view values;
 };
 
 class ring_all_reduce {
  public:
-  /// Rank `rank` of `ranks`, reducing buffers of `length` floats.
-  ring_all_reduce(int rank, int ranks, int64_t length);
+  /// Rank `rank` of `ranks`, reducing buffers of `length` floats; a chunk travels in pieces
+  /// of at most `piece_floats` floats.
+  ring_all_reduce(int rank, int ranks, int64_t length, int64_t piece_floats = int64_t{1} << 20);
 
-  /// Starts the next round with this rank's contribution (`length` values); returns the chunk
-  /// to send. With one rank the round is finished at once.
-  std::vector<ring_chunk> start(std::vector<float> values);
+  /// Starts the next round with this rank's contribution (`length` values, copied); returns
+  /// the chunk to send. With one rank the round is finished at once.
+  std::vector<ring_chunk> start(const std::vector<float>& values);
   /// A chunk from the previous rank; what to send on goes to `to_send`. A chunk of another
-  /// round or step than the ring can produce, or of the wrong size, changes nothing: false,
-  /// with `error` saying why.
+  /// round, step or piece than the ring can produce, or of the wrong size, changes nothing:
+  /// false, with `error` saying why.
   bool receive(const ring_chunk& chunk, std::vector<ring_chunk>* to_send, std::string* error);
 
   /// The current round has started and not finished.
   bool under_way() const { return started_ && !finished_; }
   /// The current round is finished: take_result() holds the sum.
   bool finished() const { return finished_; }
-  /// The sum of every rank's contribution; the next round may start after this.
-  std::vector<float> take_result();
+  /// The sum of every rank's contribution, valid until the next start(); the next round may
+  /// start after this.
+  const std::vector<float>& take_result();
   /// Rounds finished so far.
   int64_t rounds() const { return round_; }
 
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
   static int steps(int ranks) { return 2 * (ranks - 1); }
+  /// Pieces per chunk.
+  int pieces() const { return pieces_; }
   /// The bytes one rank sends in one round.
   int64_t bytes_sent_per_round() const;
 
  private:
-  /// [first, last) of chunk `chunk`.
-  std::pair<int64_t, int64_t> chunk_range(int chunk) const;
+  /// [first, last) of piece `piece` of chunk `chunk`.
+  std::pair<int64_t, int64_t> piece_range(int chunk, int piece) const;
   int chunk_received_at(int step) const;
-  ring_chunk chunk_to_send(int step) const;
-  /// Takes step `step`'s chunk into the buffer and sends the next.
-  void take(int step, const std::vector<float>& values, std::vector<ring_chunk>* to_send);
+  ring_chunk piece_to_send(int step, int piece) const;
+  /// Takes piece `piece` of step `step` into the buffer and sends it on.
+  void take(int step, int piece, const float_view& values, std::vector<ring_chunk>* to_send);
 
   int rank_;
   int ranks_;
   int64_t length_;
+  int pieces_ = 1;
   int64_t round_ = 0;
   bool started_ = false;
   bool finished_ = false;
-  int next_step_ = 0;  ///< the step whose chunk comes next
-  std::vector<float> buffer_;
-  /// Chunks of this round that came before start(), by step (a faster neighbour).
-  std::map<int, std::shared_ptr<const std::vector<float>>> early_;
+  /// Per piece, the step whose chunk comes next.
+  std::vector<int> next_step_;
+  int pieces_done_ = 0;
+  /// Kept from round to round unless a chunk sent from it may still be on its way.
+  std::shared_ptr<std::vector<float>> buffer_;
+  /// Pieces of this round that came before start(), by piece and step (a faster neighbour).
+  std::map<std::pair<int, int>, float_view> early_;
 };
 
 }  // namespace troupe::actors

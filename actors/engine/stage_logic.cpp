@@ -253,7 +253,8 @@ void stage_logic::handle_reduce(const key_message& message, std::vector<stage_ou
                                 std::string* refusal) {
   std::string error = "a reduce message, but this stage has no replicas";
   std::vector<ring_chunk> to_send;
-  const ring_chunk chunk{message.step, static_cast<int>(message.key), message.values};
+  const ring_chunk chunk{message.step, static_cast<int>(message.key),
+                         static_cast<int>(message.sample_offset), message.values};
   if (!ring_ || !ring_->receive(chunk, &to_send, &error)) {
     if (refusal) *refusal = error;
     ++refused_;
@@ -276,6 +277,7 @@ void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
     output.message.kind = key_kind::reduce;
     output.message.key = static_cast<uint64_t>(chunk.step);
     output.message.step = chunk.round;
+    output.message.sample_offset = chunk.piece;
     output.message.values = chunk.values;
     outputs->push_back(std::move(output));
   }
@@ -308,7 +310,7 @@ void stage_logic::start_average(std::vector<stage_output>* outputs) {
 }
 
 void stage_logic::finish_average(std::vector<stage_output>* outputs) {
-  const std::vector<float> sum = ring_->take_result();
+  const std::vector<float>& sum = ring_->take_result();
   std::vector<float> weights = device_.weight_values();
   const float share = 1.0f / static_cast<float>(settings_.replicas);
   for (size_t i = 0; i < weights.size(); ++i) {

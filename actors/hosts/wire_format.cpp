@@ -64,18 +64,21 @@ std::optional<key_message> chunk_from_wire(const transport::message& message, st
   const auto& frames = message.header.frames;
   if (frames.size() != 1 || frames[0].dtype != transport::element_type::float32 ||
       frames[0].dims.size() != 1 || message.header.step < 0 ||
-      message.header.key > static_cast<uint64_t>(1 << 20)) {
-    *error = "a gradient_chunk message carries one one-dimensional float32 frame, a round >= 0 "
-             "and a ring step";
+      message.header.key > static_cast<uint64_t>(1 << 20) || message.header.sample_offset < 0 ||
+      message.header.sample_offset > (1 << 30)) {
+    *error = "a gradient_chunk message carries one one-dimensional float32 frame, a round >= 0, "
+             "a ring step and a piece";
     return std::nullopt;
   }
   key_message result;
   result.kind = key_kind::reduce;
   result.key = message.header.key;
   result.step = message.header.step;
-  const auto* begin = static_cast<const float*>(message.payloads[0].data);
-  result.values = std::make_shared<const std::vector<float>>(
-      begin, begin + message.payloads[0].bytes / sizeof(float));
+  result.sample_offset = message.header.sample_offset;
+  // The frame's own memory (aligned for floats once decoded), kept alive by the view.
+  const transport::frame& frame = message.payloads[0];
+  result.values = float_view{frame.owner, static_cast<const float*>(frame.data),
+                             static_cast<int64_t>(frame.bytes / sizeof(float))};
   return result;
 }
 
@@ -97,8 +100,11 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   if (message.labels) {
     transport::add_payload(result, {static_cast<int64_t>(message.labels->size())}, message.labels);
   }
-  if (message.values) {
-    transport::add_payload(result, {static_cast<int64_t>(message.values->size())}, message.values);
+  if (message.kind == key_kind::reduce) {
+    result.header.frames.push_back({transport::element_type::float32, {message.values.count}});
+    result.payloads.push_back(transport::frame{message.values.owner, message.values.data,
+                                               static_cast<size_t>(message.values.count) *
+                                                   sizeof(float)});
   }
   return result;
 }

@@ -28,10 +28,10 @@ std::vector<std::vector<float>> contributions(int ranks, int64_t length, int rou
 
 /// Runs `rounds` rounds among `ranks` ranks; the ranks start in a random order and the
 /// queued chunks (one FIFO per link, as a socket keeps them) are delivered in a random order.
-void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed) {
+void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed, int64_t piece_floats) {
   std::mt19937 random(seed);
   std::vector<ring_all_reduce> ring;
-  for (int r = 0; r < ranks; ++r) ring.emplace_back(r, ranks, length);
+  for (int r = 0; r < ranks; ++r) ring.emplace_back(r, ranks, length, piece_floats);
   for (int round = 0; round < rounds; ++round) {
     const auto inputs = contributions(ranks, length, round);
     std::vector<std::deque<ring_chunk>> links(ranks);  // link r: from rank r to r + 1
@@ -62,7 +62,7 @@ void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed) {
       }
       for (const ring_chunk& chunk : sent) links[rank].push_back(chunk);
       if (ring[rank].finished()) {
-        results[rank] = ring[rank].take_result();
+        results[rank] = ring[rank].take_result();  // a copy: the buffer is reused
         ++finished;
       }
     }
@@ -82,11 +82,26 @@ void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed) {
 TEST(RingAllReduceTest, EveryRankEndsWithTheSameSum) {
   for (int ranks : {1, 2, 3, 5}) {
     for (int64_t length : {0, 1, 4, 103}) {
-      for (uint32_t seed : {1u, 2u, 3u}) {
-        SCOPED_TRACE("ranks " + std::to_string(ranks) + " length " + std::to_string(length));
-        run_rounds(ranks, length, 3, seed);
+      for (int64_t piece : {int64_t{1} << 20, int64_t{7}, int64_t{1}}) {
+        for (uint32_t seed : {1u, 2u, 3u}) {
+          SCOPED_TRACE("ranks " + std::to_string(ranks) + " length " + std::to_string(length) +
+                       " piece " + std::to_string(piece));
+          run_rounds(ranks, length, 3, seed, piece);
+        }
       }
     }
+  }
+}
+
+TEST(RingAllReduceTest, LargeChunksTravelInPieces) {
+  ring_all_reduce rank(0, 2, 1000, 100);  // chunks of 500 floats, in 5 pieces
+  EXPECT_EQ(rank.pieces(), 5);
+  const std::vector<ring_chunk> sent = rank.start(std::vector<float>(1000, 1.f));
+  ASSERT_EQ(sent.size(), 5u);
+  for (int p = 0; p < 5; ++p) {
+    EXPECT_EQ(sent[p].piece, p);
+    EXPECT_EQ(sent[p].step, 0);
+    EXPECT_EQ(sent[p].values.count, 100);
   }
 }
 
@@ -100,22 +115,26 @@ TEST(RingAllReduceTest, ChunksThatDoNotFitAreRefused) {
   ring_all_reduce rank(0, 3, 9);
   std::vector<ring_chunk> sent;
   std::string error;
-  auto values = [](size_t count) { return std::make_shared<const std::vector<float>>(count, 1.f); };
+  auto values = [](size_t count) {
+    return float_view::of(std::make_shared<const std::vector<float>>(count, 1.f));
+  };
   // Before this rank starts: an all-gather step, a step out of order, a wrong size.
-  EXPECT_FALSE(rank.receive({0, 2, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 2, 0, values(3)}, &sent, &error));
   EXPECT_NE(error.find("step 2"), std::string::npos) << error;
-  EXPECT_FALSE(rank.receive({0, 1, values(3)}, &sent, &error));
-  EXPECT_FALSE(rank.receive({0, 0, values(4)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 1, 0, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 0, 0, values(4)}, &sent, &error));
   EXPECT_NE(error.find("4 values"), std::string::npos) << error;
-  EXPECT_FALSE(rank.receive({1, 0, values(3)}, &sent, &error));
-  EXPECT_FALSE(rank.receive({0, 0, nullptr}, &sent, &error));
+  EXPECT_FALSE(rank.receive({1, 0, 0, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 0, 0, float_view{nullptr, nullptr, 3}}, &sent, &error));
+  EXPECT_FALSE(rank.receive({0, 0, 1, values(3)}, &sent, &error));  // one piece only
+  EXPECT_NE(error.find("piece 1"), std::string::npos) << error;
   EXPECT_TRUE(sent.empty());
   // A fitting early chunk is kept and taken when the rank starts.
-  EXPECT_TRUE(rank.receive({0, 0, values(3)}, &sent, &error)) << error;
+  EXPECT_TRUE(rank.receive({0, 0, 0, values(3)}, &sent, &error)) << error;
   sent = rank.start(std::vector<float>(9, 2.f));
   ASSERT_EQ(sent.size(), 2u);  // its own chunk, then the sum it made of the early one
   EXPECT_EQ(sent[1].step, 1);
-  EXPECT_EQ(*sent[1].values, std::vector<float>(3, 3.f));
+  EXPECT_EQ(sent[1].values.to_vector(), std::vector<float>(3, 3.f));
   EXPECT_TRUE(rank.under_way());
 }
 
