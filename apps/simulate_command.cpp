@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -286,16 +287,34 @@ int run_simulate(const simulate_options& options) {
   metrics_log log(out + "/metrics.jsonl");
   simulation_observer observer(options.numerics ? &log : nullptr);
 
+  // A sweep over the replicas is a weak-scaling study: each replica keeps the job's batch
+  // per replica, so training.batch_size grows with them.
+  const bool weak_scaling = sweep_key == "parallelism.replicas";
+  int64_t batch_per_replica = 0;
+  if (weak_scaling) {
+    actors::job_error problem;
+    auto base = actors::load_job_file(options.job_file, options.overrides, &problem);
+    if (!base) return bad_input(problem.message);
+    batch_per_replica = base->training.batch_size / base->parallelism.replicas;
+    std::printf("weak scaling: training.batch_size = %lld per replica\n",
+                static_cast<long long>(batch_per_replica));
+  }
   json runs = json::array();
   json first;
   if (!sweep_key.empty()) {
-    std::printf("%-16s %12s %12s %10s %10s %10s %12s%s\n", sweep_key.c_str(), "samples/s",
+    std::printf("%-16s %12s %12s %10s %10s %10s %12s%s%s\n", sweep_key.c_str(), "samples/s",
                 "tokens/s", "mean util", "max stale", "peak GB", "simulated s",
+                weak_scaling ? "   batch  weak eff  busiest link" : "",
                 options.numerics ? "   accuracy  to target s" : "");
   }
+  double first_rate_per_replica = 0;
   for (const std::string& value : sweep_values) {
     std::vector<std::string> overrides = options.overrides;
     if (!sweep_key.empty()) overrides.push_back(sweep_key + "=" + value);
+    if (weak_scaling) {
+      const int64_t replicas = std::max<int64_t>(1, std::atoll(value.c_str()));
+      overrides.push_back("training.batch_size=" + std::to_string(batch_per_replica * replicas));
+    }
     actors::job_error problem;
     auto config = actors::load_job_file(options.job_file, overrides, &problem);
     if (!config) return bad_input(problem.message);
@@ -321,6 +340,24 @@ int run_simulate(const simulate_options& options) {
           result->summary.samples_per_s, result->summary.tokens_per_s.value_or(0.0), 100 * mean,
           result->staleness_histogram.empty() ? size_t{0} : result->staleness_histogram.size() - 1,
           peak / 1e9, result->virtual_s);
+      if (weak_scaling) {
+        const double per_replica =
+            result->summary.samples_per_s / std::max(1, config->parallelism.replicas);
+        if (first_rate_per_replica == 0) first_rate_per_replica = per_replica;
+        const double efficiency = per_replica / std::max(1e-12, first_rate_per_replica);
+        double busiest = 0;
+        std::string link = "-";
+        for (size_t i = 0; i < result->link_utilization.size(); ++i) {
+          if (result->link_utilization[i] > busiest) {
+            busiest = result->link_utilization[i];
+            link = result->link_names[i];
+          }
+        }
+        summary["weak_scaling_efficiency"] = efficiency;
+        summary["busiest_link"] = {{"link", link}, {"utilization", busiest}};
+        std::printf(" %7lld %8.1f%%  %s %.0f%%", static_cast<long long>(config->training.batch_size),
+                    100 * efficiency, link.c_str(), 100 * busiest);
+      }
       if (options.numerics) {
         std::printf(" %10.4f %12s", result->summary.final_test_accuracy,
                     result->summary.time_to_target_s

@@ -165,6 +165,7 @@ stage_cost::stage_cost(std::vector<block_work> blocks, kernel_work loss, device_
     : blocks_(std::move(blocks)), loss_(loss), device_(std::move(device)) {
   for (const block_work& block : blocks_) {
     state_bytes_ += block.state_bytes;
+    parameters_ += block.parameters;
     context_bytes_per_sample_ += float_bytes * static_cast<double>(block.context_elements);
   }
 }

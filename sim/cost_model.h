@@ -66,6 +66,8 @@ class stage_cost {
   double stash_s() const;
   /// Bytes of the stage's weights, gradients and optimizer state.
   double state_bytes() const { return state_bytes_; }
+  /// The stage's trainable parameters (floats).
+  int64_t parameters() const { return parameters_; }
   /// Bytes a key's forward context keeps until its backward (activations per sample).
   double context_bytes_per_sample() const { return context_bytes_per_sample_; }
   const device_model& device() const { return device_; }
@@ -83,6 +85,7 @@ class stage_cost {
   kernel_work loss_;
   device_model device_;
   double state_bytes_ = 0;
+  int64_t parameters_ = 0;
   double context_bytes_per_sample_ = 0;
 };
 

@@ -36,6 +36,7 @@ double payload_bytes(const key_message& message) {
   double bytes = 0;
   if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
   if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
+  bytes += 4.0 * static_cast<double>(message.values.count);  // a ring all-reduce's piece
   return bytes;
 }
 
@@ -256,7 +257,9 @@ bool simulator::build(std::string* error) {
   if (!work) return false;
   auto shapes = layers::infer_shapes(config_.model.layers, config_.model.input_shape, error);
   if (!shapes) return false;
+  // Stage actors, replica by replica (stage_settings.h); `stages` of them per replica.
   const int stages = static_cast<int>(ranges->size());
+  const int actors_count = actors::stage_actor_count(config_);
   if (options_.numerics) {
     host_backend_ = layers::create_backend("cpu", 1, error);
     if (!host_backend_) return false;
@@ -307,13 +310,19 @@ bool simulator::build(std::string* error) {
     }
   }
   backward_first_ = actors::backward_first(config_);
-  // The interleaved schedule places stage s on worker s % workers, its device.
+  // The interleaved schedule places stage s on worker s % workers, its device; replica r's
+  // workers follow replica r − 1's.
   const bool interleaved = config_.parallelism.schedule == "interleaved" &&
-                           cluster_.placement.size() != static_cast<size_t>(stages);
+                           cluster_.placement.size() != static_cast<size_t>(actors_count);
   const int workers = interleaved ? stages / config_.parallelism.virtual_stages : stages;
-  const auto turns = actors::make_pass_turns(config_);
-  for (int s = 0; s < stages; ++s) {
-    const int device = cluster_.device_of_stage(s % workers, workers, error);
+  const int replicas = config_.parallelism.replicas;
+  std::vector<std::shared_ptr<actors::pass_turn>> turns;
+  for (int actor = 0; actor < actors_count; ++actor) {
+    const int s = actors::stage_of_actor(config_, actor);
+    const int replica = actors::replica_of_actor(config_, actor);
+    if (s == 0) turns = actors::make_pass_turns(config_);  // each replica's own
+    const int device =
+        cluster_.device_of_stage(replica * workers + s % workers, replicas * workers, error);
     if (device < 0) return false;
     device_of_stage_.push_back(device);
     const actors::stage_range range = (*ranges)[s];
@@ -337,12 +346,13 @@ bool simulator::build(std::string* error) {
     stage_devices_.push_back(std::make_unique<timed_stage_device>(
         std::move(cost), input, (*shapes)[range.last - 1], std::move(numerics)));
     stages_.push_back(std::make_unique<actors::stage_logic>(
-        actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps(), turns),
+        actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps(), turns,
+                                  replica),
         *stage_devices_.back()));
   }
-  stage_busy_s_.assign(stages, 0);
-  stage_at_work_.assign(stages, false);
-  sliced_.resize(stages);
+  stage_busy_s_.assign(actors_count, 0);
+  stage_at_work_.assign(actors_count, false);
+  sliced_.resize(actors_count);
   for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
   round_ = actors::checkpoint_round(static_cast<int>(stages_.size()));
   if (options_.failures.size() > kMaxFailures) {
@@ -373,7 +383,7 @@ bool simulator::build(std::string* error) {
     schedule(d.start_s, event_kind::degrade, static_cast<int>(2 * i));
     schedule(d.end_s, event_kind::degrade, static_cast<int>(2 * i + 1));
   }
-  if (options_.trace_spans > 0) trace_ = std::make_unique<actors::trace_recorder>(stages);
+  if (options_.trace_spans > 0) trace_ = std::make_unique<actors::trace_recorder>(actors_count);
   return true;
 }
 
@@ -489,7 +499,10 @@ std::deque<int>::iterator simulator::next_ready(pool_state& queue) {
     const int stage = parcels_[*it].target;
     const actors::key_kind kind = parcels_[*it].content.message.kind;
     const bool forward = kind == actors::key_kind::forward;
-    if (stage_at_work_[stage] || (forward && !stages_[stage]->ready_for_forward())) continue;
+    // Forwards wait for room (1F1B) and, with evaluations, for the replicas' gradient sum.
+    const bool waits = (forward && !stages_[stage]->ready_for_forward()) ||
+                       (kind == actors::key_kind::evaluate && stages_[stage]->reducing());
+    if (stage_at_work_[stage] || waits) continue;
     if (!backward_first_) return it;
     // 1F1B and its descendants: a backward (or step) goes before forwards that came earlier.
     if (!forward && kind != actors::key_kind::evaluate) return it;
@@ -635,15 +648,22 @@ void simulator::finish_sliced_work(int stage, uint64_t sequence) {
 
 void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& outputs) {
   for (stage_output& output : outputs) {
-    const int target = actors::destination_of(stage, output);
-    send(device, target == actors::output_for_coordinator ? coordinator : target, std::move(output),
-         stage);
+    int target = actors::destination_of(stage, output);
+    if (target == actors::output_for_coordinator) target = coordinator;
+    if (target == actors::output_for_replica_peer) {
+      // The same stage of the next replica.
+      const int stages = config_.parallelism.stages;
+      target = (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
+    }
+    send(device, target, std::move(output), stage);
   }
 }
 
 void simulator::dispatch(std::vector<key_message>&& messages) {
   for (key_message& message : messages) {
-    send(cluster_model::host_device, 0,
+    // Stage 0 of the key's replica.
+    const int first = actors::replica_of_key(config_, message.key) * config_.parallelism.stages;
+    send(cluster_model::host_device, first,
          stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator);
   }
 }

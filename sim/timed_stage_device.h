@@ -43,6 +43,15 @@ class timed_stage_device final : public actors::stage_device {
   void release_weights_before(int64_t version) override;
   size_t held_contexts() const override;
   std::vector<layers::parameter*> parameters() override;
+  /// Without numerics: sizes only (the replicas' all-reduce carries the parameters' count);
+  /// reading or writing the stage's gradients or weights is charged as a pass over them.
+  bool holds_values() const override { return numerics_ != nullptr; }
+  std::vector<float> gradient_values() override;
+  void set_gradient_values(const std::vector<float>& values) override;
+  int64_t gradient_value_count() override;
+  std::vector<float> weight_values() override;
+  void set_weight_values(const std::vector<float>& values) override;
+  int64_t weight_value_count() override;
   actors::stage_state save_state() override;
   bool load_state(const actors::stage_state& state, bool weights_only, std::string* error) override;
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,15 +49,19 @@ struct ring_chunk {
 class ring_all_reduce {
  public:
   /// Rank `rank` of `ranks`, reducing buffers of `length` floats; a chunk travels in pieces
-  /// of at most `piece_floats` floats.
-  ring_all_reduce(int rank, int ranks, int64_t length, int64_t piece_floats = int64_t{1} << 20);
+  /// of at most `piece_floats` floats. With `sizes_only` every round carries sizes only: its
+  /// chunks view no memory, start() takes no values and the result is empty (the simulator's
+  /// timing-only mode).
+  ring_all_reduce(int rank, int ranks, int64_t length, int64_t piece_floats = int64_t{1} << 20,
+                  bool sizes_only = false);
 
   /// Starts the next round with this rank's contribution (`length` values, copied); returns
   /// the chunk to send. With one rank the round is finished at once.
   std::vector<ring_chunk> start(const std::vector<float>& values);
-  /// A chunk from the previous rank; what to send on goes to `to_send`. A chunk of another
-  /// round, step or piece than the ring can produce, or of the wrong size, changes nothing:
-  /// false, with `error` saying why.
+  /// A chunk from the previous rank; what to send on goes to `to_send`. Chunks may come in any
+  /// order (a piece's later step, the next round's first steps): those that cannot be taken
+  /// yet wait. A chunk of a round, step or piece the ring cannot produce now, a second copy,
+  /// or one of the wrong size changes nothing: false, with `error` saying why.
   bool receive(const ring_chunk& chunk, std::vector<ring_chunk>* to_send, std::string* error);
 
   /// The current round has started and not finished.
@@ -82,8 +87,11 @@ class ring_all_reduce {
   std::pair<int64_t, int64_t> piece_range(int chunk, int piece) const;
   int chunk_received_at(int step) const;
   ring_chunk piece_to_send(int step, int piece) const;
-  /// Takes piece `piece` of step `step` into the buffer and sends it on.
+  /// Takes piece `piece` of step `step` into the buffer and sends it on, then the waiting
+  /// steps of that piece that follow it.
   void take(int step, int piece, const float_view& values, std::vector<ring_chunk>* to_send);
+  /// Why `chunk` cannot be taken now or later ("" when it can).
+  std::string problem_with(const ring_chunk& chunk) const;
 
   int rank_;
   int ranks_;
@@ -92,13 +100,15 @@ class ring_all_reduce {
   int64_t round_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  bool sizes_only_ = false;
   /// Per piece, the step whose chunk comes next.
   std::vector<int> next_step_;
   int pieces_done_ = 0;
   /// Kept from round to round unless a chunk sent from it may still be on its way.
   std::shared_ptr<std::vector<float>> buffer_;
-  /// Pieces of this round that came before start(), by piece and step (a faster neighbour).
-  std::map<std::pair<int, int>, float_view> early_;
+  /// Pieces that came before their turn (a faster neighbour, or a transport that does not keep
+  /// their order), by round, piece and step.
+  std::map<std::tuple<int64_t, int, int>, float_view> waiting_;
 };
 
 }  // namespace troupe::actors

@@ -89,6 +89,10 @@ class stage_device {
   virtual void set_gradient_values(const std::vector<float>& values);
   /// The length of gradient_values().
   virtual int64_t gradient_value_count();
+  /// False for a device that computes shapes only (the simulator's timing mode): its
+  /// gradient_values() and weight_values() are empty, and the replicas' all-reduce moves
+  /// sizes only.
+  virtual bool holds_values() const { return true; }
   /// The weights, every parameter's in order, in host memory (async replicas average them).
   virtual std::vector<float> weight_values();
   /// Puts `values` (as weight_values() lays them out) in place of the weights.

@@ -14,9 +14,10 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
   TROUPE_CHECK(settings_.index >= 0 && settings_.index < settings_.count);
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas);
   if (replicated()) {
-    ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
-                                              averaging() ? device_.weight_value_count()
-                                                          : device_.gradient_value_count());
+    ring_ = std::make_unique<ring_all_reduce>(
+        settings_.replica, settings_.replicas,
+        averaging() ? device_.weight_value_count() : device_.gradient_value_count(),
+        int64_t{1} << 20, !device_.holds_values());
   }
 }
 
@@ -284,7 +285,8 @@ void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
 }
 
 void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
-  device_.set_gradient_values(ring_->take_result());
+  const std::vector<float>& sum = ring_->take_result();
+  if (device_.holds_values()) device_.set_gradient_values(sum);
   reduction_pending_ = false;
   if (held_for_clipping_) {
     key_message message = std::move(*held_for_clipping_);
@@ -311,12 +313,14 @@ void stage_logic::start_average(std::vector<stage_output>* outputs) {
 
 void stage_logic::finish_average(std::vector<stage_output>* outputs) {
   const std::vector<float>& sum = ring_->take_result();
-  std::vector<float> weights = device_.weight_values();
-  const float share = 1.0f / static_cast<float>(settings_.replicas);
-  for (size_t i = 0; i < weights.size(); ++i) {
-    weights[i] += sum[i] * share - sent_weights_[i];
+  if (device_.holds_values()) {
+    std::vector<float> weights = device_.weight_values();
+    const float share = 1.0f / static_cast<float>(settings_.replicas);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      weights[i] += sum[i] * share - sent_weights_[i];
+    }
+    device_.set_weight_values(weights);
   }
-  device_.set_weight_values(weights);
   sent_weights_.clear();
   if (averages_due_ > 0) start_average(outputs);
 }
@@ -418,9 +422,10 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   forward_versions_.clear();
   deferred_.clear();
   if (replicated()) {
-    ring_ = std::make_unique<ring_all_reduce>(settings_.replica, settings_.replicas,
-                                              averaging() ? device_.weight_value_count()
-                                                          : device_.gradient_value_count());
+    ring_ = std::make_unique<ring_all_reduce>(
+        settings_.replica, settings_.replicas,
+        averaging() ? device_.weight_value_count() : device_.gradient_value_count(),
+        int64_t{1} << 20, !device_.holds_values());
   }
   reduction_pending_ = false;
   held_for_clipping_.reset();

@@ -27,8 +27,10 @@ std::vector<std::vector<float>> contributions(int ranks, int64_t length, int rou
 }
 
 /// Runs `rounds` rounds among `ranks` ranks; the ranks start in a random order and the
-/// queued chunks (one FIFO per link, as a socket keeps them) are delivered in a random order.
-void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed, int64_t piece_floats) {
+/// queued chunks are delivered in a random order: each link's oldest first (`fifo`, as a
+/// socket keeps them), or any of them.
+void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed, int64_t piece_floats,
+                bool fifo = true) {
   std::mt19937 random(seed);
   std::vector<ring_all_reduce> ring;
   for (int r = 0; r < ranks; ++r) ring.emplace_back(r, ranks, length, piece_floats);
@@ -55,8 +57,10 @@ void run_rounds(int ranks, int64_t length, int rounds, uint32_t seed, int64_t pi
         sent = ring[rank].start(inputs[rank]);
       } else {
         rank = (choice - ranks + 1) % ranks;
-        const ring_chunk chunk = links[choice - ranks].front();
-        links[choice - ranks].pop_front();
+        std::deque<ring_chunk>& link = links[choice - ranks];
+        const size_t which = fifo ? 0 : random() % link.size();
+        const ring_chunk chunk = link[which];
+        link.erase(link.begin() + static_cast<std::ptrdiff_t>(which));
         std::string error;
         ASSERT_TRUE(ring[rank].receive(chunk, &sent, &error)) << error;
       }
@@ -87,6 +91,7 @@ TEST(RingAllReduceTest, EveryRankEndsWithTheSameSum) {
           SCOPED_TRACE("ranks " + std::to_string(ranks) + " length " + std::to_string(length) +
                        " piece " + std::to_string(piece));
           run_rounds(ranks, length, 3, seed, piece);
+          run_rounds(ranks, length, 3, seed, piece, false);
         }
       }
     }
@@ -118,23 +123,30 @@ TEST(RingAllReduceTest, ChunksThatDoNotFitAreRefused) {
   auto values = [](size_t count) {
     return float_view::of(std::make_shared<const std::vector<float>>(count, 1.f));
   };
-  // Before this rank starts: an all-gather step, a step out of order, a wrong size.
+  // Before this rank starts: an all-gather step, a wrong size, two rounds ahead, no values,
+  // a piece that does not exist.
   EXPECT_FALSE(rank.receive({0, 2, 0, values(3)}, &sent, &error));
-  EXPECT_NE(error.find("step 2"), std::string::npos) << error;
-  EXPECT_FALSE(rank.receive({0, 1, 0, values(3)}, &sent, &error));
+  EXPECT_NE(error.find("all-gather"), std::string::npos) << error;
   EXPECT_FALSE(rank.receive({0, 0, 0, values(4)}, &sent, &error));
   EXPECT_NE(error.find("4 values"), std::string::npos) << error;
-  EXPECT_FALSE(rank.receive({1, 0, 0, values(3)}, &sent, &error));
+  EXPECT_FALSE(rank.receive({2, 0, 0, values(3)}, &sent, &error));
   EXPECT_FALSE(rank.receive({0, 0, 0, float_view{nullptr, nullptr, 3}}, &sent, &error));
   EXPECT_FALSE(rank.receive({0, 0, 1, values(3)}, &sent, &error));  // one piece only
   EXPECT_NE(error.find("piece 1"), std::string::npos) << error;
   EXPECT_TRUE(sent.empty());
-  // A fitting early chunk is kept and taken when the rank starts.
+  // Fitting early chunks wait, in any order, and are taken when the rank starts; a second
+  // copy of one is refused.
+  EXPECT_TRUE(rank.receive({0, 1, 0, values(3)}, &sent, &error)) << error;
   EXPECT_TRUE(rank.receive({0, 0, 0, values(3)}, &sent, &error)) << error;
+  EXPECT_FALSE(rank.receive({0, 0, 0, values(3)}, &sent, &error));
+  EXPECT_NE(error.find("already"), std::string::npos) << error;
   sent = rank.start(std::vector<float>(9, 2.f));
-  ASSERT_EQ(sent.size(), 2u);  // its own chunk, then the sum it made of the early one
+  // Its own chunk, the sum it made of the first early one, then of the second.
+  ASSERT_EQ(sent.size(), 3u);
   EXPECT_EQ(sent[1].step, 1);
   EXPECT_EQ(sent[1].values.to_vector(), std::vector<float>(3, 3.f));
+  EXPECT_EQ(sent[2].step, 2);
+  EXPECT_EQ(sent[2].values.to_vector(), std::vector<float>(3, 3.f));
   EXPECT_TRUE(rank.under_way());
 }
 
