@@ -112,6 +112,8 @@ struct validate_options {
   int steps = 300;            ///< optimizer steps of every real run
   int runs = 5;               ///< real runs per configuration; the row quotes their median
   double seconds = 0.2;       ///< calibration time per block
+  std::vector<int> stages{1, 2, 4};  ///< pipeline depths validated
+  std::vector<int> replicas{1};      ///< replica counts validated, each with every depth
 };
 
 /// `troupe validate JOB`: real runs against the simulator's predictions, side by side.

@@ -248,6 +248,13 @@ void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   validate->add_option("--out", options.out_directory, "Output directory (default: runs/validate)");
+  validate->add_option("--stages", options.stages, "Pipeline depths to validate (default 1,2,4)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  validate->add_option("--replicas", options.replicas,
+                       "Replica counts to validate, each with every depth (default 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
 }
 
 void add_converge(CLI::App& app, troupe::apps::converge_options& options) {

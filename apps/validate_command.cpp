@@ -31,9 +31,6 @@ namespace {
 
 using json = nlohmann::json;
 
-/// The pipeline depths validated, each in one process and with a worker process per stage.
-constexpr int stage_counts[] = {1, 2, 4};
-
 /// This machine's cores (its devices in sim::this_machine()).
 unsigned this_machines_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
@@ -116,11 +113,17 @@ int run_validate(const validate_options& options) {
   const int64_t warm_up_steps = std::max(1, options.steps / 10);
   json rows = json::array();
   std::vector<std::string> lines;
+  // Each configuration in one process and with a worker process per stage actor.
+  const bool replicated = std::any_of(options.replicas.begin(), options.replicas.end(),
+                                      [](int replicas) { return replicas > 1; });
+  const size_t configurations = 2 * options.stages.size() * options.replicas.size();
   for (const std::string mode : {"sync", "async"}) {
-    for (int stages : stage_counts) {
+    for (const int replicas : options.replicas) {
+    for (int stages : options.stages) {
       std::vector<std::string> overrides = options.overrides;
       for (const std::string& setting : std::vector<std::string>{
                "parallelism.mode=\"" + mode + "\"", "parallelism.stages=" + std::to_string(stages),
+               "parallelism.replicas=" + std::to_string(replicas),
                "parallelism.micro_batches=" + std::string(mode == "sync" ? "4" : "1"),
                "parallelism.max_active_keys=" + std::to_string(stages),
                "parallelism.min_update_interval=1", "training.epochs=1",
@@ -140,7 +143,9 @@ int run_validate(const validate_options& options) {
         std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
         return 1;
       }
-      const std::string name = mode + "-s" + std::to_string(stages);
+      const std::string name = mode + "-s" + std::to_string(stages) +
+                               (replicas > 1 ? "-r" + std::to_string(replicas) : "");
+      const int actors_count = stages * replicas;
       // The simulated samples/s after the warm-up and over the whole run on `machine`, with
       // `workers` worker processes (0: in one process).
       struct prediction {
@@ -180,7 +185,8 @@ int run_validate(const validate_options& options) {
         auto across_processes =
             in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
         auto alone = across_processes ? predict(*profile, *in_process, 0) : std::nullopt;
-        auto with_workers = alone ? predict(*profile, *across_processes, stages) : std::nullopt;
+        auto with_workers =
+            alone ? predict(*profile, *across_processes, actors_count) : std::nullopt;
         if (!with_workers) {
           std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
           return std::nullopt;
@@ -198,7 +204,7 @@ int run_validate(const validate_options& options) {
       if (!before) return 1;
       for (int run = 0; run < options.runs; ++run) {
         const std::string suffix = "-" + std::to_string(run + 1);
-        for (int workers : {0, stages}) {
+        for (int workers : {0, actors_count}) {
           const int column = workers ? 1 : 0;
           const std::string run_name = name + (workers ? "-workers" : "") + suffix;
           const std::string directory = out + "/" + run_name;
@@ -230,7 +236,7 @@ int run_validate(const validate_options& options) {
         }
         before = std::move(after);
       }
-      for (int workers : {0, stages}) {
+      for (int workers : {0, actors_count}) {
         const int column = workers ? 1 : 0;
         const double measured = median(result.measured[column]);
         const double predicted = median(result.predicted[column]);
@@ -245,16 +251,19 @@ int run_validate(const validate_options& options) {
             workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
         const double cpu = median(result.cpu_us_per_sample[column]);
         const double kernel = median(result.kernel_fraction[column]);
+        char replica_column[16] = "";
+        if (replicated) std::snprintf(replica_column, sizeof replica_column, " %8d", replicas);
         char line[200];
-        std::snprintf(line, sizeof line, "%-6s %6d  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
-                      mode.c_str(), stages, where.c_str(), measured, predicted, 100 * relative, cpu,
-                      100 * kernel);
+        std::snprintf(line, sizeof line, "%-6s %6d%s  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
+                      mode.c_str(), stages, replica_column, where.c_str(), measured, predicted,
+                      100 * relative, cpu, 100 * kernel);
         lines.push_back(line);
         std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(),
-                     4 * std::size(stage_counts),
-                     line);  // sync and async, in-process and --workers
+                     2 * configurations,
+                     line);  // in-process and --workers
         rows.push_back({{"mode", mode},
                         {"stages", stages},
+                        {"replicas", replicas},
                         {"workers", workers},
                         {"measured_samples_per_s", measured},
                         {"measured_runs", result.measured[column]},
@@ -270,9 +279,11 @@ int run_validate(const validate_options& options) {
                         {"kernel_fraction", kernel}});
       }
     }
+    }
   }
-  std::printf("%-6s %6s  %-12s %12s %12s %9s %9s %7s\n", "mode", "stages", "run", "measured",
-              "predicted", "error", "cpu", "kernel");
+  std::printf("%-6s %6s%s  %-12s %12s %12s %9s %9s %7s\n", "mode", "stages",
+              replicated ? " replicas" : "", "run", "measured", "predicted", "error", "cpu",
+              "kernel");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::printf(
       "(samples/s after each run's first %lld steps, its warm-up; medians of %d runs; each run "
@@ -283,7 +294,8 @@ int run_validate(const validate_options& options) {
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
   const unsigned cores = this_machines_cores();
-  if (static_cast<unsigned>(*std::max_element(std::begin(stage_counts), std::end(stage_counts))) >
+  if (static_cast<unsigned>(*std::max_element(options.stages.begin(), options.stages.end()) *
+                            *std::max_element(options.replicas.begin(), options.replicas.end())) >
       cores) {
     std::printf(
         "(rows with --workers above %u: more single-stage processes than this machine's cores, "

@@ -167,6 +167,8 @@ class simulator {
   /// take it (a forward waits while its stage holds max_forward_keys), a backward first where
   /// the schedule says so; waiting.end() when none.
   std::deque<int>::iterator next_ready(pool_state& queue);
+  /// Whether parcel `id` may not be handled yet (its stage holds such messages back).
+  bool must_wait(int id) const;
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
   void begin_work(int device, int id);
   /// A free device with no message waiting runs the next pass of a stage's zero-bubble order
@@ -450,7 +452,7 @@ void simulator::start_work(int pool) {
     for (auto next = queue.waiting.begin(); next != queue.waiting.end();) {
       const int id = *next;
       const int stage = parcels_[id].target;
-      if (stage_at_work_[stage]) {
+      if (stage_at_work_[stage] || must_wait(id)) {
         ++next;
         continue;
       }
@@ -499,16 +501,21 @@ std::deque<int>::iterator simulator::next_ready(pool_state& queue) {
     const int stage = parcels_[*it].target;
     const actors::key_kind kind = parcels_[*it].content.message.kind;
     const bool forward = kind == actors::key_kind::forward;
-    // Forwards wait for room (1F1B) and, with evaluations, for the replicas' gradient sum.
-    const bool waits = (forward && !stages_[stage]->ready_for_forward()) ||
-                       (kind == actors::key_kind::evaluate && stages_[stage]->reducing());
-    if (stage_at_work_[stage] || waits) continue;
+    if (stage_at_work_[stage] || must_wait(*it)) continue;
     if (!backward_first_) return it;
     // 1F1B and its descendants: a backward (or step) goes before forwards that came earlier.
     if (!forward && kind != actors::key_kind::evaluate) return it;
     if (next == queue.waiting.end()) next = it;
   }
   return next;
+}
+
+bool simulator::must_wait(int id) const {
+  const int stage = parcels_[id].target;
+  const actors::key_kind kind = parcels_[id].content.message.kind;
+  // Forwards wait for room (1F1B) and, with evaluations, for the replicas' gradient sum.
+  return (kind == actors::key_kind::forward && !stages_[stage]->ready_for_forward()) ||
+         (kind == actors::key_kind::evaluate && stages_[stage]->reducing());
 }
 
 charged_work simulator::handle(int stage, int device, int id) {

@@ -398,7 +398,7 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   machine_profile profile;
   profile.backend = actors::device_of_stage(config, 0);
   profile.threads = actors::threads_per_stage(config);
-  profile.batch = config.training.batch_size / config.parallelism.micro_batches;
+  profile.batch = actors::micro_batch_size(config);  // every replica's keys are this size
   profile.evaluation_batch = actors::evaluation_batch;
   auto device = layers::create_backend(profile.backend, profile.threads, error);
   if (!device) return std::nullopt;
