@@ -108,10 +108,10 @@ struct calibrate_options {
 struct validate_options {
   std::string job_file;
   std::vector<std::string> overrides;
-  std::string out_directory;  ///< empty: runs/validate
-  int steps = 300;            ///< optimizer steps of every real run
-  int runs = 5;               ///< real runs per configuration; the row quotes their median
-  double seconds = 0.2;       ///< calibration time per block
+  std::string out_directory;         ///< empty: runs/validate
+  int steps = 300;                   ///< optimizer steps of every real run
+  int runs = 5;                      ///< real runs per configuration; the row quotes their median
+  double seconds = 0.2;              ///< calibration time per block
   std::vector<int> stages{1, 2, 4};  ///< pipeline depths validated
   std::vector<int> replicas{1};      ///< replica counts validated, each with every depth
 };

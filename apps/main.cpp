@@ -251,8 +251,9 @@ void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
   validate->add_option("--stages", options.stages, "Pipeline depths to validate (default 1,2,4)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  validate->add_option("--replicas", options.replicas,
-                       "Replica counts to validate, each with every depth (default 1)")
+  validate
+      ->add_option("--replicas", options.replicas,
+                   "Replica counts to validate, each with every depth (default 1)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
 }

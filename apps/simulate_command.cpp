@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -355,8 +355,9 @@ int run_simulate(const simulate_options& options) {
         }
         summary["weak_scaling_efficiency"] = efficiency;
         summary["busiest_link"] = {{"link", link}, {"utilization", busiest}};
-        std::printf(" %7lld %8.1f%%  %s %.0f%%", static_cast<long long>(config->training.batch_size),
-                    100 * efficiency, link.c_str(), 100 * busiest);
+        std::printf(" %7lld %8.1f%%  %s %.0f%%",
+                    static_cast<long long>(config->training.batch_size), 100 * efficiency,
+                    link.c_str(), 100 * busiest);
       }
       if (options.numerics) {
         std::printf(" %10.4f %12s", result->summary.final_test_accuracy,

@@ -5,12 +5,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "actors/engine/stage_settings.h"
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/sequential_trainer.h"
+#include "actors/engine/stage_settings.h"
 #include "actors/engine/stage_state.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/pipeline_host.h"
@@ -242,8 +242,8 @@ int run_train(const train_options& given) {
     return bad_input(given.job_file + ": " + std::to_string(given.workers) +
                      " workers do not divide parallelism.replicas (" +
                      std::to_string(config->parallelism.replicas) + ") x parallelism.stages (" +
-                     std::to_string(config->parallelism.stages) + ") = " +
-                     std::to_string(stage_actors) + " stages: every worker hosts as many");
+                     std::to_string(config->parallelism.stages) +
+                     ") = " + std::to_string(stage_actors) + " stages: every worker hosts as many");
   }
   if (given.workers > stage_actors) {
     return bad_input(given.job_file + ": " + std::to_string(given.workers) + " workers for " +

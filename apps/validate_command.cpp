@@ -119,166 +119,166 @@ int run_validate(const validate_options& options) {
   const size_t configurations = 2 * options.stages.size() * options.replicas.size();
   for (const std::string mode : {"sync", "async"}) {
     for (const int replicas : options.replicas) {
-    for (int stages : options.stages) {
-      std::vector<std::string> overrides = options.overrides;
-      for (const std::string& setting : std::vector<std::string>{
-               "parallelism.mode=\"" + mode + "\"", "parallelism.stages=" + std::to_string(stages),
-               "parallelism.replicas=" + std::to_string(replicas),
-               "parallelism.micro_batches=" + std::string(mode == "sync" ? "4" : "1"),
-               "parallelism.max_active_keys=" + std::to_string(stages),
-               "parallelism.min_update_interval=1", "training.epochs=1",
-               "training.max_steps=" + std::to_string(options.steps),
-               "metrics.log_interval=" + std::to_string(warm_up_steps),
-               "checkpoint.interval_steps=0"}) {
-        overrides.push_back(setting);
-      }
-      actors::job_error problem;
-      auto config = actors::load_job_file(options.job_file, overrides, &problem);
-      if (!config) {
-        std::fprintf(stderr, "troupe validate: %s\n", problem.message.c_str());
-        return 2;
-      }
-      auto data = actors::load_job_data(*config, &error);
-      if (!data) {
-        std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-        return 1;
-      }
-      const std::string name = mode + "-s" + std::to_string(stages) +
-                               (replicas > 1 ? "-r" + std::to_string(replicas) : "");
-      const int actors_count = stages * replicas;
-      // The simulated samples/s after the warm-up and over the whole run on `machine`, with
-      // `workers` worker processes (0: in one process).
-      struct prediction {
-        double steady = 0, whole = 0;
-      };
-      const auto predict = [&](const sim::machine_profile& profile,
-                               const sim::cluster_model& machine,
-                               int workers) -> std::optional<prediction> {
-        sim::simulation_options settings;
-        settings.trace_spans = 0;
-        settings.profile = profile;
-        settings.message_cpu_s =
-            workers == 0 ? profile.inproc_message_cpu_s : profile.ipc_message_cpu_s;
-        settings.message_cpu_per_byte_s = workers == 0 ? profile.inproc_message_cpu_per_byte_s
-                                                       : profile.ipc_message_cpu_per_byte_s;
-        struct : actors::training_observer {
-          void on_step(int64_t, int64_t, int64_t, double, double) override {}
-          void on_metrics(const actors::metrics_record& record) override {
-            if (!record.test_accuracy) records.push_back({record.step, record.wall_s});
-          }
-          std::vector<step_record> records;
-        } simulated;
-        auto result = sim::simulate(*config, *data, machine, settings, simulated, &error);
-        if (!result) return std::nullopt;
-        const double whole = result->summary.samples_per_s;
-        return prediction{
-            steady_samples_per_s(simulated.records, warm_up_steps, config->training.batch_size)
-                .value_or(whole),
-            whole};
-      };
-      // Calibration `index` (1 to runs + 1), its profile kept beside the runs, and its
-      // predictions: [0] in one process, [1] with a worker process per stage.
-      using predictions = std::array<prediction, 2>;
-      const auto calibrate = [&](int index) -> std::optional<predictions> {
-        auto profile = sim::calibrate(*config, options.seconds, &error);
-        auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
-        auto across_processes =
-            in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
-        auto alone = across_processes ? predict(*profile, *in_process, 0) : std::nullopt;
-        auto with_workers =
-            alone ? predict(*profile, *across_processes, actors_count) : std::nullopt;
-        if (!with_workers) {
-          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
-          return std::nullopt;
+      for (int stages : options.stages) {
+        std::vector<std::string> overrides = options.overrides;
+        for (const std::string& setting : std::vector<std::string>{
+                 "parallelism.mode=\"" + mode + "\"",
+                 "parallelism.stages=" + std::to_string(stages),
+                 "parallelism.replicas=" + std::to_string(replicas),
+                 "parallelism.micro_batches=" + std::string(mode == "sync" ? "4" : "1"),
+                 "parallelism.max_active_keys=" + std::to_string(stages),
+                 "parallelism.min_update_interval=1", "training.epochs=1",
+                 "training.max_steps=" + std::to_string(options.steps),
+                 "metrics.log_interval=" + std::to_string(warm_up_steps),
+                 "checkpoint.interval_steps=0"}) {
+          overrides.push_back(setting);
         }
-        std::ofstream(out + "/" + name + "-profile-" + std::to_string(index) + ".json")
-            << sim::to_json_text(*profile);
-        return predictions{*alone, *with_workers};
-      };
-      // Calibrations and real runs alternate, and each run is predicted from the calibrations
-      // just before and just after it (the mean of their predictions): a shared machine's speed
-      // drifts over minutes, and the two calibrations see the machine the run saw. The row
-      // quotes medians over the runs, as one run in five or so is 15-30% slow either way.
-      configuration_runs result;
-      auto before = calibrate(1);
-      if (!before) return 1;
-      for (int run = 0; run < options.runs; ++run) {
-        const std::string suffix = "-" + std::to_string(run + 1);
+        actors::job_error problem;
+        auto config = actors::load_job_file(options.job_file, overrides, &problem);
+        if (!config) {
+          std::fprintf(stderr, "troupe validate: %s\n", problem.message.c_str());
+          return 2;
+        }
+        auto data = actors::load_job_data(*config, &error);
+        if (!data) {
+          std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+          return 1;
+        }
+        const std::string name = mode + "-s" + std::to_string(stages) +
+                                 (replicas > 1 ? "-r" + std::to_string(replicas) : "");
+        const int actors_count = stages * replicas;
+        // The simulated samples/s after the warm-up and over the whole run on `machine`, with
+        // `workers` worker processes (0: in one process).
+        struct prediction {
+          double steady = 0, whole = 0;
+        };
+        const auto predict = [&](const sim::machine_profile& profile,
+                                 const sim::cluster_model& machine,
+                                 int workers) -> std::optional<prediction> {
+          sim::simulation_options settings;
+          settings.trace_spans = 0;
+          settings.profile = profile;
+          settings.message_cpu_s =
+              workers == 0 ? profile.inproc_message_cpu_s : profile.ipc_message_cpu_s;
+          settings.message_cpu_per_byte_s = workers == 0 ? profile.inproc_message_cpu_per_byte_s
+                                                         : profile.ipc_message_cpu_per_byte_s;
+          struct : actors::training_observer {
+            void on_step(int64_t, int64_t, int64_t, double, double) override {}
+            void on_metrics(const actors::metrics_record& record) override {
+              if (!record.test_accuracy) records.push_back({record.step, record.wall_s});
+            }
+            std::vector<step_record> records;
+          } simulated;
+          auto result = sim::simulate(*config, *data, machine, settings, simulated, &error);
+          if (!result) return std::nullopt;
+          const double whole = result->summary.samples_per_s;
+          return prediction{
+              steady_samples_per_s(simulated.records, warm_up_steps, config->training.batch_size)
+                  .value_or(whole),
+              whole};
+        };
+        // Calibration `index` (1 to runs + 1), its profile kept beside the runs, and its
+        // predictions: [0] in one process, [1] with a worker process per stage.
+        using predictions = std::array<prediction, 2>;
+        const auto calibrate = [&](int index) -> std::optional<predictions> {
+          auto profile = sim::calibrate(*config, options.seconds, &error);
+          auto in_process = profile ? sim::this_machine(*profile, true, &error) : std::nullopt;
+          auto across_processes =
+              in_process ? sim::this_machine(*profile, false, &error) : std::nullopt;
+          auto alone = across_processes ? predict(*profile, *in_process, 0) : std::nullopt;
+          auto with_workers =
+              alone ? predict(*profile, *across_processes, actors_count) : std::nullopt;
+          if (!with_workers) {
+            std::fprintf(stderr, "troupe validate: %s\n", error.c_str());
+            return std::nullopt;
+          }
+          std::ofstream(out + "/" + name + "-profile-" + std::to_string(index) + ".json")
+              << sim::to_json_text(*profile);
+          return predictions{*alone, *with_workers};
+        };
+        // Calibrations and real runs alternate, and each run is predicted from the calibrations
+        // just before and just after it (the mean of their predictions): a shared machine's speed
+        // drifts over minutes, and the two calibrations see the machine the run saw. The row
+        // quotes medians over the runs, as one run in five or so is 15-30% slow either way.
+        configuration_runs result;
+        auto before = calibrate(1);
+        if (!before) return 1;
+        for (int run = 0; run < options.runs; ++run) {
+          const std::string suffix = "-" + std::to_string(run + 1);
+          for (int workers : {0, actors_count}) {
+            const int column = workers ? 1 : 0;
+            const std::string run_name = name + (workers ? "-workers" : "") + suffix;
+            const std::string directory = out + "/" + run_name;
+            auto rate =
+                measure_run(options, overrides, workers, config->training.batch_size, directory);
+            if (!rate) {
+              std::fprintf(stderr, "troupe validate: the run %s failed (see %s/train.log)\n",
+                           run_name.c_str(), directory.c_str());
+              return 1;
+            }
+            result.whole_measured[column].push_back(rate->samples_per_s);
+            result.measured[column].push_back(
+                steady_samples_per_s(rate->records, warm_up_steps, config->training.batch_size)
+                    .value_or(rate->samples_per_s));
+            result.cpu_us_per_sample[column].push_back(
+                rate->samples > 0 ? 1e6 * rate->cpu_s / rate->samples : 0);
+            result.kernel_fraction[column].push_back(rate->cpu_s > 0 ? rate->system_s / rate->cpu_s
+                                                                     : 0);
+          }
+          auto after = calibrate(run + 2);
+          if (!after) return 1;
+          for (int column : {0, 1}) {
+            const prediction& first = (*before)[column];
+            const prediction& second = (*after)[column];
+            result.predicted_before[column].push_back(first.steady);
+            result.predicted_after[column].push_back(second.steady);
+            result.predicted[column].push_back((first.steady + second.steady) / 2);
+            result.whole_predicted[column].push_back((first.whole + second.whole) / 2);
+          }
+          before = std::move(after);
+        }
         for (int workers : {0, actors_count}) {
           const int column = workers ? 1 : 0;
-          const std::string run_name = name + (workers ? "-workers" : "") + suffix;
-          const std::string directory = out + "/" + run_name;
-          auto rate =
-              measure_run(options, overrides, workers, config->training.batch_size, directory);
-          if (!rate) {
-            std::fprintf(stderr, "troupe validate: the run %s failed (see %s/train.log)\n",
-                         run_name.c_str(), directory.c_str());
-            return 1;
+          const double measured = median(result.measured[column]);
+          const double predicted = median(result.predicted[column]);
+          // The error of each run against its own prediction, then their median: the pairs
+          // cancel the machine's drift, which the medians of each column alone do not.
+          std::vector<double> errors;
+          for (size_t run = 0; run < result.measured[column].size(); ++run) {
+            errors.push_back(result.predicted[column][run] / result.measured[column][run] - 1);
           }
-          result.whole_measured[column].push_back(rate->samples_per_s);
-          result.measured[column].push_back(
-              steady_samples_per_s(rate->records, warm_up_steps, config->training.batch_size)
-                  .value_or(rate->samples_per_s));
-          result.cpu_us_per_sample[column].push_back(
-              rate->samples > 0 ? 1e6 * rate->cpu_s / rate->samples : 0);
-          result.kernel_fraction[column].push_back(rate->cpu_s > 0 ? rate->system_s / rate->cpu_s
-                                                                   : 0);
+          const double relative = median(errors);
+          const std::string where =
+              workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
+          const double cpu = median(result.cpu_us_per_sample[column]);
+          const double kernel = median(result.kernel_fraction[column]);
+          char replica_column[16] = "";
+          if (replicated) std::snprintf(replica_column, sizeof replica_column, " %8d", replicas);
+          char line[200];
+          std::snprintf(line, sizeof line, "%-6s %6d%s  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
+                        mode.c_str(), stages, replica_column, where.c_str(), measured, predicted,
+                        100 * relative, cpu, 100 * kernel);
+          lines.push_back(line);
+          std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(), 2 * configurations,
+                       line);  // in-process and --workers
+          rows.push_back({{"mode", mode},
+                          {"stages", stages},
+                          {"replicas", replicas},
+                          {"workers", workers},
+                          {"measured_samples_per_s", measured},
+                          {"measured_runs", result.measured[column]},
+                          {"predicted_samples_per_s", predicted},
+                          {"predicted_runs", result.predicted[column]},
+                          {"predicted_before_runs", result.predicted_before[column]},
+                          {"predicted_after_runs", result.predicted_after[column]},
+                          {"whole_run_measured_runs", result.whole_measured[column]},
+                          {"whole_run_predicted_runs", result.whole_predicted[column]},
+                          {"warm_up_steps", warm_up_steps},
+                          {"error", relative},
+                          {"cpu_us_per_sample", cpu},
+                          {"kernel_fraction", kernel}});
         }
-        auto after = calibrate(run + 2);
-        if (!after) return 1;
-        for (int column : {0, 1}) {
-          const prediction& first = (*before)[column];
-          const prediction& second = (*after)[column];
-          result.predicted_before[column].push_back(first.steady);
-          result.predicted_after[column].push_back(second.steady);
-          result.predicted[column].push_back((first.steady + second.steady) / 2);
-          result.whole_predicted[column].push_back((first.whole + second.whole) / 2);
-        }
-        before = std::move(after);
       }
-      for (int workers : {0, actors_count}) {
-        const int column = workers ? 1 : 0;
-        const double measured = median(result.measured[column]);
-        const double predicted = median(result.predicted[column]);
-        // The error of each run against its own prediction, then their median: the pairs
-        // cancel the machine's drift, which the medians of each column alone do not.
-        std::vector<double> errors;
-        for (size_t run = 0; run < result.measured[column].size(); ++run) {
-          errors.push_back(result.predicted[column][run] / result.measured[column][run] - 1);
-        }
-        const double relative = median(errors);
-        const std::string where =
-            workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
-        const double cpu = median(result.cpu_us_per_sample[column]);
-        const double kernel = median(result.kernel_fraction[column]);
-        char replica_column[16] = "";
-        if (replicated) std::snprintf(replica_column, sizeof replica_column, " %8d", replicas);
-        char line[200];
-        std::snprintf(line, sizeof line, "%-6s %6d%s  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
-                      mode.c_str(), stages, replica_column, where.c_str(), measured, predicted,
-                      100 * relative, cpu, 100 * kernel);
-        lines.push_back(line);
-        std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(),
-                     2 * configurations,
-                     line);  // in-process and --workers
-        rows.push_back({{"mode", mode},
-                        {"stages", stages},
-                        {"replicas", replicas},
-                        {"workers", workers},
-                        {"measured_samples_per_s", measured},
-                        {"measured_runs", result.measured[column]},
-                        {"predicted_samples_per_s", predicted},
-                        {"predicted_runs", result.predicted[column]},
-                        {"predicted_before_runs", result.predicted_before[column]},
-                        {"predicted_after_runs", result.predicted_after[column]},
-                        {"whole_run_measured_runs", result.whole_measured[column]},
-                        {"whole_run_predicted_runs", result.whole_predicted[column]},
-                        {"warm_up_steps", warm_up_steps},
-                        {"error", relative},
-                        {"cpu_us_per_sample", cpu},
-                        {"kernel_fraction", kernel}});
-      }
-    }
     }
   }
   std::printf("%-6s %6s%s  %-12s %12s %12s %9s %9s %7s\n", "mode", "stages",

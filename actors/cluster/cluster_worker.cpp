@@ -188,10 +188,11 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
     }
   }
   for (int stage : assigned) {
-    auto parts = make_stage_parts(
-        result.config, (*ranges)[stage_of_actor(result.config, stage)], stage,
-        assignment.value("steps_per_epoch", int64_t{1}), assignment.value("total_steps", int64_t{0}),
-        turns[replica_of_actor(result.config, stage)], context, addresses, error);
+    auto parts =
+        make_stage_parts(result.config, (*ranges)[stage_of_actor(result.config, stage)], stage,
+                         assignment.value("steps_per_epoch", int64_t{1}),
+                         assignment.value("total_steps", int64_t{0}),
+                         turns[replica_of_actor(result.config, stage)], context, addresses, error);
     if (!parts) return std::nullopt;
     parts->job_id = assignment.value("job_id", uint64_t{0});
     parts->clock = &clock;

@@ -19,7 +19,8 @@ ring_all_reduce::ring_all_reduce(int rank, int ranks, int64_t length, int64_t pi
     : rank_(rank), ranks_(ranks), length_(length), sizes_only_(sizes_only) {
   TROUPE_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && length >= 0 && piece_floats >= 1);
   const int64_t largest_chunk = (length + ranks - 1) / ranks;
-  pieces_ = static_cast<int>(std::max<int64_t>(1, (largest_chunk + piece_floats - 1) / piece_floats));
+  pieces_ =
+      static_cast<int>(std::max<int64_t>(1, (largest_chunk + piece_floats - 1) / piece_floats));
   next_step_.assign(static_cast<size_t>(pieces_), 0);
 }
 
@@ -49,8 +50,7 @@ int64_t ring_all_reduce::bytes_sent_per_round() const {
 }
 
 std::vector<ring_chunk> ring_all_reduce::start(const std::vector<float>& values) {
-  TROUPE_CHECK(!started_ &&
-               static_cast<int64_t>(values.size()) == (sizes_only_ ? 0 : length_));
+  TROUPE_CHECK(!started_ && static_cast<int64_t>(values.size()) == (sizes_only_ ? 0 : length_));
   // A chunk of the last round may still be on its way (in a socket's queue): then a fresh
   // buffer, else the old one, whose pages are already mapped.
   if (!buffer_ || buffer_.use_count() > 1) buffer_ = std::make_shared<std::vector<float>>();
@@ -110,8 +110,8 @@ std::string ring_all_reduce::problem_with(const ring_chunk& chunk) const {
   // neighbour can send once it has this round's sum).
   const bool this_round = chunk.round == round_ && !finished_;
   const bool next_round = chunk.round == round_ + 1 && chunk.step < ranks_ - 1;
-  const int taken = started_ && chunk.round == round_ ? next_step_[static_cast<size_t>(chunk.piece)]
-                                                      : 0;
+  const int taken =
+      started_ && chunk.round == round_ ? next_step_[static_cast<size_t>(chunk.piece)] : 0;
   const bool fits_round =
       (this_round && chunk.step >= taken && chunk.step < steps(ranks_)) || next_round;
   if (!fits_round || waiting_.count({chunk.round, chunk.piece, chunk.step})) {

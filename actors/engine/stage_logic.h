@@ -89,8 +89,9 @@ class stage_logic {
   /// Whether a forward message may be handled now (max_forward_keys). A host keeps a forward
   /// that may not waiting, and hands it over after a backward message has been handled.
   bool ready_for_forward() const {
-    return !reducing() && (settings_.max_forward_keys <= 0 ||
-                           forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys));
+    return !reducing() &&
+           (settings_.max_forward_keys <= 0 ||
+            forward_versions_.size() < static_cast<size_t>(settings_.max_forward_keys));
   }
   /// The step's gradients are being summed with the other replicas: the step waits for the
   /// sum, and a host keeps forwards, evaluations and state requests waiting until it is taken.

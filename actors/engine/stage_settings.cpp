@@ -30,7 +30,8 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   // The replicas' gradients are summed, so each scales by the whole batch.
   settings.replicas = p.replicas;
   settings.replica = replica;
-  if (async && p.replicas > 1) settings.replica_sync_interval = std::max<int64_t>(1, p.replica_sync_interval);
+  if (async && p.replicas > 1)
+    settings.replica_sync_interval = std::max<int64_t>(1, p.replica_sync_interval);
   settings.gradient_scale = 1.0f / static_cast<float>(micro_batch_size(config) *
                                                       settings.min_update_interval * p.replicas);
   settings.clip_norm = config.training.clip_norm;

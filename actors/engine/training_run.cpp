@@ -393,10 +393,9 @@ std::vector<key_message> training_run::checkpoint_done(double now_s) {
 
 run_progress training_run::progress(double now_s) const {
   run_progress progress;
-  progress.step =
-      due_step_
-          ? *due_step_
-          : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
+  progress.step = due_step_
+                      ? *due_step_
+                      : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
   progress.epoch = epoch_;
   progress.wall_s = now_s - start_s_;
   progress.train_s = train_s_;
@@ -419,8 +418,7 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
   const double seconds = test ? now_s - epoch_start_s_ : now_s - last_log_s_;
   metrics_record record;
   record.step =
-      step ? *step
-           : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
+      step ? *step : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
   record.epoch = epoch;
   record.loss = span.mean_loss();
   record.learning_rate =

@@ -305,8 +305,8 @@ static void ask_stages(coordinator_parts& parts) {
                                              ? transport::message_kind::load_weights
                                              : transport::message_kind::load_state;
     // Every replica of a stage loads the checkpoint's one shard of it.
-    const auto shard = load ? parts.initial_shards[stage_of_actor(*parts.config, static_cast<int>(s))]
-                            : nullptr;
+    const auto shard =
+        load ? parts.initial_shards[stage_of_actor(*parts.config, static_cast<int>(s))] : nullptr;
     send_on(*parts.stages[s], state_to_wire(kind, parts.round.step(), shard, route),
             reader_of(parts, s));
   }

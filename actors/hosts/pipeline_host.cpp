@@ -188,10 +188,9 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   for (int s = 0; s < stages; ++s) {
     // Each replica's workers keep their own order of passes.
     if (stage_of_actor(config, s) == 0) turns = make_pass_turns(config);
-    parts.push_back(make_stage_parts(config, (*ranges)[stage_of_actor(config, s)], s,
-                                     coordinator->run->steps_per_epoch(),
-                                     coordinator->run->total_steps(), turns, context, addresses,
-                                     error));
+    parts.push_back(make_stage_parts(
+        config, (*ranges)[stage_of_actor(config, s)], s, coordinator->run->steps_per_epoch(),
+        coordinator->run->total_steps(), turns, context, addresses, error));
     if (!parts.back()) return std::nullopt;
     parts.back()->job_id = job_id;
     parts.back()->clock = &clock;
@@ -201,8 +200,9 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
 
   caf::actor_system_config settings;
   // One scheduler thread per worker (the interleaved schedule's workers run several stages).
-  configure_scheduler(settings, std::min<int>(pipeline_workers(config) * config.parallelism.replicas,
-                                              std::thread::hardware_concurrency()));
+  configure_scheduler(settings,
+                      std::min<int>(pipeline_workers(config) * config.parallelism.replicas,
+                                    std::thread::hardware_concurrency()));
   caf::actor_system system{settings};
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};

@@ -66,8 +66,9 @@ std::optional<key_message> chunk_from_wire(const transport::message& message, st
       frames[0].dims.size() != 1 || message.header.step < 0 ||
       message.header.key > static_cast<uint64_t>(1 << 20) || message.header.sample_offset < 0 ||
       message.header.sample_offset > (1 << 30)) {
-    *error = "a gradient_chunk message carries one one-dimensional float32 frame, a round >= 0, "
-             "a ring step and a piece";
+    *error =
+        "a gradient_chunk message carries one one-dimensional float32 frame, a round >= 0, "
+        "a ring step and a piece";
     return std::nullopt;
   }
   key_message result;
@@ -102,9 +103,9 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   }
   if (message.kind == key_kind::reduce) {
     result.header.frames.push_back({transport::element_type::float32, {message.values.count}});
-    result.payloads.push_back(transport::frame{message.values.owner, message.values.data,
-                                               static_cast<size_t>(message.values.count) *
-                                                   sizeof(float)});
+    result.payloads.push_back(
+        transport::frame{message.values.owner, message.values.data,
+                         static_cast<size_t>(message.values.count) * sizeof(float)});
   }
   return result;
 }

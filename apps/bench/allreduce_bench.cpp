@@ -76,8 +76,7 @@ double median(std::vector<double> values) {
 
 /// One round of every rank, each in its own thread, started together; returns the slowest
 /// rank's time per round, `rounds` times (the first warms the connections up: callers drop it).
-std::vector<double> time_rounds(int ranks, int rounds,
-                                const std::function<void(int rank)>& setup,
+std::vector<double> time_rounds(int ranks, int rounds, const std::function<void(int rank)>& setup,
                                 const std::function<void(int rank)>& round) {
   std::vector<std::vector<double>> seconds(ranks, std::vector<double>(rounds));
   thread_barrier together(ranks);
@@ -119,7 +118,7 @@ std::vector<double> gloo_rounds(int ranks, int64_t floats, int rounds, bool chun
           contexts[rank], pointers, static_cast<int>(floats));
     } else {
       algorithms[rank] = std::make_unique<gloo::AllreduceRing<float>>(contexts[rank], pointers,
-                                                                     static_cast<int>(floats));
+                                                                      static_cast<int>(floats));
     }
   };
   return time_rounds(ranks, rounds, setup, [&](int rank) { algorithms[rank]->run(); });
@@ -200,11 +199,11 @@ std::vector<double> troupe_rounds(int ranks, int64_t floats, int rounds, bool cu
       if (!received || !received->ok()) continue;
       const transport::message& message = *received->value;
       const transport::frame& frame = message.payloads[0];
-      const ring_chunk chunk{message.header.step, static_cast<int>(message.header.key),
-                             static_cast<int>(message.header.sample_offset),
-                             troupe::actors::float_view{
-                                 frame.owner, static_cast<const float*>(frame.data),
-                                 static_cast<int64_t>(frame.bytes / sizeof(float))}};
+      const ring_chunk chunk{
+          message.header.step, static_cast<int>(message.header.key),
+          static_cast<int>(message.header.sample_offset),
+          troupe::actors::float_view{frame.owner, static_cast<const float*>(frame.data),
+                                     static_cast<int64_t>(frame.bytes / sizeof(float))}};
       std::vector<ring_chunk> next;
       std::string refusal;
       if (!ring.receive(chunk, &next, &refusal)) {
@@ -264,9 +263,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool curve = transport::curve_available();
-  std::printf("ring all-reduce, %d ranks on loopback tcp, float32, median of %d rounds; bus "
-              "bandwidth in GB/s\n",
-              ranks, rounds);
+  std::printf(
+      "ring all-reduce, %d ranks on loopback tcp, float32, median of %d rounds; bus "
+      "bandwidth in GB/s\n",
+      ranks, rounds);
   std::printf("%8s %12s %12s %12s %12s %8s\n", "MiB", "gloo ring", "gloo chunked", "troupe",
               "troupe+CURVE", "ratio");
   for (int64_t mib : sizes_mib) {

@@ -27,10 +27,10 @@ local_pipeline::local_pipeline(const job_config& config, layers::backend& device
     const int stage = stage_of_actor(config, actor);
     if (stage == 0) turns = make_pass_turns(config);  // each replica's own
     devices_.push_back(make_layers_stage_device(config, (*ranges)[stage], device));
-    stages_.push_back(std::make_unique<stage_logic>(
-        stage_settings_of(config, stage, per_epoch, total_steps, turns,
-                          replica_of_actor(config, actor)),
-        *devices_.back()));
+    stages_.push_back(
+        std::make_unique<stage_logic>(stage_settings_of(config, stage, per_epoch, total_steps,
+                                                        turns, replica_of_actor(config, actor)),
+                                      *devices_.back()));
   }
   mailboxes_.resize(stages_.size());
 }
@@ -134,7 +134,8 @@ bool local_pipeline::deliver_one(const coordinator_inbox& to_coordinator) {
     }
     const bool backward = !mailboxes_[s].backwards.empty();
     if (!backward && (mailboxes_[s].forwards.empty() || !stages_[s]->ready_for_forward())) continue;
-    sent.push_back({s, stages_[s]->handle(take(s, backward ? channel::backward : channel::forward))});
+    sent.push_back(
+        {s, stages_[s]->handle(take(s, backward ? channel::backward : channel::forward))});
   }
   for (auto& [stage, outputs] : sent) route(stage, std::move(outputs), to_coordinator);
   return !sent.empty();
@@ -151,7 +152,8 @@ void local_pipeline::route(int stage, std::vector<stage_output> outputs,
       to_coordinator(std::move(output));
     } else if (target == output_for_replica_peer) {
       const int stages = config_.parallelism.stages;
-      const int peer = (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
+      const int peer =
+          (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
       mailboxes_[peer].chunks.push_back(std::move(output.message));
     } else {
       auto& queue = target > stage ? mailboxes_[target].forwards : mailboxes_[target].backwards;

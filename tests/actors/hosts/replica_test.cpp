@@ -68,9 +68,9 @@ TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
     const pipeline_report one = run(single);
     ASSERT_EQ(many.stages.size(), static_cast<size_t>(stages * replicas));
     ASSERT_EQ(one.stages.size(), static_cast<size_t>(stages));
-    EXPECT_LE(max_relative_difference(replica_weights(many, stages, 0),
-                                      replica_weights(one, stages, 0)),
-              1e-5);
+    EXPECT_LE(
+        max_relative_difference(replica_weights(many, stages, 0), replica_weights(one, stages, 0)),
+        1e-5);
     // Every replica took the same steps to the same bits.
     for (int r = 1; r < replicas; ++r) {
       EXPECT_EQ(replica_weights(many, stages, r), replica_weights(many, stages, 0)) << r;
