@@ -5,6 +5,7 @@
 // actors/: only the hosts include it (the in-process host and the cluster host).
 
 #include <caf/all.hpp>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -46,6 +47,31 @@ transport::endpoint_options endpoint_settings(const transport::security_settings
 /// and is told with a take_atom, after the send, to take the message itself.
 bool send_on(transport::outbox& out, const transport::message& message,
              const caf::actor& reader = caf::actor{});
+
+/// Takes the message a take_atom announced from the actor's own inbox and hands it to
+/// `handle`; frames ahead of it that do not decode are reported and counted in `dropped`. The
+/// send that queued the message happened before the take_atom was sent, so ZeroMQ has it;
+/// should it not (yet) show, the actor looks again after the messages already in its mailbox.
+template <class Handler>
+void take_and_handle(caf::event_based_actor* self, std::optional<transport::inbox>& box,
+                     uint64_t& dropped, Handler handle) {
+  if (!box) return;
+  for (bool dropped_one = false;; dropped_one = true) {
+    std::optional<transport::decode_result> received = box->try_receive();
+    if (!received) {
+      // A dropped frame may have been the one announced (a sender that bypassed send_on).
+      if (!dropped_one) self->send(self, take_atom::value);
+      return;
+    }
+    if (received->ok()) {
+      handle(*received->value);
+      return;
+    }
+    ++dropped;
+    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", box->address().c_str(),
+                 received->error.text.c_str());
+  }
+}
 
 /// Everything a stage actor owns, made before the actor is spawned and handed over to it.
 struct stage_parts {
