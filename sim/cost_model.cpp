@@ -170,6 +170,12 @@ stage_cost::stage_cost(std::vector<block_work> blocks, kernel_work loss, device_
   }
 }
 
+double stage_cost::parameter_copy_s() const {
+  const double floats = static_cast<double>(parameters_);
+  if (parameter_copy_s_per_float_ > 0) return floats * parameter_copy_s_per_float_;
+  return float_bytes * floats / (device_.memory_bandwidth * std::max(1e-9, device_.efficiency));
+}
+
 double stage_cost::seconds(const kernel_work& work, int64_t batch) const {
   if (work.kernels == 0) return 0;
   const double n = static_cast<double>(batch);

@@ -68,6 +68,12 @@ class stage_cost {
   double state_bytes() const { return state_bytes_; }
   /// The stage's trainable parameters (floats).
   int64_t parameters() const { return parameters_; }
+  /// One copy of the stage's gradients or weights to host memory or back: measured per float
+  /// (a profile's parameter_copy_s_per_float) or at the device's memory bandwidth.
+  double parameter_copy_s() const;
+  void use_measured_parameter_copy(double seconds_per_float) {
+    parameter_copy_s_per_float_ = seconds_per_float;
+  }
   /// Bytes a key's forward context keeps until its backward (activations per sample).
   double context_bytes_per_sample() const { return context_bytes_per_sample_; }
   const device_model& device() const { return device_; }
@@ -86,6 +92,7 @@ class stage_cost {
   device_model device_;
   double state_bytes_ = 0;
   int64_t parameters_ = 0;
+  double parameter_copy_s_per_float_ = 0;
   double context_bytes_per_sample_ = 0;
 };
 

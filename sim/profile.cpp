@@ -52,7 +52,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"inproc_message_cpu_per_byte_s", profile.inproc_message_cpu_per_byte_s},
                {"ipc_message_cpu_per_byte_s", profile.ipc_message_cpu_per_byte_s},
                {"inproc_latency_s", profile.inproc_latency_s},
-               {"time_slice_efficiency", profile.time_slice_efficiency}};
+               {"time_slice_efficiency", profile.time_slice_efficiency},
+               {"parameter_copy_s_per_float", profile.parameter_copy_s_per_float}};
   return text.dump(2) + "\n";
 }
 
@@ -89,7 +90,8 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       {"ipc_message_cpu_s", &profile.ipc_message_cpu_s},
       {"inproc_message_cpu_per_byte_s", &profile.inproc_message_cpu_per_byte_s},
       {"ipc_message_cpu_per_byte_s", &profile.ipc_message_cpu_per_byte_s},
-      {"inproc_latency_s", &profile.inproc_latency_s}};
+      {"inproc_latency_s", &profile.inproc_latency_s},
+      {"parameter_copy_s_per_float", &profile.parameter_copy_s_per_float}};
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }

@@ -55,6 +55,10 @@ struct machine_profile {
   /// fast as a stand-in pipeline of the job's stage times ran, measured only when the stages
   /// outnumber the cores (see process_pipeline.h and fit_time_slice_efficiency()).
   double time_slice_efficiency = 1;
+  /// Seconds per float of copying a stage's gradients or weights to host memory or back, as
+  /// the replicas' all-reduce does around each round (0: unknown; the device's memory
+  /// bandwidth is charged instead).
+  double parameter_copy_s_per_float = 0;
 };
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each

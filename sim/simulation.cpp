@@ -336,6 +336,7 @@ bool simulator::build(std::string* error) {
       cost.use_measured({measured.begin() + range.first, measured.begin() + range.last},
                         options_.profile->batch, s + 1 == stages ? options_.profile->loss_s : 0,
                         options_.profile->evaluation_batch);
+      cost.use_measured_parameter_copy(options_.profile->parameter_copy_s_per_float);
     }
     std::unique_ptr<actors::stage_device> numerics;
     if (options_.numerics) {

@@ -143,20 +143,13 @@ std::vector<layers::parameter*> timed_stage_device::parameters() {
   return numerics_ ? numerics_->parameters() : std::vector<layers::parameter*>{};
 }
 
-/// One pass over the stage's parameters in host memory (a copy out or back in).
-static double parameter_pass_s(const stage_cost& cost) {
-  const device_model& device = cost.device();
-  return 4.0 * static_cast<double>(cost.parameters()) /
-         (device.memory_bandwidth * std::max(1e-9, device.efficiency));
-}
-
 std::vector<float> timed_stage_device::gradient_values() {
-  charge_s_ += parameter_pass_s(cost_);
+  charge_s_ += cost_.parameter_copy_s();
   return numerics_ ? numerics_->gradient_values() : std::vector<float>{};
 }
 
 void timed_stage_device::set_gradient_values(const std::vector<float>& values) {
-  charge_s_ += parameter_pass_s(cost_);
+  charge_s_ += cost_.parameter_copy_s();
   if (numerics_) numerics_->set_gradient_values(values);
 }
 
@@ -165,12 +158,12 @@ int64_t timed_stage_device::gradient_value_count() {
 }
 
 std::vector<float> timed_stage_device::weight_values() {
-  charge_s_ += parameter_pass_s(cost_);
+  charge_s_ += cost_.parameter_copy_s();
   return numerics_ ? numerics_->weight_values() : std::vector<float>{};
 }
 
 void timed_stage_device::set_weight_values(const std::vector<float>& values) {
-  charge_s_ += parameter_pass_s(cost_);
+  charge_s_ += cost_.parameter_copy_s();
   if (numerics_) numerics_->set_weight_values(values);
 }
 

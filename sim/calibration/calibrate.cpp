@@ -423,6 +423,22 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     times.push_back(seconds_since(begin));
   }
   profile.loss_s = median(times);
+  // A replicated stage's round trip of its gradients through host memory (the whole model's,
+  // as one stage): out, a sum's pass over them, back in.
+  if (config.parallelism.replicas > 1) {
+    auto whole = actors::make_layers_stage_device(config, {0, config.model.layers.size()}, *device);
+    const int64_t count = whole->gradient_value_count();
+    std::vector<double> copies;
+    const auto begin_copies = clock_type::now();
+    while (copies.size() < 3 || seconds_since(begin_copies) < seconds) {
+      const auto begin = clock_type::now();
+      std::vector<float> values = whole->gradient_values();
+      for (float& value : values) value += value;
+      whole->set_gradient_values(values);
+      copies.push_back(seconds_since(begin));
+    }
+    profile.parameter_copy_s_per_float = median(copies) / (2.0 * static_cast<double>(count));
+  }
   layers::shape biggest = config.model.input_shape;
   for (const layers::shape& shape : *shapes) {
     if (layers::element_count(shape) > layers::element_count(biggest)) biggest = shape;
