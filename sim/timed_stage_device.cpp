@@ -143,13 +143,19 @@ std::vector<layers::parameter*> timed_stage_device::parameters() {
   return numerics_ ? numerics_->parameters() : std::vector<layers::parameter*>{};
 }
 
-std::vector<float> timed_stage_device::gradient_values() {
+void timed_stage_device::read_gradient_values(std::vector<float>* values) {
   charge_s_ += cost_.parameter_copy_s();
-  return numerics_ ? numerics_->gradient_values() : std::vector<float>{};
+  if (numerics_) {
+    numerics_->read_gradient_values(values);
+  } else {
+    values->clear();
+  }
 }
 
 void timed_stage_device::set_gradient_values(const std::vector<float>& values) {
-  charge_s_ += cost_.parameter_copy_s();
+  // The passes over the gradients since read_gradient_values(): the ring's copy of the
+  // contribution, its adds and copies of the chunks, this copy back.
+  charge_s_ += 3 * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_gradient_values(values);
 }
 
@@ -157,13 +163,20 @@ int64_t timed_stage_device::gradient_value_count() {
   return numerics_ ? numerics_->gradient_value_count() : cost_.parameters();
 }
 
-std::vector<float> timed_stage_device::weight_values() {
+void timed_stage_device::read_weight_values(std::vector<float>* values) {
   charge_s_ += cost_.parameter_copy_s();
-  return numerics_ ? numerics_->weight_values() : std::vector<float>{};
+  if (numerics_) {
+    numerics_->read_weight_values(values);
+  } else {
+    values->clear();
+  }
 }
 
 void timed_stage_device::set_weight_values(const std::vector<float>& values) {
-  charge_s_ += cost_.parameter_copy_s();
+  // The passes over the weights besides the two reads: the ring's copy of the contribution,
+  // its adds and copies of the chunks, the average (over three arrays into one), this copy
+  // back.
+  charge_s_ += 5 * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_weight_values(values);
 }
 

@@ -43,13 +43,14 @@ class timed_stage_device final : public actors::stage_device {
   void release_weights_before(int64_t version) override;
   size_t held_contexts() const override;
   std::vector<layers::parameter*> parameters() override;
-  /// Without numerics: sizes only (the replicas' all-reduce carries the parameters' count);
-  /// reading or writing the stage's gradients or weights is charged as a pass over them.
+  /// Without numerics: sizes only (the replicas' all-reduce carries the parameters' count).
+  /// Reading the stage's gradients or weights is charged as a copy of them, and writing the
+  /// sum back as the copies the all-reduce made of them in between.
   bool holds_values() const override { return numerics_ != nullptr; }
-  std::vector<float> gradient_values() override;
+  void read_gradient_values(std::vector<float>* values) override;
   void set_gradient_values(const std::vector<float>& values) override;
   int64_t gradient_value_count() override;
-  std::vector<float> weight_values() override;
+  void read_weight_values(std::vector<float>* values) override;
   void set_weight_values(const std::vector<float>& values) override;
   int64_t weight_value_count() override;
   actors::stage_state save_state() override;

@@ -6,21 +6,28 @@
 
 namespace troupe::actors {
 
-std::vector<float> stage_device::gradient_values() {
+/// Copies `tensor` (finished, as every method leaves it) into `into`.
+static void copy_out(const layers::tensor& tensor, float* into) {
+  if (tensor.size() == 0) return;
+  layers::backend& device = tensor.device();
+  device.copy_device_to_host(device.default_stream(), into, tensor.data(),
+                             static_cast<size_t>(tensor.size()) * sizeof(float));
+  device.synchronize(device.default_stream());
+}
+
+void stage_device::read_gradient_values(std::vector<float>* values) {
   const std::vector<layers::parameter*> all = parameters();
-  std::vector<float> values;
-  values.reserve(static_cast<size_t>(gradient_value_count()));
+  values->resize(static_cast<size_t>(gradient_value_count()));
+  float* next = values->data();
   for (layers::parameter* p : all) {
-    if (!p->has_gradient) {
-      values.insert(values.end(), static_cast<size_t>(p->value.size()), 0.0f);
-      continue;
+    if (p->has_gradient) {
+      copy_out(p->gradient, next);
+    } else {
+      std::fill(next, next + p->value.size(), 0.0f);
     }
-    // Every method returns with its work finished, so the default stream may read it.
-    const std::vector<float> host = p->gradient.to_host(p->gradient.device().default_stream());
-    values.insert(values.end(), host.begin(), host.end());
+    next += p->value.size();
   }
-  for (layers::parameter* p : all) values.push_back(p->has_gradient ? 1.0f : 0.0f);
-  return values;
+  for (layers::parameter* p : all) *next++ = p->has_gradient ? 1.0f : 0.0f;
 }
 
 void stage_device::set_gradient_values(const std::vector<float>& values) {
@@ -47,14 +54,13 @@ int64_t stage_device::gradient_value_count() {
   return count;
 }
 
-std::vector<float> stage_device::weight_values() {
-  std::vector<float> values;
-  values.reserve(static_cast<size_t>(weight_value_count()));
+void stage_device::read_weight_values(std::vector<float>* values) {
+  values->resize(static_cast<size_t>(weight_value_count()));
+  float* next = values->data();
   for (layers::parameter* p : parameters()) {
-    const std::vector<float> host = p->value.to_host(p->value.device().default_stream());
-    values.insert(values.end(), host.begin(), host.end());
+    copy_out(p->value, next);
+    next += p->value.size();
   }
-  return values;
 }
 
 void stage_device::set_weight_values(const std::vector<float>& values) {

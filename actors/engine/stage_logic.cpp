@@ -246,7 +246,8 @@ void stage_logic::step_with_global_norm(key_message message, std::vector<stage_o
 
 void stage_logic::start_reduction(std::vector<stage_output>* outputs) {
   reduction_pending_ = true;
-  send_chunks(ring_->start(device_.gradient_values()), outputs);
+  device_.read_gradient_values(&scratch_);
+  send_chunks(ring_->start(scratch_), outputs);
   if (ring_->finished()) finish_reduction(outputs);
 }
 
@@ -306,7 +307,7 @@ void stage_logic::after_replica_step(std::vector<stage_output>* outputs) {
 
 void stage_logic::start_average(std::vector<stage_output>* outputs) {
   --averages_due_;
-  sent_weights_ = device_.weight_values();
+  device_.read_weight_values(&sent_weights_);
   send_chunks(ring_->start(sent_weights_), outputs);
   if (ring_->finished()) finish_average(outputs);
 }
@@ -314,14 +315,13 @@ void stage_logic::start_average(std::vector<stage_output>* outputs) {
 void stage_logic::finish_average(std::vector<stage_output>* outputs) {
   const std::vector<float>& sum = ring_->take_result();
   if (device_.holds_values()) {
-    std::vector<float> weights = device_.weight_values();
+    device_.read_weight_values(&scratch_);
     const float share = 1.0f / static_cast<float>(settings_.replicas);
-    for (size_t i = 0; i < weights.size(); ++i) {
-      weights[i] += sum[i] * share - sent_weights_[i];
-    }
-    device_.set_weight_values(weights);
+    float* weights = scratch_.data();
+    const float *sent = sent_weights_.data(), *total = sum.data();
+    for (size_t i = 0; i < scratch_.size(); ++i) weights[i] += total[i] * share - sent[i];
+    device_.set_weight_values(scratch_);
   }
-  sent_weights_.clear();
   if (averages_due_ > 0) start_average(outputs);
 }
 

@@ -222,6 +222,8 @@ class stage_logic {
   /// the lead histogram.
   std::vector<float> sent_weights_;
   int64_t averages_due_ = 0;
+  /// Host memory for the gradients or weights of an all-reduce, kept from one to the next.
+  std::vector<float> scratch_;
   int64_t replica_floor_ = 0;
   std::vector<int64_t> replica_staleness_;
 };
