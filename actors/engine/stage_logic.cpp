@@ -287,7 +287,7 @@ void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
 
 void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
   const std::vector<float>& sum = ring_->take_result();
-  if (device_.holds_values()) device_.set_gradient_values(sum);
+  device_.set_gradient_values(sum);  // empty on a device of sizes only, which charges the time
   reduction_pending_ = false;
   if (held_for_clipping_) {
     key_message message = std::move(*held_for_clipping_);
@@ -314,14 +314,15 @@ void stage_logic::start_average(std::vector<stage_output>* outputs) {
 
 void stage_logic::finish_average(std::vector<stage_output>* outputs) {
   const std::vector<float>& sum = ring_->take_result();
+  // On a device of sizes only these are empty, and the device charges the time.
+  device_.read_weight_values(&scratch_);
   if (device_.holds_values()) {
-    device_.read_weight_values(&scratch_);
     const float share = 1.0f / static_cast<float>(settings_.replicas);
     float* weights = scratch_.data();
     const float *sent = sent_weights_.data(), *total = sum.data();
     for (size_t i = 0; i < scratch_.size(); ++i) weights[i] += total[i] * share - sent[i];
-    device_.set_weight_values(scratch_);
   }
+  device_.set_weight_values(scratch_);
   if (averages_due_ > 0) start_average(outputs);
 }
 
