@@ -173,7 +173,8 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
       const layers::shape& input =
           range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
       members.push_back(s);
-      timers.emplace_back(config, range, s == 0, s + 1 == stages, *backends[group], input,
+      timers.emplace_back(config, range, range.first == 0,
+                          range.last == config.model.layers.size(), *backends[group], input,
                           shapes[range.last - 1], batch);
       group_seconds += seconds * static_cast<double>(range.last - range.first);
     }
@@ -222,12 +223,35 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
     blocks.push_back(time_block(config, i, device, input, batch, seconds, 3, true));
   }
   const int threads = actors::threads_per_stage(config);
-  // As many stages compute at once as the job's threads allow (this machine's cores by default).
+  // Every replica's stages, as the run has them: as many compute at once as the job's threads
+  // allow (this machine's cores by default).
+  const int replicas = config.parallelism.replicas;
+  std::vector<actors::stage_range> actor_ranges;
+  for (int r = 0; r < replicas; ++r) {
+    actor_ranges.insert(actor_ranges.end(), ranges->begin(), ranges->end());
+  }
   const int groups =
-      std::clamp(actors::job_threads(config) / threads, 1, static_cast<int>(ranges->size()));
-  auto timings = time_stages(config, *ranges, shapes, batch, seconds, groups,
+      std::clamp(actors::job_threads(config) / threads, 1, static_cast<int>(actor_ranges.size()));
+  auto timings = time_stages(config, actor_ranges, shapes, batch, seconds, groups,
                              actors::device_of_stage(config, 0), threads, error);
   if (!timings) return std::nullopt;
+  // A stage's cost: the mean of its replicas', which computed beside each other.
+  const size_t stages = ranges->size();
+  for (size_t s = 0; s < stages && replicas > 1; ++s) {
+    stage_timing& mean = (*timings)[s];
+    for (int r = 1; r < replicas; ++r) {
+      const stage_timing& other = (*timings)[r * stages + s];
+      mean.forward_s += other.forward_s;
+      mean.backward_s += other.backward_s;
+      mean.step_s += other.step_s;
+      mean.stash_s += other.stash_s;
+    }
+    mean.forward_s /= replicas;
+    mean.backward_s /= replicas;
+    mean.step_s /= replicas;
+    mean.stash_s /= replicas;
+  }
+  timings->resize(stages);
   for (size_t s = 0; s < ranges->size(); ++s) {
     const actors::stage_range range = (*ranges)[s];
     stage_timing& stage = (*timings)[s];
