@@ -173,9 +173,8 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
       const layers::shape& input =
           range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
       members.push_back(s);
-      timers.emplace_back(config, range, range.first == 0,
-                          range.last == config.model.layers.size(), *backends[group], input,
-                          shapes[range.last - 1], batch);
+      timers.emplace_back(config, range, range.first == 0, range.last == config.model.layers.size(),
+                          *backends[group], input, shapes[range.last - 1], batch);
       group_seconds += seconds * static_cast<double>(range.last - range.first);
     }
     // One round: the group's stages take turns key by key.
