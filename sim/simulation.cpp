@@ -615,6 +615,7 @@ void simulator::finish_work(int device) {
   stage_at_work_[stage] = false;
   send_outputs(device, stage, std::move(outputs));
   start_work(state.pool);
+  if (run_->checkpoint_due() && !writing_) begin_checkpoint();  // a stage may have settled
 }
 
 void simulator::advance_sliced(pool_state& pool) {
@@ -652,6 +653,7 @@ void simulator::finish_sliced_work(int stage, uint64_t sequence) {
   send_outputs(device, stage, std::move(sliced.work.outputs));
   sliced.work.outputs.clear();
   start_work(devices_[device].pool);
+  if (run_->checkpoint_due() && !writing_) begin_checkpoint();  // a stage may have settled
 }
 
 void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& outputs) {
@@ -696,6 +698,11 @@ double simulator::storage_s() const {
 }
 
 void simulator::begin_checkpoint() {
+  // A stage whose step waits for its replicas' sum (or whose weight average is under way) has
+  // no final state yet: the round begins once its work, which follows, has settled it.
+  for (const auto& stage : stages_) {
+    if (stage->settling()) return;
+  }
   if (!round_.begin_if_due(*run_, now_)) return;
   // Every stage answers at once: its state is in memory here, and writing the checkpoint takes
   // the storage's time.
