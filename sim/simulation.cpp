@@ -661,9 +661,7 @@ void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& 
     int target = actors::destination_of(stage, output);
     if (target == actors::output_for_coordinator) target = coordinator;
     if (target == actors::output_for_replica_peer) {
-      // The same stage of the next replica.
-      const int stages = config_.parallelism.stages;
-      target = (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
+      target = actors::replica_peer_of_actor(config_, stage);
     }
     send(device, target, std::move(output), stage);
   }
@@ -672,7 +670,7 @@ void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& 
 void simulator::dispatch(std::vector<key_message>&& messages) {
   for (key_message& message : messages) {
     // Stage 0 of the key's replica.
-    const int first = actors::replica_of_key(config_, message.key) * config_.parallelism.stages;
+    const int first = actors::entry_actor_of_key(config_, message.key);
     send(cluster_model::host_device, first,
          stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator);
   }

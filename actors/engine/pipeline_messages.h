@@ -44,6 +44,24 @@ struct key_message {
   int64_t replica_floor = 0;
 };
 
+/// The reduce message that carries `chunk` to the next replica (round in `step`, ring step in
+/// `key`, piece in `sample_offset`).
+inline key_message reduce_message(const ring_chunk& chunk) {
+  key_message message;
+  message.kind = key_kind::reduce;
+  message.key = static_cast<uint64_t>(chunk.step);
+  message.step = chunk.round;
+  message.sample_offset = chunk.piece;
+  message.values = chunk.values;
+  return message;
+}
+
+/// The chunk a reduce message carries.
+inline ring_chunk chunk_of(const key_message& message) {
+  return {message.step, static_cast<int>(message.key), static_cast<int>(message.sample_offset),
+          message.values};
+}
+
 /// What a stage asks its host to do after handling a message.
 struct stage_output {
   /// to_replica_peer: a reduce message for the same stage of the next replica (its ring).

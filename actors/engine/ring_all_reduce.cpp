@@ -127,8 +127,7 @@ std::string ring_all_reduce::problem_with(const ring_chunk& chunk) const {
   if (chunk.values.data == nullptr && chunk.values.count != 0 && !sizes_only_) {
     return "a ring chunk without values";
   }
-  const int chunk_index = wrap(rank_ - chunk.step - 1, ranks_);
-  const auto [first, last] = piece_range(chunk_index, chunk.piece);
+  const auto [first, last] = piece_range(chunk_received_at(chunk.step), chunk.piece);
   if (chunk.values.count != last - first) {
     return "a ring chunk of " + std::to_string(chunk.values.count) + " values at step " +
            std::to_string(chunk.step) + "; it holds " + std::to_string(last - first);

@@ -83,12 +83,7 @@ class stage_device {
   /// order, followed by one flag per parameter (1: it received some; its values are 0 when
   /// not): what a stage all-reduces with the same stage of the other replicas. Summed flags
   /// tell set_gradient_values() which parameters any replica touched.
-  std::vector<float> gradient_values() {
-    std::vector<float> values;
-    read_gradient_values(&values);
-    return values;
-  }
-  /// gradient_values() into `values` (whose memory is reused when it has the size already).
+  /// Into `values`, whose memory is reused when it has the size already.
   virtual void read_gradient_values(std::vector<float>* values);
   /// Puts a sum of gradient_values() in place of the accumulated gradients; a parameter whose
   /// flag sums to 0 stays without a gradient (its step skips it, as it would have).
@@ -100,12 +95,7 @@ class stage_device {
   /// sizes only.
   virtual bool holds_values() const { return true; }
   /// The weights, every parameter's in order, in host memory (async replicas average them).
-  std::vector<float> weight_values() {
-    std::vector<float> values;
-    read_weight_values(&values);
-    return values;
-  }
-  /// weight_values() into `values` (whose memory is reused when it has the size already).
+  /// Into `values`, whose memory is reused when it has the size already.
   virtual void read_weight_values(std::vector<float>* values);
   /// Puts `values` (as weight_values() lays them out) in place of the weights.
   virtual void set_weight_values(const std::vector<float>& values);

@@ -13,12 +13,7 @@ stage_logic::stage_logic(stage_settings settings, stage_device& device)
   TROUPE_CHECK(settings_.min_update_interval >= 1);
   TROUPE_CHECK(settings_.index >= 0 && settings_.index < settings_.count);
   TROUPE_CHECK(settings_.replica >= 0 && settings_.replica < settings_.replicas);
-  if (replicated()) {
-    ring_ = std::make_unique<ring_all_reduce>(
-        settings_.replica, settings_.replicas,
-        averaging() ? device_.weight_value_count() : device_.gradient_value_count(),
-        int64_t{1} << 20, !device_.holds_values());
-  }
+  if (replicated()) ring_ = make_ring();
 }
 
 std::vector<stage_output> stage_logic::handle(const key_message& message, std::string* refusal) {
@@ -224,6 +219,14 @@ layers::tensor stage_logic::run_backward(const key_message& message) {
   return gradient;
 }
 
+std::unique_ptr<ring_all_reduce> stage_logic::make_ring() const {
+  // Sync replicas sum gradients; async ones average weights.
+  return std::make_unique<ring_all_reduce>(
+      settings_.replica, settings_.replicas,
+      averaging() ? device_.weight_value_count() : device_.gradient_value_count(), int64_t{1} << 20,
+      !device_.holds_values());
+}
+
 void stage_logic::step_with_global_norm(key_message message, std::vector<stage_output>* outputs) {
   run_all_deferred();  // the norm needs every weight gradient
   // The later stages' squared norms came with the message; add this stage's.
@@ -255,9 +258,7 @@ void stage_logic::handle_reduce(const key_message& message, std::vector<stage_ou
                                 std::string* refusal) {
   std::string error = "a reduce message, but this stage has no replicas";
   std::vector<ring_chunk> to_send;
-  const ring_chunk chunk{message.step, static_cast<int>(message.key),
-                         static_cast<int>(message.sample_offset), message.values};
-  if (!ring_ || !ring_->receive(chunk, &to_send, &error)) {
+  if (!ring_ || !ring_->receive(chunk_of(message), &to_send, &error)) {
     if (refusal) *refusal = error;
     ++refused_;
     return;
@@ -275,13 +276,7 @@ void stage_logic::handle_reduce(const key_message& message, std::vector<stage_ou
 void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
                               std::vector<stage_output>* outputs) {
   for (const ring_chunk& chunk : chunks) {
-    stage_output output{stage_output::kind::to_replica_peer, {}};
-    output.message.kind = key_kind::reduce;
-    output.message.key = static_cast<uint64_t>(chunk.step);
-    output.message.step = chunk.round;
-    output.message.sample_offset = chunk.piece;
-    output.message.values = chunk.values;
-    outputs->push_back(std::move(output));
+    outputs->push_back({stage_output::kind::to_replica_peer, reduce_message(chunk)});
   }
 }
 
@@ -422,12 +417,7 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   if (!device_.load_state(state, weights_only, error)) return false;
   forward_versions_.clear();
   deferred_.clear();
-  if (replicated()) {
-    ring_ = std::make_unique<ring_all_reduce>(
-        settings_.replica, settings_.replicas,
-        averaging() ? device_.weight_value_count() : device_.gradient_value_count(),
-        int64_t{1} << 20, !device_.holds_values());
-  }
+  if (replicated()) ring_ = make_ring();
   reduction_pending_ = false;
   held_for_clipping_.reset();
   averages_due_ = 0;

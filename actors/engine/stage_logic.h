@@ -172,6 +172,8 @@ class stage_logic {
   /// 0 steps and tells the next; a later stage passes its norm on and holds its step.
   void step_with_global_norm(key_message message, std::vector<stage_output>* outputs);
   bool replicated() const { return settings_.replicas > 1; }
+  /// A fresh ring with the stage's replicas (no round under way).
+  std::unique_ptr<ring_all_reduce> make_ring() const;
   /// Begins the all-reduce of the step's gradients.
   void start_reduction(std::vector<stage_output>* outputs);
   /// A chunk of the ring from the previous replica.

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "actors/engine/learning_rate.h"
+#include "actors/engine/training_run.h"
 
 namespace troupe::actors {
 
@@ -56,10 +57,11 @@ int64_t micro_batch_size(const job_config& config) {
   return config.training.batch_size / keys_per_step(config);
 }
 
-int replica_of_key(const job_config& config, uint64_t key) {
-  if (key >= (uint64_t(1) << 62)) return 0;  // evaluation keys
-  return static_cast<int>((key % static_cast<uint64_t>(keys_per_step(config))) /
-                          static_cast<uint64_t>(config.parallelism.micro_batches));
+int entry_actor_of_key(const job_config& config, uint64_t key) {
+  if (key >= first_evaluation_key) return 0;
+  const int replica = static_cast<int>((key % static_cast<uint64_t>(keys_per_step(config))) /
+                                       static_cast<uint64_t>(config.parallelism.micro_batches));
+  return replica * config.parallelism.stages;
 }
 
 int stage_actor_count(const job_config& config) {

@@ -30,8 +30,9 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
 int keys_per_step(const job_config& config);
 /// Samples per key: training.batch_size / keys_per_step().
 int64_t micro_batch_size(const job_config& config);
-/// The replica a training key belongs to (evaluation keys go to replica 0).
-int replica_of_key(const job_config& config, uint64_t key);
+/// The stage actor a key enters at: stage 0 of the replica its training key belongs to
+/// (evaluation keys go to replica 0).
+int entry_actor_of_key(const job_config& config, uint64_t key);
 
 /// Stage actors of the job: parallelism.stages of each of parallelism.replicas. Hosts number
 /// them replica by replica (stage actor replica · stages + stage), in addresses, wire routes
@@ -42,6 +43,12 @@ inline int stage_of_actor(const job_config& config, int actor) {
 }
 inline int replica_of_actor(const job_config& config, int actor) {
   return actor / config.parallelism.stages;
+}
+/// The same stage of the next replica: where `actor`'s ring all-reduce pieces go.
+inline int replica_peer_of_actor(const job_config& config, int actor) {
+  const int stages = config.parallelism.stages;
+  return (replica_of_actor(config, actor) + 1) % config.parallelism.replicas * stages +
+         stage_of_actor(config, actor);
 }
 
 /// The CPU threads the job's stages share: parallelism.threads, or every core when it is 0.

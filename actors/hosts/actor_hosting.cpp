@@ -316,7 +316,7 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   }
   const int replicas = config.parallelism.replicas;
   if (replicas > 1) {
-    parts->replica_next_index = ((replica + 1) % replicas) * stages + stage;
+    parts->replica_next_index = replica_peer_of_actor(config, index);
     parts->replica_next = connect(parts->replica_next_index);
     if (!parts->replica_next) return nullptr;
   }

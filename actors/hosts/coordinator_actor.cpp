@@ -20,7 +20,7 @@ static caf::actor reader_of(const coordinator_parts& parts, size_t stage) {
 static void dispatch(coordinator_parts& parts, const std::vector<key_message>& messages) {
   for (const key_message& message : messages) {
     // Stage 0 of the key's replica.
-    const int first = replica_of_key(*parts.config, message.key) * parts.config->parallelism.stages;
+    const int first = entry_actor_of_key(*parts.config, message.key);
     wire_route route{parts.job_id, transport::coordinator_stage, first, 0,
                      parts.clock->now_seconds()};
     send_on(*parts.stages[first], to_wire(message, route), reader_of(parts, first));

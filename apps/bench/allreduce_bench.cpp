@@ -1,10 +1,10 @@
-// troupe-allreduce-bench: troupe's CPU ring all-reduce (the engine's ring machine, its chunks as
-// gradient_chunk messages over ZeroMQ tcp on loopback) against Gloo's ring all-reduce
-// (AllreduceRing and AllreduceRingChunked over Gloo's own tcp transport), one thread per rank,
-// alternating rounds, for 1 MiB ... 256 MiB of float32. Prints each one's median bus bandwidth
-// (nccl-tests' definition: bytes / time · 2 (ranks − 1) / ranks) and troupe's ratio to the
-// better Gloo algorithm, with CURVE off and on. Gloo is a benchmark-only reference here: the
-// engine never links it.
+// troupe-allreduce-bench: troupe's CPU ring all-reduce (the engine's ring machine, its pieces
+// in the engine's wire format as gradient_chunk messages over ZeroMQ tcp on loopback) against
+// Gloo's ring all-reduce (AllreduceRing and AllreduceRingChunked over Gloo's own tcp
+// transport), one thread per rank, alternating rounds, for 1 MiB ... 256 MiB of float32. Prints
+// each one's median bus bandwidth (nccl-tests' definition: bytes / time · 2 (ranks − 1) /
+// ranks) and troupe's ratio to the better Gloo algorithm, with CURVE off and on. Gloo is a
+// benchmark-only reference here: the engine never links it.
 
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "actors/engine/ring_all_reduce.h"
+#include "actors/hosts/wire_format.h"
+#include "layers/backend_registry.h"
 #include "transport/curve.h"
 #include "transport/endpoint.h"
 
@@ -177,18 +179,15 @@ std::vector<double> troupe_rounds(int ranks, int64_t floats, int rounds, bool cu
   }
   std::vector<std::vector<float>> buffers(ranks, std::vector<float>(floats, 1.0f));
   std::vector<std::unique_ptr<ring_all_reduce>> rings(ranks);
+  // The engine's own wire format for the pieces (actors/hosts/wire_format.h).
+  std::string backend_error;
+  auto host = troupe::layers::create_backend("cpu", 1, &backend_error);
   const auto send = [&](int rank, const std::vector<ring_chunk>& chunks) {
+    const troupe::actors::wire_route route{0, rank, (rank + 1) % ranks, 0, 0};
     for (const ring_chunk& chunk : chunks) {
-      transport::message message;
-      message.header.kind = transport::message_kind::gradient_chunk;
-      message.header.key = static_cast<uint64_t>(chunk.step);
-      message.header.step = chunk.round;
-      message.header.sample_offset = chunk.piece;
-      message.header.frames.push_back({transport::element_type::float32, {chunk.values.count}});
-      message.payloads.push_back(
-          transport::frame{chunk.values.owner, chunk.values.data,
-                           static_cast<size_t>(chunk.values.count) * sizeof(float)});
-      outboxes[rank]->send_waiting(message, std::chrono::milliseconds(-1));
+      outboxes[rank]->send_waiting(
+          troupe::actors::to_wire(troupe::actors::reduce_message(chunk), route),
+          std::chrono::milliseconds(-1));
     }
   };
   const auto round = [&](int rank) {
@@ -197,16 +196,10 @@ std::vector<double> troupe_rounds(int ranks, int64_t floats, int rounds, bool cu
     while (!ring.finished()) {
       auto received = inboxes[rank]->receive(std::chrono::milliseconds(-1));
       if (!received || !received->ok()) continue;
-      const transport::message& message = *received->value;
-      const transport::frame& frame = message.payloads[0];
-      const ring_chunk chunk{
-          message.header.step, static_cast<int>(message.header.key),
-          static_cast<int>(message.header.sample_offset),
-          troupe::actors::float_view{frame.owner, static_cast<const float*>(frame.data),
-                                     static_cast<int64_t>(frame.bytes / sizeof(float))}};
-      std::vector<ring_chunk> next;
       std::string refusal;
-      if (!ring.receive(chunk, &next, &refusal)) {
+      auto piece = troupe::actors::key_from_wire(*received->value, *host, &refusal);
+      std::vector<ring_chunk> next;
+      if (!piece || !ring.receive(troupe::actors::chunk_of(*piece), &next, &refusal)) {
         std::fprintf(stderr, "troupe-allreduce-bench: %s\n", refusal.c_str());
         std::exit(1);
       }

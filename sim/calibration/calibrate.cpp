@@ -452,10 +452,11 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     auto whole = actors::make_layers_stage_device(config, {0, config.model.layers.size()}, *device);
     const int64_t count = whole->gradient_value_count();
     std::vector<double> copies;
+    std::vector<float> values;
     const auto begin_copies = clock_type::now();
     while (copies.size() < 3 || seconds_since(begin_copies) < seconds) {
       const auto begin = clock_type::now();
-      std::vector<float> values = whole->gradient_values();
+      whole->read_gradient_values(&values);
       for (float& value : values) value += value;
       whole->set_gradient_values(values);
       copies.push_back(seconds_since(begin));

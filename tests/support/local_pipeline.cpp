@@ -151,10 +151,7 @@ void local_pipeline::route(int stage, std::vector<stage_output> outputs,
     if (target == output_for_coordinator) {
       to_coordinator(std::move(output));
     } else if (target == output_for_replica_peer) {
-      const int stages = config_.parallelism.stages;
-      const int peer =
-          (stage / stages + 1) % config_.parallelism.replicas * stages + stage % stages;
-      mailboxes_[peer].chunks.push_back(std::move(output.message));
+      mailboxes_[replica_peer_of_actor(config_, stage)].chunks.push_back(std::move(output.message));
     } else {
       auto& queue = target > stage ? mailboxes_[target].forwards : mailboxes_[target].backwards;
       queue.push_back(std::move(output.message));
@@ -200,7 +197,7 @@ training_summary local_pipeline::run(const job_data& data, clock_source& clock,
   training_run coordinator(config_, data.train, data.test, *host, observer);
   const auto to_stage_0 = [this](std::vector<key_message> messages) {
     for (key_message& message : messages) {
-      const int first = replica_of_key(config_, message.key) * config_.parallelism.stages;
+      const int first = entry_actor_of_key(config_, message.key);
       mailboxes_[first].forwards.push_back(std::move(message));
     }
   };
