@@ -206,6 +206,8 @@ class cluster_coordinator {
                      type.c_str(),
                      body.value("address", std::string("a peer without an address")).c_str());
       }
+    } else if (type == "heartbeat") {
+      keep_activity(*worker, body);
     } else if (type == "ready" && body.value("job_id", uint64_t{0}) == job_id_) {
       ++ready_;
     } else if (type == "report") {
@@ -215,6 +217,30 @@ class cluster_coordinator {
     } else if (type == "usage") {
       keep_worker_usage(body);
     }
+  }
+
+  /// Passes what a worker's heartbeat says its stages do on to the run's monitor.
+  void keep_activity(const worker_peer& worker, const json& body) {
+    run_monitor* monitor = options_.pipeline.monitor;
+    if (monitor == nullptr || !body.contains("activity")) return;
+    std::string problem;
+    if (!monitor->add_heartbeat(body, worker.stages, clock_.now_seconds(), &problem)) {
+      ++dropped_control_;
+      std::fprintf(stderr, "troupe: ignored the stage activity in a heartbeat from %s: %s\n",
+                   worker.describe().c_str(), problem.c_str());
+    }
+  }
+
+  /// Tells the run's monitor which worker hosts which stages.
+  void publish_workers() {
+    run_monitor* monitor = options_.pipeline.monitor;
+    if (monitor == nullptr) return;
+    std::vector<hosting_process> processes;
+    for (const worker_peer& worker : workers_) {
+      processes.push_back(
+          {worker.describe(), worker.host, worker.pid, worker.stages, worker.last_heard});
+    }
+    monitor->set_processes(std::move(processes), recovery_.restarts());
   }
 
   /// Keeps a stage's final report, when it comes from the worker that hosts that stage.
@@ -524,6 +550,8 @@ class cluster_coordinator {
       if (done && parts_->run->finished()) return outcome::done;
       forward_checkpoint_request(self_, current_, options_.pipeline.checkpoint_requests);
       take_control(0);
+      publish_workers();
+      watch_run(self_, current_, options_.pipeline, config_.metrics.stall_timeout_s, clock_);
       const double now = clock_.now_seconds();
       heartbeat_workers(now);
       std::string reason;

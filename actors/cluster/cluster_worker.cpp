@@ -249,7 +249,8 @@ bool for_this_job(const json& body, uint64_t job_id, uint64_t* dropped) {
 json await_coordinator(control_queue& control, coordinator_link& coordinator,
                        const std::set<std::string>& types, double silence_s,
                        const worker_options& options, clock_source& clock, std::string* error,
-                       uint64_t job_id = 0) {
+                       uint64_t job_id = 0,
+                       const std::function<json(double now_s)>& heartbeat_body = {}) {
   const double heartbeat_s = options.liveness.heartbeat_s;
   double last_heard = clock.now_seconds(), last_sent = 0;
   for (;;) {
@@ -264,7 +265,9 @@ json await_coordinator(control_queue& control, coordinator_link& coordinator,
         return body;
     }
     if (now - last_sent >= heartbeat_s) {
-      coordinator.send({{"type", "heartbeat"}});
+      json heartbeat = heartbeat_body ? heartbeat_body(now) : json::object();
+      heartbeat["type"] = "heartbeat";
+      coordinator.send(std::move(heartbeat));
       last_sent = now;
     }
     if (now - last_heard > silence_s) {
@@ -293,6 +296,15 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     trace = std::make_unique<trace_recorder>(stages->stage_count);
     for (auto& parts : stages->parts) parts->trace = trace.get();
   }
+  // What the stages do, shipped with each heartbeat for the coordinator's monitor.
+  run_monitor activity(json::object(), stages->stage_count, clock.now_seconds(), 4096);
+  for (auto& parts : stages->parts) parts->monitor = &activity;
+  double spans_sent_s = clock.now_seconds();
+  const auto heartbeat_body = [&](double now) {
+    json body = activity.heartbeat_json(stages->indices, spans_sent_s, now);
+    spans_sent_s = now;
+    return body;
+  };
   json next;
   {
     caf::actor_system_config settings;
@@ -311,7 +323,7 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     routes.set(actors, job_id);
     coordinator.send({{"type", "ready"}, {"stages", stages->indices}, {"job_id", job_id}});
     next = await_coordinator(control, coordinator, {"finish", "reset"}, options.liveness.timeout_s,
-                             options, clock, error, job_id);
+                             options, clock, error, job_id, heartbeat_body);
     if (!next.is_null() && next["type"] == "finish") {
       if (trace) send_trace(*trace, stages->indices, coordinator);
       json usage = to_json(this_process_usage("worker", stages->indices));
@@ -327,6 +339,7 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
   for (auto& parts : stages->parts) {
     close_outboxes(*parts);
     parts->trace = nullptr;
+    parts->monitor = nullptr;
     retired->push_back(parts);
   }
   return next;

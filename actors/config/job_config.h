@@ -108,6 +108,8 @@ struct metrics_config {
   int64_t log_interval = 100;
   bool trace = false;
   bool progress = true;  ///< progress bar when stderr is a terminal
+  /// Keys in flight and no report for this long: the coordinator reports a stall (0: never).
+  double stall_timeout_s = 30;
 };
 
 struct job_config {

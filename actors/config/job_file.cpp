@@ -268,7 +268,8 @@ std::vector<section> job_schema(job_config& config) {
             number_field("rejoin_timeout_s", &c.rejoin_timeout_s, kNonNegative)}},
           {"metrics",
            {integer_field("log_interval", &m.log_interval, 1), bool_field("trace", &m.trace),
-            bool_field("progress", &m.progress)}}};
+            bool_field("progress", &m.progress),
+            number_field("stall_timeout_s", &m.stall_timeout_s, kNonNegative)}}};
 }
 
 // Checks across keys, once every key is read -----------------------------------------------------

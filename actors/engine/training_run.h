@@ -69,6 +69,8 @@ class training_run {
   run_progress progress(double now_s) const;
 
   bool finished() const { return finished_; }
+  /// Training and evaluation keys sent into the pipeline and not yet back.
+  int64_t keys_in_flight() const;
   /// Why the run cannot go on (the training loss stopped being finite); empty while it can.
   /// The run admits nothing more once this is set.
   const std::string& failure() const { return failure_; }

@@ -46,25 +46,44 @@ static const char* span_name(key_kind kind, bool last, bool stepped) {
   return stepped ? "backward+step" : "backward";
 }
 
+/// Remembers the last message the stage sent, for its monitor.
+static void note_sent(stage_parts& parts, const transport::message& message, double at_s) {
+  if (!parts.monitor) return;
+  parts.last_sent = {transport::to_string(message.header.kind),
+                     static_cast<int64_t>(message.header.key), message.header.target_stage, at_s};
+}
+
 static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs) {
   for (stage_output& output : outputs) {
+    const double now = parts.clock->now_seconds();
     wire_route route{parts.job_id, parts.index, transport::coordinator_stage,
-                     parts.logic->version(), parts.clock->now_seconds()};
+                     parts.logic->version(), now};
     const int target = destination_of(parts.index, output);
+    transport::message message;
     if (target == output_for_coordinator) {
-      send_on(*parts.coordinator, report_to_wire(output, route), parts.coordinator_reader);
-      continue;
-    }
-    if (target == output_for_replica_peer) {
+      message = report_to_wire(output, route);
+      send_on(*parts.coordinator, message, parts.coordinator_reader);
+    } else if (target == output_for_replica_peer) {
       route.target_stage = parts.replica_next_index;
-      send_on(*parts.replica_next, to_wire(output.message, route), parts.replica_next_reader);
-      continue;
+      message = to_wire(output.message, route);
+      send_on(*parts.replica_next, message, parts.replica_next_reader);
+    } else {
+      route.target_stage = target;
+      const bool forward = target > parts.index;
+      message = to_wire(output.message, route);
+      send_on(forward ? *parts.next : *parts.previous, message,
+              forward ? parts.next_reader : parts.previous_reader);
     }
-    route.target_stage = target;
-    const bool forward = target > parts.index;
-    send_on(forward ? *parts.next : *parts.previous, to_wire(output.message, route),
-            forward ? parts.next_reader : parts.previous_reader);
+    note_sent(parts, message, now);
   }
+}
+
+/// A span of the stage's work, for its trace and its monitor.
+static void record_span(stage_parts& parts, const char* name, int64_t key, double start_s) {
+  if (!parts.trace && !parts.monitor) return;
+  const double duration = parts.clock->now_seconds() - start_s;
+  if (parts.trace) parts.trace->span(parts.index, name, key, start_s, duration);
+  if (parts.monitor) parts.monitor->add_span(parts.index, name, key, start_s, duration);
 }
 
 /// Runs on whichever CAF scheduler thread picked the stage's actor; the backend makes its
@@ -89,14 +108,12 @@ static void handle_at_stage(stage_parts& parts, const transport::message& incomi
     return;
   }
   if (parts.trace) {
-    const double end = parts.clock->now_seconds();
     parts.trace->flow(incoming.header.source_stage, parts.index, message->key, sent_time(incoming),
                       start);
-    parts.trace->span(
-        parts.index,
-        span_name(message->kind, parts.logic->is_last(), parts.logic->version() != version),
-        static_cast<int64_t>(message->key), start, end - start);
   }
+  record_span(parts,
+              span_name(message->kind, parts.logic->is_last(), parts.logic->version() != version),
+              static_cast<int64_t>(message->key), start);
   send_outputs(parts, outputs);
 }
 
@@ -158,11 +175,7 @@ static void run_ready_work(stage_parts& parts) {
   const double start = parts.clock->now_seconds();
   const int64_t version = parts.logic->version();
   std::vector<stage_output> outputs = parts.logic->run_ready_work();
-  if (parts.trace) {
-    parts.trace->span(parts.index,
-                      parts.logic->version() != version ? "scheduled+step" : "scheduled", -1, start,
-                      parts.clock->now_seconds() - start);
-  }
+  record_span(parts, parts.logic->version() != version ? "scheduled+step" : "scheduled", -1, start);
   send_outputs(parts, outputs);
 }
 
@@ -200,12 +213,39 @@ static void handle_now(stage_parts& parts, const transport::message& incoming) {
   }
 }
 
+/// Tells the monitor what the stage now holds, after a message (its own thread: the mailbox
+/// is read from here).
+static void publish_activity(caf::stateful_actor<stage_actor_state>* self) {
+  stage_parts& parts = *self->state.parts;
+  if (!parts.monitor) return;
+  stage_activity activity;
+  activity.version = parts.logic->version();
+  activity.keys_held = parts.logic->keys_held();
+  for (const transport::message& message : self->state.waiting)
+    activity.keys_waiting.push_back(static_cast<int64_t>(message.header.key));
+  activity.mailbox = static_cast<int64_t>(self->mailbox().size());
+  activity.last_sent = parts.last_sent;
+  activity.staleness_histogram = parts.logic->staleness_histogram();
+  parts.monitor->set_activity(parts.index, std::move(activity));
+}
+
+/// What the monitor and the fault hook learn of a message as the stage takes it.
+static void note_arrival(stage_parts& parts, const transport::message& incoming) {
+  if (!parts.monitor && !parts.fault_hook) return;
+  const message_note note{transport::to_string(incoming.header.kind),
+                          static_cast<int64_t>(incoming.header.key), incoming.header.source_stage,
+                          parts.clock->now_seconds()};
+  if (parts.monitor) parts.monitor->note_received(parts.index, note);
+  if (parts.fault_hook) parts.fault_hook(parts.index, note);
+}
+
 /// Messages that must wait keep their order in the actor's state until the stage can take
 /// them.
-static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
-                             const transport::message& incoming) {
+static void take_stage_message(caf::stateful_actor<stage_actor_state>* self,
+                               const transport::message& incoming) {
   stage_parts& parts = *self->state.parts;
   std::deque<transport::message>& waiting = self->state.waiting;
+  note_arrival(parts, incoming);
   if (must_wait(parts, incoming)) {
     waiting.push_back(incoming);
     return;
@@ -227,6 +267,12 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
   wake_turn_holder(self, parts, before);
 }
 
+static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
+                             const transport::message& incoming) {
+  take_stage_message(self, incoming);
+  publish_activity(self);
+}
+
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
@@ -243,6 +289,7 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
         run_ready_work(*self->state.parts);
         remind_of_ready_work(self);
         wake_turn_holder(self, *self->state.parts, before);
+        publish_activity(self);
       },
       [self](collect_atom) -> caf::result<stage_report> {
         if (!self->state.parts->logic->settling()) return snapshot(*self->state.parts);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/engine/checkpoint_round.h"
+#include "actors/engine/run_monitor.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"
@@ -36,6 +37,8 @@ using take_atom = caf::atom_constant<caf::atom("take")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 /// A stage's reminder to itself: the next pass of its zero-bubble order can run.
 using ready_work_atom = caf::atom_constant<caf::atom("ready")>;
+/// Hands the coordinator a status report (JSON text) to pass to its observer.
+using status_atom = caf::atom_constant<caf::atom("status")>;
 
 /// Socket settings of every engine endpoint: queues far deeper than admission ever fills,
 /// secured as `security` says (plain by default, which only loopback addresses accept).
@@ -102,6 +105,11 @@ struct stage_parts {
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
+  /// Where the stage publishes what it does (null: nowhere), and the last message it sent.
+  run_monitor* monitor = nullptr;
+  message_note last_sent;
+  /// Tests only: called before the stage takes each message (it may block, to stall it).
+  std::function<void(int actor, const message_note& message)> fault_hook;
   bool collect_weights = false;
 };
 
@@ -142,6 +150,7 @@ struct coordinator_parts {
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
+  run_monitor* monitor = nullptr;         ///< told when a stage reports (may be null)
   training_observer* observer = nullptr;  ///< checkpoint events (may be null)
   caf::actor listener;
   /// Where checkpoints go (null: the run takes none).
@@ -175,8 +184,16 @@ std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& conf
                                                           training_observer& observer,
                                                           clock_source& clock, std::string* error);
 
-/// Waits for the coordinator's done_atom, passing checkpoint requests on as they come.
-void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atomic<int>* requests);
+/// Waits for the coordinator's done_atom, passing checkpoint requests on as they come and
+/// watching for stalls (watch_run).
+void await_run(caf::scoped_actor& self, const caf::actor& coordinator,
+               const pipeline_options& options, double stall_timeout_s, clock_source& clock);
+
+/// The stall watch, called between a coordinator's waits: when `monitor` saw keys in flight
+/// and no report for `stall_timeout_s`, or a status report was asked for (SIGUSR2), prints the
+/// report and hands it to the coordinator for its observer.
+void watch_run(caf::scoped_actor& self, const caf::actor& coordinator,
+               const pipeline_options& options, double stall_timeout_s, clock_source& clock);
 
 /// Passes a pending checkpoint request (SIGUSR1: 1, SIGTERM: 2) to the coordinator.
 void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coordinator,

@@ -60,6 +60,12 @@ static void maybe_checkpoint(coordinator_parts& parts) {
 
 static void after_run_changed(caf::event_based_actor* self, coordinator_parts& parts) {
   maybe_checkpoint(parts);
+  if (parts.monitor) {
+    // A checkpoint round waits for the stages as keys in flight do.
+    parts.monitor->note_coordinator(
+        parts.clock->now_seconds(),
+        parts.run->keys_in_flight() + (parts.round.under_way() ? 1 : 0));
+  }
   if (parts.run->finished()) self->send(parts.listener, done_atom::value);
 }
 
@@ -201,6 +207,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* se
       [self](const transport::message& incoming) {
         on_coordinator_message(self, *self->state.parts, incoming);
       },
+      [self](status_atom, const std::string& report) {
+        coordinator_parts& parts = *self->state.parts;
+        if (parts.observer) parts.observer->on_event(nlohmann::json::parse(report));
+      },
       [self](take_atom) {
         coordinator_parts& parts = *self->state.parts;
         take_and_handle(self, parts.inbox, parts.dropped_frames,
@@ -245,6 +255,7 @@ std::shared_ptr<coordinator_parts> make_coordinator_parts(const job_config& conf
                                               progress);
   parts->clock = &clock;
   parts->trace = options.trace;
+  parts->monitor = options.monitor;
   parts->observer = &observer;
   parts->job_name = options.job_name;
   parts->config_hash = checkpoint_config_hash(config);
@@ -262,12 +273,27 @@ void forward_checkpoint_request(caf::scoped_actor& self, const caf::actor& coord
   if (request != 0) self->send(coordinator, checkpoint_atom::value, request == 2);
 }
 
-void await_run(caf::scoped_actor& self, const caf::actor& coordinator, std::atomic<int>* requests) {
+void watch_run(caf::scoped_actor& self, const caf::actor& coordinator,
+               const pipeline_options& options, double stall_timeout_s, clock_source& clock) {
+  if (options.monitor == nullptr) return;
+  const double now = clock.now_seconds();
+  const bool asked = options.status_requests && options.status_requests->exchange(false);
+  const bool stalled = options.monitor->stall_began(now, stall_timeout_s);
+  if (!asked && !stalled) return;
+  const nlohmann::json report = options.monitor->status_report(stalled ? "stall" : "status", now);
+  // Printed here: the coordinator may be the one that is stuck.
+  std::fprintf(stderr, "troupe: %s", describe_status(report).c_str());
+  self->send(coordinator, status_atom::value, report.dump());
+}
+
+void await_run(caf::scoped_actor& self, const caf::actor& coordinator,
+               const pipeline_options& options, double stall_timeout_s, clock_source& clock) {
   bool done = false;
   while (!done) {
     self->receive([&](done_atom) { done = true; },
                   caf::after(std::chrono::milliseconds(100)) >> [] {});
-    forward_checkpoint_request(self, coordinator, requests);
+    forward_checkpoint_request(self, coordinator, options.checkpoint_requests);
+    if (!done) watch_run(self, coordinator, options, stall_timeout_s, clock);
   }
 }
 

@@ -195,6 +195,8 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     parts.back()->job_id = job_id;
     parts.back()->clock = &clock;
     parts.back()->trace = options.trace;
+    parts.back()->monitor = options.monitor;
+    parts.back()->fault_hook = options.fault_hook;
     parts.back()->collect_weights = options.collect_weights;
   }
 
@@ -213,7 +215,13 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   connect_readers(parts, *coordinator, targets, inboxes);
   connect_worker_siblings(config, parts, targets);
   caf::anon_send(coordinator_handle, start_atom::value);
-  await_run(self, coordinator_handle, options.checkpoint_requests);
+  if (options.monitor) {
+    std::vector<int> all(static_cast<size_t>(stages));
+    std::iota(all.begin(), all.end(), 0);
+    options.monitor->set_processes(
+        {{"this process", host_name(), static_cast<int64_t>(::getpid()), all, 1e300}}, 0);
+  }
+  await_run(self, coordinator_handle, options, config.metrics.stall_timeout_s, clock);
 
   pipeline_report report;
   report.summary = coordinator->run->summary();

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
+#include "actors/engine/run_monitor.h"
 #include "actors/engine/trace_recorder.h"
 #include "actors/engine/training_loop.h"
 #include "actors/storage/checkpoint_store.h"
@@ -35,6 +37,13 @@ struct pipeline_options {
   /// Polled while training: 1 asks for a checkpoint, 2 for a checkpoint and then a stop
   /// (SIGUSR1, SIGTERM); set back to 0 when passed on.
   std::atomic<int>* checkpoint_requests = nullptr;
+  /// Where the run shows what it does (the dashboard, stall reports); null: nowhere.
+  run_monitor* monitor = nullptr;
+  /// Polled while training: true asks for a status report (SIGUSR2); set back when taken.
+  std::atomic<bool>* status_requests = nullptr;
+  /// Tests only: called on a stage's thread before it takes each message; it may block the
+  /// stage (a stall on purpose).
+  std::function<void(int actor, const message_note& message)> fault_hook;
 };
 
 /// What the stages report at the end of a run.
