@@ -32,9 +32,22 @@ struct train_options {
   /// output directory), or from the job's own checkpoints when PATH is empty.
   bool resume = false;
   std::string resume_path;
+  /// --dashboard [HOST:PORT]: serve the live dashboard (address empty: the default).
+  bool dashboard = false;
+  std::string dashboard_address;
+  std::string dashboard_token;
 };
 
 int run_train(const train_options& options);
+
+struct dashboard_options {
+  std::string run_directory;
+  std::string address;  ///< empty: 127.0.0.1:8265
+  std::string token;
+};
+
+/// troupe dashboard RUN_DIR: serves a run's (or a simulation's) output directory until stopped.
+int run_dashboard(const dashboard_options& options);
 
 struct worker_command_options {
   std::string coordinator;
@@ -197,5 +210,17 @@ struct generate_options {
 
 /// `troupe generate CHECKPOINT --prompt TEXT`: samples text from a language model.
 int run_generate(const generate_options& options);
+
+struct plot_options {
+  std::vector<std::string> run_directories;
+  std::string out_directory;
+  std::vector<std::string> labels;  ///< legend labels, one per run (empty: the directory names)
+  std::string window;  ///< "START:END" seconds from the trace's start (empty: the last 2 trained)
+};
+
+/// `troupe plot RUN_DIR... --out DIR`: PNG and SVG figures of the runs overlaid, drawn by
+/// apps/plot/troupe_plot.py with python3-matplotlib; returns the script's exit status (1 when
+/// python3 or matplotlib is missing).
+int run_plot(const plot_options& options);
 
 }  // namespace troupe::apps

@@ -140,6 +140,21 @@ std::optional<dashboard_view> load_run(const std::string& directory, std::string
     monitor->set_activity(static_cast<int>(i), std::move(activity));
   }
   if (!metrics->empty()) end = std::max(end, origin + metrics->back().value("wall_s", 0.0));
+  if (summary->is_object() && summary->value("processes", json()).is_array()) {
+    std::vector<actors::hosting_process> processes;
+    for (const json& process : (*summary)["processes"]) {
+      if (!process.is_object() || process.value("role", "") == "coordinator") continue;
+      std::vector<int> stages;
+      for (const json& stage : process.value("stages", json::array()))
+        if (stage.is_number_integer()) stages.push_back(stage.get<int>());
+      const int64_t pid = process.value("pid", int64_t{0});
+      processes.push_back({process.value("role", "") == "worker"
+                               ? "worker pid " + std::to_string(pid)
+                               : "the run's process",
+                           process.value("host", std::string()), pid, stages, end});
+    }
+    monitor->set_processes(std::move(processes), 0);
+  }
   if (summary->is_object()) monitor->set_finished(*summary);
   return dashboard_view{monitor, end};
 }
@@ -184,7 +199,7 @@ class run_directory_view {
 
 int run_dashboard(const dashboard_options& options) {
   std::string error;
-  auto address = parse_dashboard_address(options.address, options.token, &error);
+  auto address = parse_dashboard_address(options.address, options.token, &error, "--listen");
   if (!address) {
     std::fprintf(stderr, "troupe dashboard: %s\n", error.c_str());
     return 2;

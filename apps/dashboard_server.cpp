@@ -50,7 +50,7 @@ double number_parameter(const httplib::Request& request, const char* name, doubl
 
 std::optional<dashboard_address> parse_dashboard_address(const std::string& text,
                                                          const std::string& token,
-                                                         std::string* error) {
+                                                         std::string* error, const char* option) {
   dashboard_address address;
   std::string port = text;
   const size_t colon = text.rfind(':');
@@ -64,13 +64,13 @@ std::optional<dashboard_address> parse_dashboard_address(const std::string& text
     char* end = nullptr;
     const long value = std::strtol(port.c_str(), &end, 10);
     if (end == port.c_str() || *end != '\0' || value < 0 || value > 65535 || address.host.empty()) {
-      *error = "--dashboard " + text + ": not HOST:PORT (e.g. 127.0.0.1:8265)";
+      *error = std::string(option) + " " + text + ": not HOST:PORT (e.g. 127.0.0.1:8265)";
       return std::nullopt;
     }
     address.port = static_cast<int>(value);
   }
   if (!loopback(address.host) && token.empty()) {
-    *error = "--dashboard " + text + ": " + address.host +
+    *error = std::string(option) + " " + text + ": " + address.host +
              " is not a loopback address; serving it needs --dashboard-token";
     return std::nullopt;
   }
@@ -136,7 +136,9 @@ void dashboard_server::add_routes() {
 
 bool dashboard_server::start(const dashboard_address& address, std::string* error) {
   server_ = std::make_unique<httplib::Server>();
-  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // A few threads: each open page keeps a connection; an idle one is let go after a second.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  server_->set_keep_alive_timeout(1);
   add_routes();
   const std::string where = address.host + ":" + std::to_string(address.port);
   if (address.port == 0) {

@@ -26,9 +26,11 @@ struct dashboard_address {
 
 /// "HOST:PORT", "PORT" or "" (the default, 127.0.0.1:8265). Nothing, with `error` set, when
 /// malformed; a host that is not a loopback address needs a token (`token` empty: refused).
+/// `option` names the option in messages.
 std::optional<dashboard_address> parse_dashboard_address(const std::string& text,
                                                          const std::string& token,
-                                                         std::string* error);
+                                                         std::string* error,
+                                                         const char* option = "--dashboard");
 
 /// What the dashboard shows: the monitor, and the time (on the monitor's clock) to show it at.
 struct dashboard_view {

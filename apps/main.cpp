@@ -23,6 +23,21 @@ void add_resume(CLI::App* command, troupe::apps::train_options& options) {
       ->allow_extra_args(false);
 }
 
+void add_dashboard_options(CLI::App* command, troupe::apps::train_options& options) {
+  command
+      ->add_option_function<std::vector<std::string>>(
+          "--dashboard",
+          [&options](const std::vector<std::string>& values) {
+            options.dashboard = true;
+            options.dashboard_address = values.empty() ? "" : values.front();
+          },
+          "Serve a live dashboard at HOST:PORT (default 127.0.0.1:8265)")
+      ->expected(0, 1)
+      ->allow_extra_args(false);
+  command->add_option("--dashboard-token", options.dashboard_token,
+                      "Token every dashboard request must carry (needed off loopback)");
+}
+
 void add_train(CLI::App& app, troupe::apps::train_options& options) {
   CLI::App* train = app.add_subcommand("train", "Train the model a job file describes");
   train->add_option("job", options.job_file, "Job file (TOML)")->required();
@@ -43,6 +58,7 @@ void add_train(CLI::App& app, troupe::apps::train_options& options) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_resume(train, options);
+  add_dashboard_options(train, options);
 }
 
 void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
@@ -70,6 +86,18 @@ void add_coordinator(CLI::App& app, troupe::apps::train_options& options) {
       ->capture_default_str();
   coordinator->add_flag("--insecure", options.insecure, "Allow unencrypted non-loopback addresses");
   add_resume(coordinator, options);
+  add_dashboard_options(coordinator, options);
+}
+
+void add_dashboard(CLI::App& app, troupe::apps::dashboard_options& options) {
+  CLI::App* dashboard =
+      app.add_subcommand("dashboard", "Serve the dashboard of a run or simulation directory");
+  dashboard
+      ->add_option("run", options.run_directory, "Run directory (troupe train or simulate --out)")
+      ->required();
+  dashboard->add_option("--listen", options.address, "HOST:PORT (default 127.0.0.1:8265)");
+  dashboard->add_option("--dashboard-token", options.token,
+                        "Token every request must carry (needed off loopback)");
 }
 
 void add_keygen(CLI::App& app, troupe::apps::keygen_options& options) {
@@ -284,6 +312,18 @@ void add_converge(CLI::App& app, troupe::apps::converge_options& options) {
   converge->add_option("--out", options.out_directory, "Output directory (default: runs/converge)");
 }
 
+void add_plot(CLI::App& app, troupe::apps::plot_options& options) {
+  CLI::App* plot = app.add_subcommand("plot", "Write PNG and SVG figures of runs, overlaid");
+  plot->add_option("runs", options.run_directories, "Run directories (troupe train --out)")
+      ->required();
+  plot->add_option("--out", options.out_directory, "Directory of the figures")->required();
+  plot->add_option("--label", options.labels, "Legend label of a run (once per run, in order)")
+      ->allow_extra_args(false);
+  plot->add_option("--window", options.window,
+                   "START:END: the Gantt chart's seconds from the start of the trace (default: "
+                   "the last 2 s of training work)");
+}
+
 /// Keeps freed memory in the process. A stage receives every key's activations into a buffer
 /// that ZeroMQ allocates and frees per message; glibc hands large blocks back to the kernel
 /// (above its mmap threshold, or by trimming the heap), so every message's pages were faulted
@@ -327,6 +367,10 @@ int main(int argc, char** argv) {
   add_validate(app, validate);
   troupe::apps::converge_options converge;
   add_converge(app, converge);
+  troupe::apps::plot_options plot;
+  add_plot(app, plot);
+  troupe::apps::dashboard_options dashboard;
+  add_dashboard(app, dashboard);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -336,6 +380,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("train")) return troupe::apps::run_train(train);
   if (app.got_subcommand("coordinator")) return troupe::apps::run_train(coordinator);
   if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
+  if (app.got_subcommand("dashboard")) return troupe::apps::run_dashboard(dashboard);
   if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
   if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
   if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
@@ -345,6 +390,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
   if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
   if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
+  if (app.got_subcommand("plot")) return troupe::apps::run_plot(plot);
   if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
   if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
   if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

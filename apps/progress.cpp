@@ -18,6 +18,7 @@ void run_reporter::on_step(int64_t step, int64_t total_steps, int64_t epoch, dou
   const double weight = step <= 1 ? 1.0 : 0.05;
   smoothed_loss_ += weight * (loss - smoothed_loss_);
   smoothed_rate_ += weight * (samples_per_s - smoothed_rate_);
+  if (monitor_) monitor_->note_step(step, total_steps, epoch, smoothed_rate_);
   if (!interactive_) return;
   const auto now = std::chrono::steady_clock::now();
   if (step < total_steps && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -47,6 +48,7 @@ void run_reporter::clear_bar() {
 
 void run_reporter::on_event(const nlohmann::json& event) {
   if (log_) log_->append(event);
+  if (monitor_) monitor_->add_record(event);
   const std::string kind = event.value("event", std::string());
   if (kind == "checkpoint") {
     clear_bar();
@@ -58,7 +60,9 @@ void run_reporter::on_event(const nlohmann::json& event) {
 }
 
 void run_reporter::on_metrics(const actors::metrics_record& record) {
-  if (log_) log_->append(to_json(record));
+  const nlohmann::json line = to_json(record);
+  if (log_) log_->append(line);
+  if (monitor_) monitor_->add_record(line);
   if (record.bits_per_byte) {
     clear_bar();
     std::fprintf(terminal_,

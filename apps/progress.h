@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "actors/engine/run_monitor.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/steady_clock.h"
 #include "apps/run_output.h"
@@ -25,12 +26,15 @@ class run_reporter final : public actors::training_observer {
                double samples_per_s) override;
   void on_metrics(const actors::metrics_record& record) override;
   void on_event(const nlohmann::json& event) override;
+  /// Also hands what the run reports to `monitor` (the dashboard's and stall watch's view).
+  void show_on(actors::run_monitor* monitor) { monitor_ = monitor; }
 
  private:
   void draw_bar(int64_t step, int64_t total_steps, int64_t epoch);
   void clear_bar();
 
   metrics_log* log_;
+  actors::run_monitor* monitor_ = nullptr;
   std::FILE* terminal_;
   bool interactive_;
   int64_t steps_per_epoch_;

@@ -10,6 +10,7 @@ namespace {
 
 std::atomic<int> checkpoint_requests{0};
 std::atomic<bool> stopping{false};
+std::atomic<bool> status_asked{false};
 
 void end_now(int signal_number) {
   local_workers::terminate_all();
@@ -17,6 +18,10 @@ void end_now(int signal_number) {
 }
 
 void on_signal(int signal_number) {
+  if (signal_number == SIGUSR2) {
+    status_asked.store(true);
+    return;
+  }
   if (signal_number == SIGUSR1) {
     int none = 0;
     checkpoint_requests.compare_exchange_strong(none, 1);
@@ -35,8 +40,11 @@ std::atomic<int>* install_run_signals() {
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
-  for (int signal_number : {SIGINT, SIGTERM, SIGUSR1}) sigaction(signal_number, &action, nullptr);
+  for (int signal_number : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2})
+    sigaction(signal_number, &action, nullptr);
   return &checkpoint_requests;
 }
+
+std::atomic<bool>* status_requests() { return &status_asked; }
 
 }  // namespace troupe::apps

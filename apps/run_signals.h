@@ -1,9 +1,9 @@
 #pragma once
 
 // Signals during `troupe train` and `troupe coordinator`: SIGUSR1 asks for a checkpoint and
-// training goes on; SIGTERM (what Slurm sends before preemption) asks for a checkpoint and
-// then a clean stop; a second SIGTERM, or SIGINT (Ctrl-C), ends the process at once, taking
-// the local worker processes with it.
+// training goes on; SIGUSR2 asks for a status report of every stage (docs/dashboard.md); SIGTERM
+// (what Slurm sends before preemption) asks for a checkpoint and then a clean stop; a second
+// SIGTERM, or SIGINT (Ctrl-C), ends the process at once, taking the local worker processes with it.
 
 #include <atomic>
 
@@ -12,5 +12,8 @@ namespace troupe::apps {
 /// Installs the handlers; returns the request flag the engine polls (1: checkpoint,
 /// 2: checkpoint and stop).
 std::atomic<int>* install_run_signals();
+
+/// Set by SIGUSR2 (after install_run_signals()): a status report is asked for.
+std::atomic<bool>* status_requests();
 
 }  // namespace troupe::apps

@@ -16,6 +16,7 @@
 #include "actors/hosts/pipeline_host.h"
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
+#include "apps/dashboard_server.h"
 #include "apps/local_workers.h"
 #include "apps/partition_choice.h"
 #include "apps/progress.h"
@@ -199,6 +200,20 @@ std::optional<actors::pipeline_options> run_settings(const actors::job_config& c
   return pipeline;
 }
 
+/// The run's fixed facts, for the dashboard's summary.
+nlohmann::json monitor_info(const actors::job_config& config, const train_options& options,
+                            const actors::job_data& data) {
+  return {{"job", std::filesystem::path(options.job_file).stem().string()},
+          {"source", "live"},
+          {"mode", config.parallelism.mode},
+          {"schedule", config.parallelism.schedule},
+          {"stages", config.parallelism.stages},
+          {"replicas", config.parallelism.replicas},
+          {"epochs", config.training.epochs},
+          {"total_steps", actors::planned_steps(config, data.train.count())},
+          {"pid", static_cast<int64_t>(::getpid())}};
+}
+
 }  // namespace
 
 int run_worker_command(const worker_command_options& options) {
@@ -279,6 +294,31 @@ int run_train(const train_options& given) {
   auto pipeline = run_settings(*config, options, out, &error);
   if (!pipeline) return bad_input(error);
   pipeline->checkpoint_requests = install_run_signals();
+  pipeline->status_requests = status_requests();
+  steady_clock_source monitor_clock;
+  // The stall watch and the dashboard read the run's monitor; without either there is none.
+  std::shared_ptr<actors::run_monitor> monitor;
+  if (options.dashboard || config->metrics.stall_timeout_s > 0) {
+    monitor = std::make_shared<actors::run_monitor>(monitor_info(*config, options, *data),
+                                                    actors::stage_actor_count(*config),
+                                                    monitor_clock.now_seconds());
+  }
+  pipeline->monitor = monitor.get();
+  std::optional<dashboard_server> dashboard;
+  if (options.dashboard) {
+    auto address =
+        parse_dashboard_address(options.dashboard_address, options.dashboard_token, &error);
+    if (!address) return bad_input(error);
+    dashboard.emplace(
+        [monitor, &monitor_clock] {
+          return dashboard_view{monitor, monitor_clock.now_seconds()};
+        },
+        options.dashboard_token);
+    if (!dashboard->start(*address, &error)) return bad_input(error);
+    std::fprintf(stderr, "troupe: dashboard at http://%s:%d/%s\n", address->host.c_str(),
+                 dashboard->port(),
+                 options.dashboard_token.empty() ? "" : "?token=<--dashboard-token>");
+  }
   metrics_log log(out + "/metrics.jsonl", options.resume);
   if (!log.ok()) return bad_input("cannot write " + out + "/metrics.jsonl");
 
@@ -292,6 +332,7 @@ int run_train(const train_options& given) {
   std::fflush(stdout);
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
+  reporter.show_on(monitor.get());
   run_outcome outcome;
   if (options.workers > 0) {
     auto result =
@@ -314,6 +355,7 @@ int run_train(const train_options& given) {
   if (!outcome.stages.is_null()) summary_json["stages"] = outcome.stages;
   if (!outcome.processes.is_null()) summary_json["processes"] = outcome.processes;
   summary_json["stopped_early"] = outcome.stopped;
+  if (monitor) monitor->set_finished(summary_json);
   if (!write_json_file(out + "/summary.json", summary_json, &error)) {
     std::fprintf(stderr, "troupe: %s\n", error.c_str());
     return 1;
