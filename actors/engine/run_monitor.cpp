@@ -307,6 +307,7 @@ json run_monitor::summary_json(double now_s) const {
   for (const json& line : records_) {
     if (line.value("event", std::string()) != "checkpoint") continue;
     checkpoints.push_back({{"step", line.value("step", int64_t{0})},
+                           {"wall_s", line.value("wall_s", 0.0)},
                            {"path", line.value("directory", std::string())},
                            {"bytes", line.value("bytes", 0.0)},
                            {"seconds", line.value("seconds", 0.0)}});

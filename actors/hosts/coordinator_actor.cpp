@@ -98,6 +98,7 @@ static void commit_checkpoint(coordinator_parts& parts) {
           {{"event", "checkpoint"},
            {"step", step},
            {"epoch", progress.epoch},
+           {"wall_s", progress.wall_s},
            {"bytes", bytes},
            {"seconds", seconds},
            {"directory", parts.store->root() + "/step-" + std::to_string(step)}});
