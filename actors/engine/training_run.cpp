@@ -437,7 +437,8 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
 }
 
 int64_t training_run::keys_in_flight() const {
-  return admission_->active() + std::max<int64_t>(0, evaluation_batches_ - evaluation_reports_);
+  return (admission_ ? admission_->active() : 0) +
+         std::max<int64_t>(0, evaluation_batches_ - evaluation_reports_);
 }
 
 }  // namespace troupe::actors

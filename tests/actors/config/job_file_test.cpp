@@ -487,7 +487,7 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
         "warmup_steps", "seed", "target_accuracy", "precision", "eval_interval_steps"}},
       {"checkpoint",
        {"dir", "interval_steps", "interval_s", "keep_last", "max_restarts", "rejoin_timeout_s"}},
-      {"metrics", {"log_interval", "trace", "progress"}},
+      {"metrics", {"log_interval", "trace", "progress", "stall_timeout_s"}},
   };
   ASSERT_EQ(json.size(), expected.size());
   for (const auto& [section, keys] : expected) {
