@@ -131,13 +131,13 @@ std::optional<dashboard_view> load_run(const std::string& directory, std::string
   auto monitor = std::make_shared<actors::run_monitor>(info, actors, origin);
   for (const json& line : *metrics) monitor->add_record(line);
   for (const trace_span& span : spans)
-    monitor->add_span(span.track, span.name, span.key, span.start_s, span.duration_s);
+    monitor->add_span(span.track, span.name.c_str(), span.key, span.start_s, span.duration_s);
   for (size_t i = 0; i < summary_stages.size(); ++i) {
     actors::stage_activity activity;
     activity.version = summary_stages[i].value("optimizer_steps", int64_t{0});
     activity.staleness_histogram =
         summary_stages[i].value("staleness_histogram", std::vector<int64_t>{});
-    monitor->set_activity(static_cast<int>(i), std::move(activity));
+    monitor->set_activity(static_cast<int>(i), activity);
   }
   if (!metrics->empty()) end = std::max(end, origin + metrics->back().value("wall_s", 0.0));
   if (summary->is_object() && summary->value("processes", json()).is_array()) {

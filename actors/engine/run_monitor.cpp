@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace troupe::actors {
 
@@ -59,6 +60,21 @@ std::string list_of(const json& keys) {
   for (const json& key : keys) text += (text.empty() ? "" : " ") + key.dump();
   return text;
 }
+
+/// The span names the hosts record; a span of another name is kept as "other".
+const char* interned_span_name(const char* name) {
+  static const char* const names[] = {
+      "forward",          "backward",      "step",      "evaluate",
+      "forward+backward", "backward+step", "scheduled", "forward+backward+step",
+      "scheduled+step"};
+  for (const char* known : names)
+    if (std::strcmp(known, name) == 0) return known;
+  return "other";
+}
+
+/// How far out of order (by end) spans of different stages may be kept: a walk back from the
+/// newest stops this far before the window.
+constexpr double span_order_slack_s = 2;
 
 }  // namespace
 
@@ -131,22 +147,30 @@ void run_monitor::note_received(int actor, const message_note& note) {
   activity.working = true;
 }
 
-void run_monitor::set_activity(int actor, stage_activity activity) {
+void run_monitor::set_activity(int actor, const stage_activity& activity) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (actor < 0 || actor >= stage_actors()) return;
   stage_activity& kept = activity_[static_cast<size_t>(actor)];
+  // Assigned field by field, so the vectors keep their buffers from one message to the next.
+  kept.version = activity.version;
+  kept.keys_held = activity.keys_held;
+  kept.keys_waiting = activity.keys_waiting;
+  kept.mailbox = activity.mailbox;
   // The host tells what it received as it takes it (note_received); a heartbeat tells both.
-  if (activity.last_received.kind.empty()) activity.last_received = kept.last_received;
-  kept = std::move(activity);
+  if (!activity.last_received.kind.empty()) kept.last_received = activity.last_received;
+  kept.last_sent = activity.last_sent;
+  kept.staleness_histogram = activity.staleness_histogram;
+  kept.working = activity.working;
 }
 
-void run_monitor::add_span(int track, const std::string& name, int64_t key, double start_s,
+void run_monitor::add_span(int track, const char* name, int64_t key, double start_s,
                            double duration_s) {
+  const char* interned = interned_span_name(name);
   std::lock_guard<std::mutex> lock(mutex_);
   if (track >= 0 && track < stage_actors()) busy_s_[static_cast<size_t>(track)] += duration_s;
   if (span_capacity_ == 0) return;
   if (spans_.size() >= span_capacity_) spans_.pop_front();
-  spans_.push_back({track, name, key, start_s, duration_s});
+  spans_.push_back({track, interned, key, start_s, duration_s});
 }
 
 void run_monitor::note_coordinator(double now_s, int64_t keys_in_flight) {
@@ -212,7 +236,13 @@ bool run_monitor::add_heartbeat(const json& heartbeat, const std::vector<int>& a
     if (!parsed) return false;
     stages.emplace_back(entry["actor"].get<int>(), std::move(*parsed));
   }
-  std::vector<span_record> records;
+  struct named_span {
+    int track;
+    std::string name;
+    int64_t key;
+    double start_s, duration_s;
+  };
+  std::vector<named_span> records;
   for (const json& span : spans) {
     if (!span.is_array() || span.size() != 5 || !hosted(span[0]) || !span[1].is_string() ||
         span[1].get<std::string>().size() > 32 || !span[2].is_number_integer() ||
@@ -223,9 +253,9 @@ bool run_monitor::add_heartbeat(const json& heartbeat, const std::vector<int>& a
     records.push_back({span[0].get<int>(), span[1].get<std::string>(), span[2].get<int64_t>(),
                        now_s - span[3].get<double>(), span[4].get<double>()});
   }
-  for (auto& [actor, stage] : stages) set_activity(actor, std::move(stage));
-  for (const span_record& span : records)
-    add_span(span.track, span.name, span.key, span.start_s, span.duration_s);
+  for (const auto& [actor, stage] : stages) set_activity(actor, stage);
+  for (const named_span& span : records)
+    add_span(span.track, span.name.c_str(), span.key, span.start_s, span.duration_s);
   return true;
 }
 
@@ -329,7 +359,7 @@ double run_monitor::busy_share(int actor, double now_s, double window_s) const {
   const double from = now_s - window_s;
   double busy = 0;
   for (auto span = spans_.rbegin(); span != spans_.rend(); ++span) {
-    if (span->start_s + span->duration_s < from - 60) break;  // spans end roughly in order
+    if (span->start_s + span->duration_s < from - span_order_slack_s) break;
     if (span->track != actor) continue;
     busy += std::max(
         0.0, std::min(now_s, span->start_s + span->duration_s) - std::max(from, span->start_s));
@@ -368,12 +398,20 @@ json run_monitor::trace_json(double since_s, double now_s, double window_s) cons
   double end = now_s;
   if (finished_ && !spans_.empty()) end = spans_.back().start_s + spans_.back().duration_s;
   const double from = std::max(origin_s_ + since_s, end - window_s);
+  // Spans end roughly in order: walk back from the newest to just before the window.
+  auto first = spans_.end();
+  while (first != spans_.begin()) {
+    const span_record& span = *std::prev(first);
+    if (span.start_s + span.duration_s < from - span_order_slack_s) break;
+    --first;
+  }
   json spans = json::array();
   double next = since_s;
-  for (const span_record& span : spans_) {
-    const double span_end = span.start_s + span.duration_s;
+  for (auto span = first; span != spans_.end(); ++span) {
+    const double span_end = span->start_s + span->duration_s;
     if (span_end <= from) continue;
-    spans.push_back({span.track, span.name, span.key, span.start_s - origin_s_, span.duration_s});
+    spans.push_back(
+        {span->track, span->name, span->key, span->start_s - origin_s_, span->duration_s});
     next = std::max(next, span_end - origin_s_);
   }
   return {{"now_s", end - origin_s_}, {"next", next}, {"spans", std::move(spans)}};

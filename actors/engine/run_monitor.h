@@ -78,10 +78,11 @@ class run_monitor {
   void note_step(int64_t step, int64_t total_steps, int64_t epoch, double samples_per_s);
   /// A stage actor took `note` (at the start of its handler: a stage stuck in it shows what).
   void note_received(int actor, const message_note& note);
-  /// A stage actor's state after handling a message.
-  void set_activity(int actor, stage_activity activity);
-  /// A span of work on `track` (-1: the coordinator), at clock times.
-  void add_span(int track, const std::string& name, int64_t key, double start_s, double duration_s);
+  /// A stage actor's state after handling a message (copied into buffers kept from the last).
+  void set_activity(int actor, const stage_activity& activity);
+  /// A span of work on `track` (-1: the coordinator), at clock times. `name` is one of the
+  /// engine's span names (trace_recorder's); any other is kept as "other".
+  void add_span(int track, const char* name, int64_t key, double start_s, double duration_s);
   /// The coordinator heard from a stage; `keys_in_flight` after handling it.
   void note_coordinator(double now_s, int64_t keys_in_flight);
   /// The processes hosting the stages, and the restarts after lost workers.
@@ -119,7 +120,7 @@ class run_monitor {
  private:
   struct span_record {
     int track;
-    std::string name;
+    const char* name;  ///< interned: one of the engine's span names
     int64_t key;
     double start_s;
     double duration_s;

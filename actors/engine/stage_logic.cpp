@@ -435,12 +435,10 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
   return true;
 }
 
-std::vector<int64_t> stage_logic::keys_held() const {
-  std::vector<int64_t> keys;
-  keys.reserve(forward_versions_.size());
-  for (const auto& entry : forward_versions_) keys.push_back(static_cast<int64_t>(entry.first));
-  std::sort(keys.begin(), keys.end());
-  return keys;
+void stage_logic::keys_held(std::vector<int64_t>* keys) const {
+  keys->clear();
+  for (const auto& entry : forward_versions_) keys->push_back(static_cast<int64_t>(entry.first));
+  std::sort(keys->begin(), keys->end());
 }
 
 }  // namespace troupe::actors

@@ -132,7 +132,7 @@ class stage_logic {
   /// Most forward contexts held at once.
   size_t peak_contexts() const { return peak_contexts_; }
   /// The keys whose forward pass ran here and whose backward pass has not, in key order.
-  std::vector<int64_t> keys_held() const;
+  void keys_held(std::vector<int64_t>* keys) const;
 
   /// Everything needed to continue from here (for a checkpoint; no key may be in flight).
   stage_state save_state();

@@ -218,15 +218,17 @@ static void handle_now(stage_parts& parts, const transport::message& incoming) {
 static void publish_activity(caf::stateful_actor<stage_actor_state>* self) {
   stage_parts& parts = *self->state.parts;
   if (!parts.monitor) return;
-  stage_activity activity;
+  // Filled in place: after the first messages, publishing allocates nothing.
+  stage_activity& activity = parts.published;
   activity.version = parts.logic->version();
-  activity.keys_held = parts.logic->keys_held();
+  parts.logic->keys_held(&activity.keys_held);
+  activity.keys_waiting.clear();
   for (const transport::message& message : self->state.waiting)
     activity.keys_waiting.push_back(static_cast<int64_t>(message.header.key));
   activity.mailbox = static_cast<int64_t>(self->mailbox().size());
   activity.last_sent = parts.last_sent;
   activity.staleness_histogram = parts.logic->staleness_histogram();
-  parts.monitor->set_activity(parts.index, std::move(activity));
+  parts.monitor->set_activity(parts.index, activity);
 }
 
 /// What the monitor and the fault hook learn of a message as the stage takes it.

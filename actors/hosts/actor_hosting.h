@@ -108,6 +108,7 @@ struct stage_parts {
   /// Where the stage publishes what it does (null: nowhere), and the last message it sent.
   run_monitor* monitor = nullptr;
   message_note last_sent;
+  stage_activity published;  ///< what it last published, its buffers reused
   /// Tests only: called before the stage takes each message (it may block, to stall it).
   std::function<void(int actor, const message_note& message)> fault_hook;
   bool collect_weights = false;

@@ -23,29 +23,37 @@ trap '[ "$poller" != 0 ] && kill "$poller" 2>/dev/null; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 rate_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples_per_s"])' "$1/summary.json"; }
 
-# The "next" field of an endpoint's answer (without starting an interpreter: the poller must
-# cost the machine little), or $2 when it does not answer.
-next_of() {
-  local next
-  next=$(curl -sf "$1" | grep -o '"next":[0-9.e+-]*' | head -1 | cut -d: -f2) || true
-  echo "${next:-$2}"
-}
-
-# Polls the endpoints each second, with since= as the page keeps it, until the run is gone.
+# Polls the endpoints each second over one kept-alive connection, with since= as the page keeps
+# it, until killed: one process started once, so that the client costs the machine little.
 poll() {
-  local port=$1 since=0 trace=0
-  while true; do
-    curl -sf "http://127.0.0.1:$port/api/summary" > /dev/null || true
-    since=$(next_of "http://127.0.0.1:$port/api/metrics?since=$since" "$since")
-    curl -sf "http://127.0.0.1:$port/api/stages" > /dev/null || true
-    trace=$(next_of "http://127.0.0.1:$port/api/trace?since=$trace" "$trace")
-    sleep 1
-  done
+  exec python3 - "$1" <<'POLL'
+import http.client, json, sys, time
+port = int(sys.argv[1])
+since, trace = 0, 0
+connection = None
+while True:
+    try:
+        connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        for path in ("/api/summary", f"/api/metrics?since={since}", "/api/stages",
+                     f"/api/trace?since={trace}"):
+            connection.request("GET", path)
+            body = json.loads(connection.getresponse().read())
+            if path.startswith("/api/metrics"):
+                since = body["next"]
+            elif path.startswith("/api/trace"):
+                trace = body["next"]
+    except (OSError, http.client.HTTPException, ValueError):
+        connection = None
+    time.sleep(1)
+POLL
 }
 
 plain=() watched=()
 for round in $(seq 1 "$rounds"); do
-  for variant in plain watched; do
+  # ABBA order: neither variant always runs first (the machine warms, other load comes and goes).
+  order="plain watched"
+  [ $((round % 2)) = 0 ] && order="watched plain"
+  for variant in $order; do
     out="$work/$variant-$round"
     if [ "$variant" = plain ]; then
       "$troupe" train "$job" "${overrides[@]}" --set metrics.stall_timeout_s=0 --out "$out" \
