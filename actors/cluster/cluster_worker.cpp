@@ -303,6 +303,8 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
   const auto heartbeat_body = [&](double now) {
     json body = activity.heartbeat_json(stages->indices, spans_sent_s, now);
     spans_sent_s = now;
+    // A heartbeat must always get through: past half a control message's room, it goes bare.
+    if (body.dump().size() > transport::decode_limits{}.max_text_bytes / 2) body = json::object();
     return body;
   };
   json next;

@@ -205,7 +205,8 @@ json run_monitor::heartbeat_json(const std::vector<int>& actors, double since_s,
     activity.push_back(std::move(entry));
   }
   json spans = json::array();
-  for (auto span = spans_.rbegin(); span != spans_.rend(); ++span) {
+  for (auto span = spans_.rbegin(); span != spans_.rend() && spans.size() < heartbeat_spans;
+       ++span) {
     if (span->start_s + span->duration_s <= since_s) break;
     spans.push_back({span->track, span->name, span->key, now_s - span->start_s, span->duration_s});
   }

@@ -91,8 +91,11 @@ class run_monitor {
   void set_finished(nlohmann::json summary);
 
   // Between processes ----------------------------------------------------------------------
+  /// Spans one heartbeat carries at most (the newest): control messages are small.
+  static constexpr size_t heartbeat_spans = 256;
   /// What a worker's heartbeat carries of `actors` (the stage actors it hosts): their
-  /// activity, and the spans that ended after `since_s`, times as ages before `now_s`:
+  /// activity, and the newest heartbeat_spans spans that ended after `since_s`, times as ages
+  /// before `now_s`:
   /// {"activity": [{"actor": N, ...}], "spans": [[track, name, key, start_age_s, duration_s]]}.
   nlohmann::json heartbeat_json(const std::vector<int>& actors, double since_s, double now_s) const;
   /// Takes in a heartbeat_json() of a worker hosting `actors`, arrived at `now_s`. False, with

@@ -115,6 +115,17 @@ TEST(RunMonitorTest, HeartbeatsCarryActivityAndSpansBetweenClocks) {
   EXPECT_EQ(coordinator.stages_json(62)["stages"][1]["version"], 12);
 }
 
+TEST(RunMonitorTest, AHeartbeatCarriesTheNewestSpansOnly) {
+  run_monitor worker(json::object(), 1, 0);
+  const size_t spans = run_monitor::heartbeat_spans * 3;
+  for (size_t i = 0; i < spans; ++i) worker.add_span(0, "forward", static_cast<int64_t>(i), i, 0.5);
+  const json heartbeat = worker.heartbeat_json({0}, 0, spans + 1.0);
+  ASSERT_EQ(heartbeat["spans"].size(), run_monitor::heartbeat_spans);
+  EXPECT_EQ(heartbeat["spans"].back()[2], spans - 1);
+  EXPECT_EQ(heartbeat["spans"].front()[2], spans - run_monitor::heartbeat_spans);
+  EXPECT_LT(heartbeat.dump().size(), 32u * 1024);
+}
+
 TEST(RunMonitorTest, UtilizationIsTheBusyShareOfTheRecentWindow) {
   run_monitor monitor(json({{"stages", 2}}), 2, 0);
   for (int i = 0; i < 20; ++i) monitor.add_span(0, "forward", i, i * 1.0, 0.5);
