@@ -209,10 +209,11 @@ void expect_only_committed(const fs::path& root) {
 // count): every run recovers and finishes; its checkpoints directory holds committed ones only.
 TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   const char* trials_text = std::getenv("TROUPE_KILL_TRIALS");
-  const int trials = trials_text ? std::atoi(trials_text) : 10;
+  const int trials = trials_text ? std::atoi(trials_text) : 8;
   const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp.toml";
   const std::string settings =
-      " --set training.epochs=1 --set checkpoint.interval_steps=100 --set checkpoint.keep_last=2"
+      " --set training.epochs=1 --set training.max_steps=600 --set checkpoint.interval_steps=100"
+      " --set checkpoint.keep_last=2"
       " --set checkpoint.max_restarts=3 --heartbeat-timeout 1 --quiet";
   // Async interleavings vary from run to run (by about half a point after one epoch): a
   // trial must land within 0.5 points of one of two uninterrupted runs.
@@ -229,11 +230,12 @@ TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   std::mt19937 random(20261121);
   for (int trial = 0; trial < trials; ++trial) {
     const fs::path run = directory_ / ("trial" + std::to_string(trial));
-    pid_t pid = spawn_troupe(
-        {"train", job, "--set", "training.epochs=1", "--set", "checkpoint.interval_steps=100",
-         "--set", "checkpoint.keep_last=2", "--set", "checkpoint.max_restarts=3",
-         "--heartbeat-timeout", "1", "--quiet", "--workers", "4", "--out", run.string()},
-        directory_ / "errors.txt");
+    pid_t pid =
+        spawn_troupe({"train", job, "--set", "training.epochs=1", "--set", "training.max_steps=600",
+                      "--set", "checkpoint.interval_steps=100", "--set", "checkpoint.keep_last=2",
+                      "--set", "checkpoint.max_restarts=3", "--heartbeat-timeout", "1", "--quiet",
+                      "--workers", "4", "--out", run.string()},
+                     directory_ / "errors.txt");
     // A random moment once training is under way: after 0-2 s of metrics.
     ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 0; }, 60));
     std::this_thread::sleep_for(std::chrono::milliseconds(random() % 2000));
