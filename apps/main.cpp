@@ -129,6 +129,7 @@ void add_launch(CLI::App& app, troupe::apps::launch_options& options) {
   launch->add_flag("--insecure", options.train.insecure,
                    "Allow unencrypted non-loopback addresses");
   add_resume(launch, options.train);
+  add_dashboard_options(launch, options.train);  // served by rank 0, the coordinator
 }
 
 void add_worker(CLI::App& app, troupe::apps::worker_command_options& options) {
