@@ -57,7 +57,8 @@ const std::string source = TROUPE_SOURCE_DIR;
 /// Packs this build into `bundle` as tests/gpu/bundle.sh does, without building again.
 void make_bundle(const std::string& bundle) {
   const auto made =
-      run(source + "/tests/gpu/bundle.sh --no-build --build-dir " TROUPE_BUILD_DIR " " + bundle);
+      run("TROUPE_BUNDLE_XZ_LEVEL=1 " + source +
+          "/tests/gpu/bundle.sh --no-build --build-dir " TROUPE_BUILD_DIR " " + bundle);
   ASSERT_EQ(made.status, 0) << made.output;
 }
 
