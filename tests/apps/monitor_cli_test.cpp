@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -93,6 +94,51 @@ TEST_F(MonitorCliTest, StatusReportOnSigusr2NamesTheWorkersThatHostTheStages) {
   const std::string errors = read_file(directory_ / "errors.txt");
   EXPECT_NE(errors.find("troupe: status at"), std::string::npos) << errors;
   EXPECT_NE(errors.find("  stage 1 (worker pid"), std::string::npos) << errors;
+}
+
+TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallWithinTheTimeout) {
+  const fs::path run = directory_ / "run";
+  const pid_t pid =
+      spawn_troupe({"train", long_job().string(), "--out", run.string(), "--quiet", "--workers",
+                    "2", "--heartbeat-timeout", "60", "--set", "metrics.stall_timeout_s=2"},
+                   directory_ / "errors.txt");
+  ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 400; }, 60))
+      << read_file(directory_ / "errors.txt");
+  std::vector<pid_t> workers;
+  std::istringstream list(
+      read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t child; list >> child;) workers.push_back(child);
+  ASSERT_EQ(workers.size(), 2u);
+  // A worker that stops answering (SIGSTOP: no work, no heartbeats) stalls the pipeline.
+  kill(workers.back(), SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  const auto stall = [&] { return read_file(run / "metrics.jsonl").find("\"event\":\"stall\""); };
+  const bool reported = wait_until([&] { return stall() != std::string::npos; }, 2 + 2);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  kill(workers.back(), SIGCONT);
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(reported) << "no stall event " << seconds << " s after SIGSTOP\n"
+                        << read_file(directory_ / "errors.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << read_file(directory_ / "errors.txt");
+  const std::string metrics = read_file(run / "metrics.jsonl");
+  const size_t line_start = metrics.rfind('\n', stall()) + 1;
+  const json report =
+      json::parse(metrics.substr(line_start, metrics.find('\n', stall()) - line_start));
+  EXPECT_GT(report["keys_in_flight"].get<int64_t>(), 0);
+  EXPECT_GE(report["silent_s"].get<double>(), 2);
+  // The stopped worker's stage is named by its worker, with what it held at its last heartbeat.
+  bool named = false;
+  for (const json& stage : report["stages"]) {
+    named |= stage["worker"].get<std::string>().find("pid " + std::to_string(workers.back())) !=
+             std::string::npos;
+  }
+  EXPECT_TRUE(named) << report.dump();
+  const std::string errors = read_file(directory_ / "errors.txt");
+  EXPECT_NE(errors.find("troupe: stalled at"), std::string::npos) << errors;
 }
 
 TEST_F(MonitorCliTest, BadDashboardAddressesAndDirectoriesAreRefused) {
