@@ -287,6 +287,8 @@ json run_monitor::status_report(const std::string& event, double now_s) {
     const hosting_process* process = process_of(actor);
     entry["worker"] = process ? process->name : "unknown";
     entry["host"] = process ? process->host : "";
+    // A worker's silence is the first clue to a stopped or wedged process.
+    entry["heartbeat_age_s"] = process ? std::max(0.0, now_s - process->last_heard_s) : 0.0;
     stages.push_back(std::move(entry));
   }
   json report = {{"event", event},
@@ -436,8 +438,14 @@ std::string describe_status(const json& report) {
     if (sent.is_object()) sent["direction"] = "to";
     json working = stage.value("working_on", json());
     if (working.is_object()) working["direction"] = "from";
+    std::string silence;
+    if (const double age = stage.value("heartbeat_age_s", 0.0); age >= 1) {
+      char seconds[64];
+      std::snprintf(seconds, sizeof seconds, ", its last heartbeat %.1f s ago", age);
+      silence = seconds;
+    }
     text += "  stage " + std::to_string(stage.value("actor", -1)) + " (" +
-            stage.value("worker", std::string("unknown")) +
+            stage.value("worker", std::string("unknown")) + silence +
             "): " + (working.is_object() ? "still taking " + describe_note(working) + "; " : "") +
             "holds keys " + list_of(stage.value("keys_held", json())) + ", holds back " +
             list_of(stage.value("keys_waiting", json())) + ", mailbox " +

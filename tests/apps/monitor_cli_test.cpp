@@ -133,12 +133,17 @@ TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallWithinTheTimeout) {
   // The stopped worker's stage is named by its worker, with what it held at its last heartbeat.
   bool named = false;
   for (const json& stage : report["stages"]) {
-    named |= stage["worker"].get<std::string>().find("pid " + std::to_string(workers.back())) !=
-             std::string::npos;
+    if (stage["worker"].get<std::string>().find("pid " + std::to_string(workers.back())) ==
+        std::string::npos) {
+      continue;
+    }
+    named = true;
+    EXPECT_GE(stage["heartbeat_age_s"].get<double>(), 1.5) << stage.dump();
   }
   EXPECT_TRUE(named) << report.dump();
   const std::string errors = read_file(directory_ / "errors.txt");
   EXPECT_NE(errors.find("troupe: stalled at"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("its last heartbeat"), std::string::npos) << errors;
 }
 
 TEST_F(MonitorCliTest, BadDashboardAddressesAndDirectoriesAreRefused) {

@@ -47,8 +47,8 @@ TEST(RunMonitorTest, AStallIsReportedOnceUntilTheCoordinatorHearsAgain) {
 
 TEST(RunMonitorTest, TheReportSaysWhatEachStageHoldsAndWhereItRuns) {
   run_monitor monitor(json::object(), 2, 0);
-  monitor.set_processes({{"worker pid 7 on a (stage 0)", "a", 7, {0}, 0},
-                         {"worker pid 8 on b (stage 1)", "b", 8, {1}, 0}},
+  monitor.set_processes({{"worker pid 7 on a (stage 0)", "a", 7, {0}, 19.5},
+                         {"worker pid 8 on b (stage 1)", "b", 8, {1}, 8}},
                         1);
   stage_activity zero;
   zero.keys_held = {4, 5};
@@ -62,6 +62,7 @@ TEST(RunMonitorTest, TheReportSaysWhatEachStageHoldsAndWhereItRuns) {
   EXPECT_EQ(report["stages"][0]["keys_held"], json({4, 5}));
   EXPECT_EQ(report["stages"][0]["worker"], "worker pid 7 on a (stage 0)");
   EXPECT_TRUE(report["stages"][0]["working_on"].is_null());
+  EXPECT_DOUBLE_EQ(report["stages"][1]["heartbeat_age_s"].get<double>(), 12);
   EXPECT_EQ(report["stages"][1]["working_on"]["key"], 5);
   EXPECT_DOUBLE_EQ(report["stages"][1]["working_on"]["age_s"].get<double>(), 10.5);
   const std::string text = describe_status(report);
@@ -70,8 +71,8 @@ TEST(RunMonitorTest, TheReportSaysWhatEachStageHoldsAndWhereItRuns) {
   EXPECT_NE(text.find("mailbox 3; last received nothing; last sent forward key 5 to stage 1"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("stage 1 (worker pid 8 on b (stage 1)): still taking forward key 5 from "
-                      "stage 0 10.5 s ago"),
+  EXPECT_NE(text.find("stage 1 (worker pid 8 on b (stage 1), its last heartbeat 12.0 s ago): "
+                      "still taking forward key 5 from stage 0 10.5 s ago"),
             std::string::npos)
       << text;
   EXPECT_EQ(monitor.summary_json(20)["restarts"], 1);
