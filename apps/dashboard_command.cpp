@@ -151,7 +151,7 @@ std::optional<dashboard_view> load_run(const std::string& directory, std::string
       processes.push_back({process.value("role", "") == "worker"
                                ? "worker pid " + std::to_string(pid)
                                : "the run's process",
-                           process.value("host", std::string()), pid, stages, end});
+                           process.value("host", std::string()), pid, stages, std::nullopt});
     }
     monitor->set_processes(std::move(processes), 0);
   }

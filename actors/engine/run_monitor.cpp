@@ -72,8 +72,8 @@ const char* interned_span_name(const char* name) {
   return "other";
 }
 
-/// How far out of order (by end) spans of different stages may be kept: a walk back from the
-/// newest stops this far before the window.
+/// How far out of order (by their ends) spans of different stages may arrive: first_span_after
+/// walks back this far past where it is asked to stop.
 constexpr double span_order_slack_s = 2;
 
 }  // namespace
@@ -282,13 +282,10 @@ json run_monitor::status_report(const std::string& event, double now_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   json stages = json::array();
   for (int actor = 0; actor < stage_actors(); ++actor) {
-    json entry = to_json(activity_[static_cast<size_t>(actor)], now_s);
-    entry["actor"] = actor;
-    const hosting_process* process = process_of(actor);
-    entry["worker"] = process ? process->name : "unknown";
-    entry["host"] = process ? process->host : "";
+    json entry = stage_entry(actor, now_s, "unknown");
     // A worker's silence is the first clue to a stopped or wedged process.
-    entry["heartbeat_age_s"] = process ? std::max(0.0, now_s - process->last_heard_s) : 0.0;
+    const hosting_process* process = process_of(actor);
+    entry["heartbeat_age_s"] = process ? heartbeat_age(*process, now_s) : 0.0;
     stages.push_back(std::move(entry));
   }
   json report = {{"event", event},
@@ -332,7 +329,7 @@ json run_monitor::summary_json(double now_s) const {
                        {"host", process.host},
                        {"pid", process.pid},
                        {"stages", process.stages},
-                       {"heartbeat_age_s", std::max(0.0, now_s - process.last_heard_s)}});
+                       {"heartbeat_age_s", heartbeat_age(process, now_s)}});
   }
   summary["workers"] = std::move(workers);
   summary["restarts"] = restarts_;
@@ -358,11 +355,24 @@ json run_monitor::metrics_json(size_t since) const {
   return {{"next", std::max(since, records_.size())}, {"records", std::move(records)}};
 }
 
+double run_monitor::view_end(double now_s) const {
+  return finished_ && !spans_.empty() ? spans_.back().start_s + spans_.back().duration_s : now_s;
+}
+
+run_monitor::span_iterator run_monitor::first_span_after(double from_s) const {
+  auto first = spans_.end();
+  while (first != spans_.begin()) {
+    const span_record& span = *std::prev(first);
+    if (span.start_s + span.duration_s < from_s - span_order_slack_s) break;
+    --first;
+  }
+  return first;
+}
+
 double run_monitor::busy_share(int actor, double now_s, double window_s) const {
   const double from = now_s - window_s;
   double busy = 0;
-  for (auto span = spans_.rbegin(); span != spans_.rend(); ++span) {
-    if (span->start_s + span->duration_s < from - span_order_slack_s) break;
+  for (auto span = first_span_after(from); span != spans_.end(); ++span) {
     if (span->track != actor) continue;
     busy += std::max(
         0.0, std::min(now_s, span->start_s + span->duration_s) - std::max(from, span->start_s));
@@ -370,24 +380,32 @@ double run_monitor::busy_share(int actor, double now_s, double window_s) const {
   return std::min(1.0, busy / window_s);
 }
 
+double run_monitor::heartbeat_age(const hosting_process& process, double now_s) {
+  return process.last_heard_s ? std::max(0.0, now_s - *process.last_heard_s) : 0.0;
+}
+
+json run_monitor::stage_entry(int actor, double now_s, const char* nobody) const {
+  json entry = to_json(activity_[static_cast<size_t>(actor)], now_s);
+  entry["actor"] = actor;
+  const hosting_process* process = process_of(actor);
+  entry["worker"] = process ? process->name : nobody;
+  entry["host"] = process ? process->host : "";
+  return entry;
+}
+
 json run_monitor::stages_json(double now_s) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const int per_replica = info_.value("stages", 1);
   // Over the last window of the run, or all of it when it is shorter; a finished run's window
   // ends at its last span.
-  double end = now_s;
-  if (finished_ && !spans_.empty()) end = spans_.back().start_s + spans_.back().duration_s;
+  const double end = view_end(now_s);
   const double window = std::max(1e-9, std::min(utilization_window_s, end - origin_s_));
   json stages = json::array();
   for (int actor = 0; actor < stage_actors(); ++actor) {
-    json entry = to_json(activity_[static_cast<size_t>(actor)], now_s);
+    json entry = stage_entry(actor, now_s, "");
     const double share = busy_share(actor, end, window);
-    entry["actor"] = actor;
     entry["stage"] = actor % std::max(1, per_replica);
     entry["replica"] = actor / std::max(1, per_replica);
-    const hosting_process* process = process_of(actor);
-    entry["worker"] = process ? process->name : "";
-    entry["host"] = process ? process->host : "";
     entry["utilization"] = share;
     entry["idle"] = 1 - share;
     entry["busy_s"] = busy_s_[static_cast<size_t>(actor)];
@@ -398,19 +416,11 @@ json run_monitor::stages_json(double now_s) const {
 
 json run_monitor::trace_json(double since_s, double now_s, double window_s) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  double end = now_s;
-  if (finished_ && !spans_.empty()) end = spans_.back().start_s + spans_.back().duration_s;
+  const double end = view_end(now_s);
   const double from = std::max(origin_s_ + since_s, end - window_s);
-  // Spans end roughly in order: walk back from the newest to just before the window.
-  auto first = spans_.end();
-  while (first != spans_.begin()) {
-    const span_record& span = *std::prev(first);
-    if (span.start_s + span.duration_s < from - span_order_slack_s) break;
-    --first;
-  }
   json spans = json::array();
   double next = since_s;
-  for (auto span = first; span != spans_.end(); ++span) {
+  for (auto span = first_span_after(from); span != spans_.end(); ++span) {
     const double span_end = span->start_s + span->duration_s;
     if (span_end <= from) continue;
     spans.push_back(

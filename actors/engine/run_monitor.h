@@ -51,7 +51,8 @@ struct hosting_process {
   std::string host;
   int64_t pid = 0;
   std::vector<int> stages;  ///< stage actors
-  double last_heard_s = 0;  ///< its last heartbeat (this process: always now)
+  /// Its last heartbeat; none for the process that holds the monitor (always heard).
+  std::optional<double> last_heard_s;
 };
 
 class run_monitor {
@@ -128,9 +129,20 @@ class run_monitor {
     double start_s;
     double duration_s;
   };
+  using span_iterator = std::deque<span_record>::const_iterator;
+  /// Where the views of the run end: now, or a finished run's last span. Under mutex_.
+  double view_end(double now_s) const;
+  /// The first span that may end after `from_s`: spans end roughly in order, so the walk back
+  /// from the newest stops a little before it. Under mutex_.
+  span_iterator first_span_after(double from_s) const;
   /// Share of [now − window, now] that `actor` spent in spans. Under mutex_.
   double busy_share(int actor, double now_s, double window_s) const;
   const hosting_process* process_of(int actor) const;
+  /// Seconds since the last heartbeat of the process hosting `process` (0: none needed).
+  static double heartbeat_age(const hosting_process& process, double now_s);
+  /// A stage actor's activity as the endpoints show it, with its worker and host (`nobody`
+  /// where no process is known to host it). Under mutex_.
+  nlohmann::json stage_entry(int actor, double now_s, const char* nobody) const;
 
   const nlohmann::json info_;
   const double origin_s_;

@@ -49,8 +49,9 @@ static const char* span_name(key_kind kind, bool last, bool stepped) {
 /// Remembers the last message the stage sent, for its monitor.
 static void note_sent(stage_parts& parts, const transport::message& message, double at_s) {
   if (!parts.monitor) return;
-  parts.last_sent = {transport::to_string(message.header.kind),
-                     static_cast<int64_t>(message.header.key), message.header.target_stage, at_s};
+  parts.published.last_sent = {transport::to_string(message.header.kind),
+                               static_cast<int64_t>(message.header.key),
+                               message.header.target_stage, at_s};
 }
 
 static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs) {
@@ -226,7 +227,6 @@ static void publish_activity(caf::stateful_actor<stage_actor_state>* self) {
   for (const transport::message& message : self->state.waiting)
     activity.keys_waiting.push_back(static_cast<int64_t>(message.header.key));
   activity.mailbox = static_cast<int64_t>(self->mailbox().size());
-  activity.last_sent = parts.last_sent;
   activity.staleness_histogram = parts.logic->staleness_histogram();
   parts.monitor->set_activity(parts.index, activity);
 }

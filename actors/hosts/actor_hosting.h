@@ -105,10 +105,10 @@ struct stage_parts {
   uint64_t dropped_frames = 0;  ///< frames `inbox` refused; read after the actor ended
   clock_source* clock = nullptr;
   trace_recorder* trace = nullptr;
-  /// Where the stage publishes what it does (null: nowhere), and the last message it sent.
+  /// Where the stage publishes what it does (null: nowhere), and what it last published
+  /// (its buffers reused; send_outputs keeps its last_sent up to date).
   run_monitor* monitor = nullptr;
-  message_note last_sent;
-  stage_activity published;  ///< what it last published, its buffers reused
+  stage_activity published;
   /// Tests only: called before the stage takes each message (it may block, to stall it).
   std::function<void(int actor, const message_note& message)> fault_hook;
   bool collect_weights = false;

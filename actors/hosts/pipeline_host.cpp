@@ -219,7 +219,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     std::vector<int> all(static_cast<size_t>(stages));
     std::iota(all.begin(), all.end(), 0);
     options.monitor->set_processes(
-        {{"this process", host_name(), static_cast<int64_t>(::getpid()), all, 1e300}}, 0);
+        {{"this process", host_name(), static_cast<int64_t>(::getpid()), all, std::nullopt}}, 0);
   }
   await_run(self, coordinator_handle, options, config.metrics.stall_timeout_s, clock);
 

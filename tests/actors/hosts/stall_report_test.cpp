@@ -73,12 +73,18 @@ class stall_observer final : public training_observer {
   stage_stall& stall_;
 };
 
-TEST(StallReportTest, NamesTheStalledStageAndItsKeysWithinTheTimeout) {
-  job_config config = testing::small_pipeline_job(3, 1, "async", "gpipe", 800);
+/// One epoch of a small async pipeline of `stages` stages, one thread each.
+job_config stall_job(int stages, double stall_timeout_s) {
+  job_config config = testing::small_pipeline_job(stages, 1, "async", "gpipe", 800);
   config.training.epochs = 1;
-  config.parallelism.threads = 3;
+  config.parallelism.threads = stages;
+  config.metrics.stall_timeout_s = stall_timeout_s;
+  return config;
+}
+
+TEST(StallReportTest, NamesTheStalledStageAndItsKeysWithinTheTimeout) {
+  job_config config = stall_job(3, 1);
   config.parallelism.max_active_keys = 4;
-  config.metrics.stall_timeout_s = 1;
   std::string error;
   auto data = load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
@@ -126,9 +132,7 @@ TEST(StallReportTest, NamesTheStalledStageAndItsKeysWithinTheTimeout) {
 }
 
 TEST(StallReportTest, AStatusReportOnRequestAndNoStallWhileTheRunMoves) {
-  job_config config = testing::small_pipeline_job(2, 1, "async", "gpipe", 800);
-  config.training.epochs = 1;
-  config.metrics.stall_timeout_s = 30;
+  const job_config config = stall_job(2, 30);
   std::string error;
   auto data = load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
