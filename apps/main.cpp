@@ -9,31 +9,32 @@
 
 namespace {
 
-void add_resume(CLI::App* command, troupe::apps::train_options& options) {
+/// An option whose value may be left out (`--name` or `--name VALUE`): sets `given`, and
+/// `value` to the value or to "".
+void add_option_with_optional_value(CLI::App* command, const std::string& name, bool* given,
+                                    std::string* value, const std::string& help) {
   command
       ->add_option_function<std::vector<std::string>>(
-          "--resume",
-          [&options](const std::vector<std::string>& values) {
-            options.resume = true;
-            options.resume_path = values.empty() ? "" : values.front();
+          name,
+          [given, value](const std::vector<std::string>& values) {
+            *given = true;
+            *value = values.empty() ? "" : values.front();
           },
-          "Continue from the latest checkpoint, or from PATH (a checkpoint, a checkpoints "
-          "directory or a run directory)")
+          help)
       ->expected(0, 1)
       ->allow_extra_args(false);
 }
 
+void add_resume(CLI::App* command, troupe::apps::train_options& options) {
+  add_option_with_optional_value(command, "--resume", &options.resume, &options.resume_path,
+                                 "Continue from the latest checkpoint, or from PATH (a checkpoint, "
+                                 "a checkpoints directory or a run directory)");
+}
+
 void add_dashboard_options(CLI::App* command, troupe::apps::train_options& options) {
-  command
-      ->add_option_function<std::vector<std::string>>(
-          "--dashboard",
-          [&options](const std::vector<std::string>& values) {
-            options.dashboard = true;
-            options.dashboard_address = values.empty() ? "" : values.front();
-          },
-          "Serve a live dashboard at HOST:PORT (default 127.0.0.1:8265)")
-      ->expected(0, 1)
-      ->allow_extra_args(false);
+  add_option_with_optional_value(command, "--dashboard", &options.dashboard,
+                                 &options.dashboard_address,
+                                 "Serve a live dashboard at HOST:PORT (default 127.0.0.1:8265)");
   command->add_option("--dashboard-token", options.dashboard_token,
                       "Token every dashboard request must carry (needed off loopback)");
 }
