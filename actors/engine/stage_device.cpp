@@ -6,13 +6,25 @@
 
 namespace troupe::actors {
 
-/// Copies `tensor` (finished, as every method leaves it) into `into`.
+/// Queues the copy of `tensor` (finished, as every method leaves it) into `into`; it is done
+/// after finish_copies().
 static void copy_out(const layers::tensor& tensor, float* into) {
   if (tensor.size() == 0) return;
   layers::backend& device = tensor.device();
   device.copy_device_to_host(device.default_stream(), into, tensor.data(),
                              static_cast<size_t>(tensor.size()) * sizeof(float));
-  device.synchronize(device.default_stream());
+}
+
+/// Waits once per device for the copies queued on the parameters' default streams.
+static void finish_copies(const std::vector<layers::parameter*>& all) {
+  std::vector<layers::backend*> devices;
+  for (layers::parameter* p : all) {
+    layers::backend* device = &p->value.device();
+    if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
+      devices.push_back(device);
+      device->synchronize(device->default_stream());
+    }
+  }
 }
 
 void stage_device::read_gradient_values(std::vector<float>* values) {
@@ -28,6 +40,7 @@ void stage_device::read_gradient_values(std::vector<float>* values) {
     next += p->value.size();
   }
   for (layers::parameter* p : all) *next++ = p->has_gradient ? 1.0f : 0.0f;
+  finish_copies(all);
 }
 
 void stage_device::set_gradient_values(const std::vector<float>& values) {
@@ -38,14 +51,12 @@ void stage_device::set_gradient_values(const std::vector<float>& values) {
   for (size_t i = 0; i < all.size(); ++i) {
     layers::parameter& p = *all[i];
     const bool touched = values[flags + i] > 0;
-    if (touched) {
-      layers::backend& device = p.gradient.device();
-      p.gradient.copy_from_host(device.default_stream(), values.data() + offset);
-      device.synchronize(device.default_stream());
-    }
+    if (touched)
+      p.gradient.copy_from_host(p.gradient.device().default_stream(), values.data() + offset);
     p.has_gradient = touched;
     offset += static_cast<size_t>(p.value.size());
   }
+  finish_copies(all);
 }
 
 int64_t stage_device::gradient_value_count() {
@@ -55,23 +66,25 @@ int64_t stage_device::gradient_value_count() {
 }
 
 void stage_device::read_weight_values(std::vector<float>* values) {
+  const std::vector<layers::parameter*> all = parameters();
   values->resize(static_cast<size_t>(weight_value_count()));
   float* next = values->data();
-  for (layers::parameter* p : parameters()) {
+  for (layers::parameter* p : all) {
     copy_out(p->value, next);
     next += p->value.size();
   }
+  finish_copies(all);
 }
 
 void stage_device::set_weight_values(const std::vector<float>& values) {
   TROUPE_CHECK(static_cast<int64_t>(values.size()) == weight_value_count());
+  const std::vector<layers::parameter*> all = parameters();
   size_t offset = 0;
-  for (layers::parameter* p : parameters()) {
-    layers::backend& device = p->value.device();
-    p->value.copy_from_host(device.default_stream(), values.data() + offset);
-    device.synchronize(device.default_stream());
+  for (layers::parameter* p : all) {
+    p->value.copy_from_host(p->value.device().default_stream(), values.data() + offset);
     offset += static_cast<size_t>(p->value.size());
   }
+  finish_copies(all);
 }
 
 int64_t stage_device::weight_value_count() {
