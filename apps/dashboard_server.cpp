@@ -3,10 +3,10 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <httplib.h>
+
+#include "apps/launch_environment.h"
 
 /// The page, apps/dashboard/index.html, built into the program (cmake/embed_text.cmake).
 const char* troupe_dashboard_page();
@@ -17,14 +17,6 @@ namespace {
 /// Where Debian's libjs-chart.js puts Chart.js (3.x, then 4.x).
 const char* const chart_script_paths[] = {"/usr/share/javascript/chart.js/chart.min.js",
                                           "/usr/share/javascript/chart.js/chart.umd.js"};
-
-std::string read_file(const char* path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return "";
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 bool loopback(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
@@ -80,7 +72,8 @@ std::optional<dashboard_address> parse_dashboard_address(const std::string& text
 dashboard_server::dashboard_server(std::function<dashboard_view()> view, std::string token)
     : view_(std::move(view)), token_(std::move(token)) {
   for (const char* path : chart_script_paths) {
-    chart_script_ = read_file(path);
+    std::string missing;
+    chart_script_ = read_text_file(path, &missing).value_or("");
     if (!chart_script_.empty()) break;
   }
 }

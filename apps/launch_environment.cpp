@@ -474,6 +474,8 @@ bool complete(const variable_lookup& get, const file_reader& read, detection* fo
   return resolve_coordinator(get, found, error);
 }
 
+}  // namespace
+
 std::optional<std::string> read_text_file(const std::string& path, std::string* error) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) return fail(error, "is a directory");
@@ -484,6 +486,8 @@ std::optional<std::string> read_text_file(const std::string& path, std::string* 
   if (file.bad()) return fail(error, "cannot read");
   return text.str();
 }
+
+namespace {
 
 std::optional<std::string> read_process_variable(const std::string& name) {
   const char* value = std::getenv(name.c_str());

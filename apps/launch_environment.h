@@ -79,6 +79,10 @@ std::optional<launch_environment> detect_launch_environment(const variable_looku
 /// As above, from this process's environment (getenv) and files.
 std::optional<launch_environment> detect_launch_environment(std::string* error);
 
+/// The whole text of the file at `path`; nothing, with `error` saying why, when it cannot be
+/// read (a directory, missing, unreadable).
+std::optional<std::string> read_text_file(const std::string& path, std::string* error);
+
 /// Expands a Slurm hostlist: "n[01-04,07],gpu7,r[1-2]-n[1-2]" gives n01 n02 n03 n04 n07 gpu7
 /// r1-n1 r1-n2 r2-n1 r2-n2. Names are separated by commas or whitespace; each bracket group
 /// lists numbers and ranges, printed as wide as the range's first bound ("01-4" gives 01..04,

@@ -17,6 +17,7 @@
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/dashboard_server.h"
+#include "apps/launch_environment.h"
 #include "apps/local_workers.h"
 #include "apps/partition_choice.h"
 #include "apps/progress.h"
@@ -109,13 +110,6 @@ std::optional<run_outcome> train_pipelined(const actors::job_config& config,
                      report->stopped};
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 /// Trains with the stages in worker processes: local ones started here, or ones that join
 /// `options.listen` presenting `job_file_hash` (the job file's config hash: `troupe launch`
 /// ranks do not see the partition chosen here). A worker that dies ends the run with a message
@@ -128,7 +122,8 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   steady_clock_source clock;
   actors::coordinator_options cluster;
   cluster.workers = options.workers;
-  cluster.job_toml = read_text(options.job_file);
+  std::string unread;  // the job file was read a moment ago
+  cluster.job_toml = read_text_file(options.job_file, &unread).value_or("");
   cluster.overrides = options.overrides;
   cluster.job_hash = job_file_hash;
   cluster.liveness.timeout_s = options.heartbeat_timeout_s;
