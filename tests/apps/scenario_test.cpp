@@ -1,5 +1,5 @@
 // One script of protocol events through the real engine and through the simulator. A sync job
-// that checkpoints every 100 steps loses a worker after its first checkpoint and recovers. The
+// that checkpoints every 50 steps loses a worker after its first checkpoint and recovers. The
 // real coordinator (worker processes) and the simulator drive the same machines (training_run,
 // checkpoint_round, recovery), so both must report the same protocol: checkpoints at the same
 // steps, the loss, a recovery from the latest checkpoint before it, and the same checkpoints
@@ -57,9 +57,9 @@ class ScenarioTest : public troupe_command_test {
  protected:
   const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp_sync.toml";
   const std::vector<std::string> settings = {
-      "--set", "training.max_steps=400",    "--set", "checkpoint.interval_steps=100",
+      "--set", "training.max_steps=200",    "--set", "checkpoint.interval_steps=50",
       "--set", "checkpoint.max_restarts=2", "--set", "data.test_samples=1000",
-      "--set", "metrics.log_interval=100"};
+      "--set", "metrics.log_interval=50"};
 
   std::string joined(const std::vector<std::string>& words) {
     std::string text;
@@ -112,10 +112,10 @@ TEST_F(ScenarioTest, ARealRunAndItsSimulationReportTheSameCheckpointsLossAndReco
     std::printf("%s\n", line.c_str());
   }
   const std::vector<std::pair<std::string, int64_t>> expected = {
-      {"checkpoint", 100}, {"worker_lost", -1}, {"recovered", 100},
-      {"checkpoint", 200}, {"checkpoint", 300}, {"checkpoint", 400}};
+      {"checkpoint", 50},  {"worker_lost", -1}, {"recovered", 50},
+      {"checkpoint", 100}, {"checkpoint", 150}, {"checkpoint", 200}};
   EXPECT_EQ(simulated_events, expected);
-  // The real kill lands while the run trains towards step 200 unless this machine is very busy;
+  // The real kill lands while the run trains towards step 100 unless this machine is very busy;
   // then a later checkpoint is the one resumed from, by the same rule.
   ASSERT_GE(real_events.size(), 4u);
   size_t lost = 0;
@@ -125,10 +125,10 @@ TEST_F(ScenarioTest, ARealRunAndItsSimulationReportTheSameCheckpointsLossAndReco
   EXPECT_EQ(real_events[lost + 1].first, "recovered");
   EXPECT_EQ(real_events[lost + 1].second, real_events[lost - 1].second)
       << "recovered from the latest checkpoint before the loss";
-  if (real_events[lost - 1].second == 100) {
+  if (real_events[lost - 1].second == 50) {
     EXPECT_EQ(real_events, expected) << "the same protocol as the simulation";
   } else {
-    EXPECT_EQ(real_events.back(), (std::pair<std::string, int64_t>{"checkpoint", 400}));
+    EXPECT_EQ(real_events.back(), (std::pair<std::string, int64_t>{"checkpoint", 200}));
   }
 }
 
