@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -203,6 +205,29 @@ TEST(PipelineHostTest, AMessageForAnIdleStageIsHandledWithoutWaitingForAnother) 
               waits.size(), p50, p75);
   // 25-50 us here, alone or next to other tests; 750-850 us when parked behind a busy handler.
   EXPECT_LT(p50, 400);
+}
+
+TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: stages take turns";
+  job_config config = host_job(2, 1, "async", "gpipe");
+  std::string error;
+  auto data = load_job_data(config, &error);
+  ASSERT_TRUE(data) << error;
+  std::mutex lock;
+  std::map<int, std::set<std::thread::id>> threads;  // per stage actor
+  pipeline_options options;
+  options.fault_hook = [&](int actor, const message_note&) {
+    const std::lock_guard<std::mutex> guard(lock);
+    threads[actor].insert(std::this_thread::get_id());
+  };
+  wall_clock clock;
+  quiet_observer observer;
+  // Returning at all shows that the stages' threads ended with the run.
+  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  ASSERT_EQ(threads.size(), 2u);
+  EXPECT_EQ(threads[0].size(), 1u) << "stage 0 moved between threads";
+  EXPECT_EQ(threads[1].size(), 1u) << "stage 1 moved between threads";
+  EXPECT_NE(*threads[0].begin(), *threads[1].begin());
 }
 
 TEST(PipelineHostTest, ADivergingRunStopsAndNamesTheStepAndTheLearningRate) {
