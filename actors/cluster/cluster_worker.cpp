@@ -317,7 +317,7 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     std::vector<std::pair<int, caf::actor>> actors;
     std::vector<caf::actor> handles;
     for (size_t i = 0; i < stages->parts.size(); ++i) {
-      handles.push_back(system.spawn(stage_actor, stages->parts[i]));
+      handles.push_back(spawn_stage_actor(system, stages->parts[i], stages->parts.size()));
       actors.push_back({stages->indices[i], handles.back()});
     }
     connect_worker_siblings(stages->config, stages->parts, handles);
@@ -335,6 +335,9 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
     }
     routes.set({}, 0);
     for (auto& [stage, actor] : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    actors.clear();
+    handles.clear();
+    release_actor_handles(stages->parts);
   }  // the actor system waits for the stage actors here
   // Messages still queued for a lost peer hold tensors of these stages' backends until ZeroMQ
   // drops them: close the sockets now, free the backends only after the context has ended.

@@ -375,6 +375,21 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   return parts;
 }
 
+caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,
+                             size_t stage_actors) {
+  if (stage_actors <= std::max(1u, std::thread::hardware_concurrency()))
+    return system.spawn<caf::detached>(stage_actor, std::move(parts));
+  return system.spawn(stage_actor, std::move(parts));
+}
+
+void release_actor_handles(const std::vector<std::shared_ptr<stage_parts>>& parts) {
+  for (const auto& stage : parts) {
+    stage->next_reader = stage->previous_reader = nullptr;
+    stage->coordinator_reader = stage->replica_next_reader = nullptr;
+    stage->worker_siblings.clear();
+  }
+}
+
 void connect_worker_siblings(const job_config& config,
                              const std::vector<std::shared_ptr<stage_parts>>& parts,
                              const std::vector<caf::actor>& actors) {

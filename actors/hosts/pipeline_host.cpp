@@ -94,18 +94,6 @@ void connect_readers(std::vector<std::shared_ptr<stage_parts>>& parts,
   coordinator.stage_readers.assign(targets.begin(), targets.begin() + actors);
 }
 
-/// Drops the actor handles that the parts of a finished pipeline hold.
-void release_actor_handles(std::vector<std::shared_ptr<stage_parts>>& parts,
-                           coordinator_parts& coordinator) {
-  for (auto& stage : parts) {
-    stage->next_reader = stage->previous_reader = nullptr;
-    stage->coordinator_reader = stage->replica_next_reader = nullptr;
-    stage->worker_siblings.clear();
-  }
-  coordinator.stage_readers.clear();
-  coordinator.listener = nullptr;
-}
-
 }  // namespace
 
 process_usage this_process_usage(const std::string& role, std::vector<int> stages) {
@@ -222,15 +210,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};
   std::vector<caf::actor> targets;
-  // A stage with a core to itself runs on a thread of its own (a detached actor). Otherwise
-  // every scheduler thread takes any actor's turn, and a stage's weights, gradients and
-  // optimizer state follow it from core to core: on a 2-core machine a 784×512 layer's
-  // optimizer step took 3-4× as long as on the core whose caches held them.
-  const bool thread_per_stage = parts.size() <= std::max(1u, std::thread::hardware_concurrency());
-  for (auto& stage : parts) {
-    targets.push_back(thread_per_stage ? system.spawn<caf::detached>(stage_actor, stage)
-                                       : system.spawn(stage_actor, stage));
-  }
+  for (auto& stage : parts) targets.push_back(spawn_stage_actor(system, stage, parts.size()));
   caf::actor coordinator_handle = system.spawn(coordinator_actor, coordinator);
   targets.push_back(coordinator_handle);
   connect_readers(parts, *coordinator, targets, inboxes);
@@ -263,7 +243,9 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   }
   // The parts hold handles of each other's actors; a detached actor's thread ends only once
   // its actor is gone.
-  release_actor_handles(parts, *coordinator);
+  release_actor_handles(parts);
+  coordinator->stage_readers.clear();
+  coordinator->listener = nullptr;
   targets.clear();
   coordinator_handle = nullptr;
   if (failed) {
