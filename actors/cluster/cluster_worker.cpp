@@ -310,14 +310,18 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
   json next;
   {
     caf::actor_system_config settings;
-    configure_scheduler(settings, std::min<int>(static_cast<int>(stages->parts.size()),
-                                                std::thread::hardware_concurrency()));
+    // Stages on threads of their own leave the scheduler nothing but the actor system's own.
+    const bool own_threads = stages_get_own_threads(stages->parts.size());
+    configure_scheduler(settings, own_threads
+                                      ? 1
+                                      : std::min<int>(static_cast<int>(stages->parts.size()),
+                                                      std::thread::hardware_concurrency()));
     caf::actor_system system{settings};
     caf::scoped_actor self{system};
     std::vector<std::pair<int, caf::actor>> actors;
     std::vector<caf::actor> handles;
     for (size_t i = 0; i < stages->parts.size(); ++i) {
-      handles.push_back(spawn_stage_actor(system, stages->parts[i], stages->parts.size()));
+      handles.push_back(spawn_stage_actor(system, stages->parts[i], own_threads));
       actors.push_back({stages->indices[i], handles.back()});
     }
     connect_worker_siblings(stages->config, stages->parts, handles);

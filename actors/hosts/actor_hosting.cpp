@@ -375,10 +375,13 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   return parts;
 }
 
+bool stages_get_own_threads(size_t stage_actors) {
+  return stage_actors <= std::max(1u, std::thread::hardware_concurrency());
+}
+
 caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,
-                             size_t stage_actors) {
-  if (stage_actors <= std::max(1u, std::thread::hardware_concurrency()))
-    return system.spawn<caf::detached>(stage_actor, std::move(parts));
+                             bool own_thread) {
+  if (own_thread) return system.spawn<caf::detached>(stage_actor, std::move(parts));
   return system.spawn(stage_actor, std::move(parts));
 }
 

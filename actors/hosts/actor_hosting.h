@@ -237,13 +237,16 @@ void connect_worker_siblings(const job_config& config,
                              const std::vector<std::shared_ptr<stage_parts>>& parts,
                              const std::vector<caf::actor>& actors);
 
-/// Spawns the stage actor of `parts`: on a thread of its own (a CAF detached actor) when this
-/// process's `stage_actors` stage actors are no more than its cores, else on the scheduler's
-/// threads, where the stages take turns. A stage that hops between threads takes its weights,
-/// gradients and optimizer state from core to core: on a 2-core machine a 784×512 layer's
-/// optimizer step took 3-4× as long as on the core whose caches held them.
+/// Whether a process's `stage_actors` stage actors each run on a thread of their own (CAF
+/// detached actors): when they are no more than its cores. Otherwise they take turns on the
+/// scheduler's threads, and a stage that hops between threads takes its weights, gradients and
+/// optimizer state from core to core: on a 2-core machine a 784×512 layer's optimizer step took
+/// 3-4× as long as on the core whose caches held them.
+bool stages_get_own_threads(size_t stage_actors);
+
+/// Spawns the stage actor of `parts`, on a thread of its own with `own_thread`.
 caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,
-                             size_t stage_actors);
+                             bool own_thread);
 
 /// Drops the handles of each other's actors that `parts` hold, once their actors have been told
 /// to exit: a detached actor's thread ends only when its actor is gone.

@@ -202,15 +202,18 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
   }
 
   caf::actor_system_config settings;
-  // One scheduler thread per worker (the interleaved schedule's workers run several stages).
-  configure_scheduler(settings,
-                      std::min<int>(pipeline_workers(config) * config.parallelism.replicas,
-                                    std::thread::hardware_concurrency()));
+  // Stages on threads of their own leave the scheduler the coordinator; else one scheduler
+  // thread per worker (the interleaved schedule's workers run several stages).
+  const bool own_threads = stages_get_own_threads(parts.size());
+  configure_scheduler(
+      settings, own_threads ? 1
+                            : std::min<int>(pipeline_workers(config) * config.parallelism.replicas,
+                                            std::thread::hardware_concurrency()));
   caf::actor_system system{settings};
   caf::scoped_actor self{system};
   coordinator->listener = caf::actor{self};
   std::vector<caf::actor> targets;
-  for (auto& stage : parts) targets.push_back(spawn_stage_actor(system, stage, parts.size()));
+  for (auto& stage : parts) targets.push_back(spawn_stage_actor(system, stage, own_threads));
   caf::actor coordinator_handle = system.spawn(coordinator_actor, coordinator);
   targets.push_back(coordinator_handle);
   connect_readers(parts, *coordinator, targets, inboxes);
@@ -241,13 +244,11 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     self->send_exit(target, caf::exit_reason::user_shutdown);
     self->wait_for(target);
   }
-  // The parts hold handles of each other's actors; a detached actor's thread ends only once
-  // its actor is gone.
+  // The parts and `targets` hold the stage actors' handles; a detached actor's thread ends only
+  // once its actor is gone.
   release_actor_handles(parts);
   coordinator->stage_readers.clear();
-  coordinator->listener = nullptr;
   targets.clear();
-  coordinator_handle = nullptr;
   if (failed) {
     *error = coordinator->failure;
     return std::nullopt;
