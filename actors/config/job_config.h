@@ -60,6 +60,10 @@ struct parallelism_config {
   int64_t correction_warmup_steps = 0;
   bool recompute = false;  ///< transformer blocks recompute activations in the backward pass
   int threads = 0;         ///< CPU threads shared among the stages (0: every core)
+  /// How long a stage whose thread has a core of its own polls for its next message before
+  /// the thread sleeps, while the machine has a core to spare (0: it sleeps at once; -1: 10 ms
+  /// in sync mode, 0 in async mode).
+  double spin_wait_ms = -1;
   /// Data parallelism: copies of the whole pipeline, each taking batch_size / replicas samples
   /// of every step. Sync mode sums each stage's gradients over its replicas before the step.
   int replicas = 1;

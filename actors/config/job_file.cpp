@@ -225,6 +225,7 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           integer_field("correction_warmup_steps", &p.correction_warmup_steps, 0),
           bool_field("recompute", &p.recompute),
           integer_field("threads", &p.threads, 0),
+          number_field("spin_wait_ms", &p.spin_wait_ms, kAnyNumber),
           integer_field("replicas", &p.replicas, 1),
           integer_field("replica_sync_interval", &p.replica_sync_interval, 1),
           integer_field("replica_staleness", &p.replica_staleness, -1)};
@@ -355,6 +356,9 @@ problem check_consistency(job_config* config) {
   if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages)) {
     return "parallelism.devices names " + std::to_string(p.devices.size()) +
            " devices but parallelism.stages is " + stages + " (give one, or one per stage)";
+  }
+  if (p.spin_wait_ms < 0 && p.spin_wait_ms != -1) {
+    return "parallelism.spin_wait_ms must be -1 (10 ms in sync mode, 0 in async mode) or >= 0";
   }
   if (p.replica_staleness == 0) {
     return "parallelism.replica_staleness must be -1 (unbounded) or >= 1: at 0 no replica could "
@@ -487,7 +491,9 @@ std::string checkpoint_config_hash(const job_config& config) {
     json["training"].erase(key);
   }
   // A run may resume with another number of replicas: a checkpoint holds one copy of each stage.
-  for (const char* key : {"threads", "devices", "replicas"}) json["parallelism"].erase(key);
+  for (const char* key : {"threads", "spin_wait_ms", "devices", "replicas"}) {
+    json["parallelism"].erase(key);
+  }
   json["model"].erase("init_from");
   return fnv1a_hex(json);
 }

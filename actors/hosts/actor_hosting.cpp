@@ -7,6 +7,7 @@
 
 #include "actors/config/job_file.h"
 #include "actors/engine/stage_state.h"
+#include "actors/hosts/mail_polling.h"
 #include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
 
@@ -54,28 +55,39 @@ static void note_sent(stage_parts& parts, const transport::message& message, dou
                                message.header.target_stage, at_s};
 }
 
+static void send_output(stage_parts& parts, stage_output& output) {
+  const double now = parts.clock->now_seconds();
+  wire_route route{parts.job_id, parts.index, transport::coordinator_stage, parts.logic->version(),
+                   now};
+  const int target = destination_of(parts.index, output);
+  transport::message message;
+  if (target == output_for_coordinator) {
+    message = report_to_wire(output, route);
+    send_on(*parts.coordinator, message, parts.coordinator_reader);
+  } else if (target == output_for_replica_peer) {
+    route.target_stage = parts.replica_next_index;
+    message = to_wire(output.message, route);
+    send_on(*parts.replica_next, message, parts.replica_next_reader);
+  } else {
+    route.target_stage = target;
+    const bool forward = target > parts.index;
+    message = to_wire(output.message, route);
+    send_on(forward ? *parts.next : *parts.previous, message,
+            forward ? parts.next_reader : parts.previous_reader);
+  }
+  note_sent(parts, message, now);
+}
+
+/// Sends what a pass produced: first what other stages wait for, then the reports. Waking the
+/// coordinator lets it take the sender's core at once, so a report sent first would delay the
+/// next stage's input by the coordinator's whole turn.
 static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs) {
-  for (stage_output& output : outputs) {
-    const double now = parts.clock->now_seconds();
-    wire_route route{parts.job_id, parts.index, transport::coordinator_stage,
-                     parts.logic->version(), now};
-    const int target = destination_of(parts.index, output);
-    transport::message message;
-    if (target == output_for_coordinator) {
-      message = report_to_wire(output, route);
-      send_on(*parts.coordinator, message, parts.coordinator_reader);
-    } else if (target == output_for_replica_peer) {
-      route.target_stage = parts.replica_next_index;
-      message = to_wire(output.message, route);
-      send_on(*parts.replica_next, message, parts.replica_next_reader);
-    } else {
-      route.target_stage = target;
-      const bool forward = target > parts.index;
-      message = to_wire(output.message, route);
-      send_on(forward ? *parts.next : *parts.previous, message,
-              forward ? parts.next_reader : parts.previous_reader);
+  for (const bool reports : {false, true}) {
+    for (stage_output& output : outputs) {
+      if ((destination_of(parts.index, output) == output_for_coordinator) == reports) {
+        send_output(parts, output);
+      }
     }
-    note_sent(parts, message, now);
   }
 }
 
@@ -275,15 +287,25 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
   publish_activity(self);
 }
 
+/// After each piece of work the stage polls a while for the next before its thread sleeps.
+static void await_next(caf::stateful_actor<stage_actor_state>* self) {
+  stage_parts& parts = *self->state.parts;
+  poll_for_mail(self, parts.spin_wait_s, *parts.clock);
+}
+
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
   self->state.parts = std::move(parts);
   return {
-      [self](const transport::message& incoming) { on_stage_message(self, incoming); },
+      [self](const transport::message& incoming) {
+        on_stage_message(self, incoming);
+        await_next(self);
+      },
       [self](take_atom) {
         take_and_handle(
             self, self->state.parts->inbox, self->state.parts->dropped_frames,
             [self](const transport::message& incoming) { on_stage_message(self, incoming); });
+        await_next(self);
       },
       [self](ready_work_atom) {
         self->state.ready_work_requested = false;
@@ -292,6 +314,7 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
         remind_of_ready_work(self);
         wake_turn_holder(self, *self->state.parts, before);
         publish_activity(self);
+        await_next(self);
       },
       [self](collect_atom) -> caf::result<stage_report> {
         if (!self->state.parts->logic->settling()) return snapshot(*self->state.parts);
@@ -341,6 +364,7 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
                                               const address_book& addresses, std::string* error) {
   auto parts = std::make_shared<stage_parts>();
   parts->index = index;
+  parts->spin_wait_s = spin_wait_seconds(config.parallelism);
   const int stage = stage_of_actor(config, index);
   const int replica = replica_of_actor(config, index);
   parts->backend =
@@ -375,6 +399,15 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   return parts;
 }
 
+double spin_wait_seconds(const parallelism_config& parallelism) {
+  if (parallelism.spin_wait_ms >= 0) return parallelism.spin_wait_ms / 1000;
+  // A sync pipeline's coordinator works during the flush, when no stage computes; an async
+  // one's works beside the stages, and a polling stage would hide from the kernel the idle core
+  // that the coordinator should take (measured on the MLP 784-512x3-10 in 2 stages, alternating:
+  // sync 1.04x faster with polling, async 0.95x).
+  return parallelism.mode == "sync" ? 0.010 : 0.0;
+}
+
 bool stages_get_own_threads(size_t stage_actors) {
   return stage_actors <= std::max(1u, std::thread::hardware_concurrency());
 }
@@ -382,6 +415,7 @@ bool stages_get_own_threads(size_t stage_actors) {
 caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,
                              bool own_thread) {
   if (own_thread) return system.spawn<caf::detached>(stage_actor, std::move(parts));
+  parts->spin_wait_s = 0;  // a core shared with other stages is not the poller's to take
   return system.spawn(stage_actor, std::move(parts));
 }
 

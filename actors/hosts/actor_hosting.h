@@ -112,6 +112,10 @@ struct stage_parts {
   /// Tests only: called before the stage takes each message (it may block, to stall it).
   std::function<void(int actor, const message_note& message)> fault_hook;
   bool collect_weights = false;
+  /// How long the stage's thread polls its mailbox after its work before it sleeps
+  /// (mail_polling.h; 0: it sleeps at once): parallelism.spin_wait_ms for a stage with a
+  /// thread of its own, else 0.
+  double spin_wait_s = 0;
 };
 
 /// Closes the stage's sockets (outboxes and its own inbox). Messages ZeroMQ still holds may own
@@ -243,6 +247,10 @@ void connect_worker_siblings(const job_config& config,
 /// optimizer state from core to core: on a 2-core machine a 784×512 layer's optimizer step took
 /// 3-4× as long as on the core whose caches held them.
 bool stages_get_own_threads(size_t stage_actors);
+
+/// How long a stage with a thread of its own polls for its next message before it sleeps
+/// (parallelism.spin_wait_ms; -1 picks by mode).
+double spin_wait_seconds(const parallelism_config& parallelism);
 
 /// Spawns the stage actor of `parts`, on a thread of its own with `own_thread`.
 caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,

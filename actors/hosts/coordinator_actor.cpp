@@ -169,6 +169,7 @@ static void on_coordinator_message(caf::event_based_actor* self, coordinator_par
     handle_state_answer(self, parts, incoming);
     return;
   }
+  const double start = parts.clock->now_seconds();
   std::string error;
   auto report = report_from_wire(incoming, &error);
   if (!report) {
@@ -176,7 +177,20 @@ static void on_coordinator_message(caf::event_based_actor* self, coordinator_par
                  incoming.header.source_stage, error.c_str());
     return;
   }
-  dispatch(parts, parts.run->handle(*report, parts.clock->now_seconds()));
+  const std::vector<key_message> admitted = parts.run->handle(*report, start);
+  dispatch(parts, admitted);
+  if (parts.trace) {
+    // The coordinator's turn on a report (admission, the batches' assembly and their sends),
+    // and the report's arrow where the stage shares the coordinator's clock (one process: the
+    // coordinator has an inbox of its own).
+    const int64_t key = static_cast<int64_t>(incoming.header.key);
+    if (parts.inbox) {
+      parts.trace->flow(incoming.header.source_stage, transport::coordinator_stage, key,
+                        sent_time(incoming), start);
+    }
+    parts.trace->span(transport::coordinator_stage, admitted.empty() ? "report" : "admit", key,
+                      start, parts.clock->now_seconds() - start);
+  }
   if (!parts.run->failure().empty()) {
     if (parts.failure.empty()) {
       parts.failure = parts.run->failure();

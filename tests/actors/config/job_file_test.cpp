@@ -377,6 +377,9 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
       {"[parallelism]\nmode = \"async\"\nschedule = \"interleaved\"",
        "parallelism.schedule = \"interleaved\" needs mode = \"sync\""},
       {"[parallelism]\nstages = 2", "parallelism.stages (2) exceeds the number of layers"},
+      {"[parallelism]\nspin_wait_ms = -0.5",
+       "parallelism.spin_wait_ms must be -1 (10 ms in sync mode, 0 in async mode) or >= 0"},
+      {"[parallelism]\nspin_wait_ms = inf", "parallelism.spin_wait_ms must be a finite number"},
   };
   for (const auto& [text, expected] : cases) {
     EXPECT_THAT(error_of(kMinimal + text + "\n"), StartsWith("job.toml: " + expected)) << text;
@@ -479,8 +482,8 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
       {"parallelism",
        {"stages", "partition", "devices", "mode", "schedule", "micro_batches", "max_active_keys",
         "min_update_interval", "max_staleness", "weight_stashing", "recompute", "threads",
-        "virtual_stages", "staleness_correction", "correction_warmup_steps", "replicas",
-        "replica_sync_interval", "replica_staleness"}},
+        "spin_wait_ms", "virtual_stages", "staleness_correction", "correction_warmup_steps",
+        "replicas", "replica_sync_interval", "replica_staleness"}},
       {"training",
        {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
         "beta2", "epsilon", "clip_norm", "lr_schedule", "lr_decay", "lr_decay_epochs",

@@ -230,6 +230,46 @@ TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
   EXPECT_NE(*threads[0].begin(), *threads[1].begin());
 }
 
+// The last stage's input gradient is on the critical path and its loss report is not: waking
+// the coordinator first would let it take the sender's core before the gradient leaves.
+TEST(PipelineHostTest, TheLastStageSendsItsGradientBeforeItsReportAndTheTraceShowsTheCoordinator) {
+  job_config config = host_job(2, 1, "sync", "gpipe");
+  std::string error;
+  auto data = load_job_data(config, &error);
+  ASSERT_TRUE(data) << error;
+  trace_recorder trace(2);
+  pipeline_options options;
+  options.trace = &trace;
+  wall_clock clock;
+  quiet_observer observer;
+  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+
+  const nlohmann::json timeline = trace.to_json();
+  std::map<uint64_t, const nlohmann::json*> starts;
+  int admissions = 0;
+  for (const auto& event : timeline["traceEvents"]) {
+    if (event["ph"] == "s") starts[event["id"].get<uint64_t>()] = &event;
+    if (event["ph"] == "X" && event["tid"] == 0 && event["name"] == "admit") ++admissions;
+  }
+  // Per key: when stage 1 sent its gradient (to stage 0) and its report (to the coordinator).
+  std::map<int64_t, double> gradient_sent, report_sent;
+  for (const auto& event : timeline["traceEvents"]) {
+    if (event["ph"] != "f") continue;
+    const nlohmann::json& start = *starts.at(event["id"].get<uint64_t>());
+    if (start["tid"] != 2) continue;
+    const int64_t key = start["args"]["key"].get<int64_t>();
+    (event["tid"] == 1 ? gradient_sent : report_sent)[key] = start["ts"].get<double>();
+  }
+  // Each step but the first is admitted on a report (the epoch's evaluation on one more).
+  const int64_t steps = data->train.count() / config.training.batch_size;
+  EXPECT_GE(admissions, steps - 1);
+  ASSERT_EQ(gradient_sent.size(), static_cast<size_t>(steps));
+  for (const auto& [key, at] : gradient_sent) {
+    ASSERT_TRUE(report_sent.count(key)) << key;
+    EXPECT_LE(at, report_sent[key]) << "key " << key;
+  }
+}
+
 TEST(PipelineHostTest, ADivergingRunStopsAndNamesTheStepAndTheLearningRate) {
   job_config config = host_job(3, 2, "async", "gpipe");
   config.training.lr = 1e30;
