@@ -66,12 +66,14 @@ struct pooling_geometry {
   int out_width = 0;
 };
 
-/// PyTorch's SGD: g = gradient_scale * grad + weight_decay * w; v = momentum * v + g; w -= lr * v.
+/// PyTorch's SGD: g = gradient_scale * grad + weight_decay * w; v = momentum * v + g; w -= lr * v,
+/// or with `nesterov` (PyTorch's nesterov=True) w -= lr * (g + momentum * v).
 struct sgd_parameters {
   float learning_rate = 0.01f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   float gradient_scale = 1.0f;
+  bool nesterov = false;
 };
 
 /// PyTorch's Adam with L2 weight decay added to the gradient; `step` counts from 1.

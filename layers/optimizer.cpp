@@ -19,15 +19,18 @@ optimizer::optimizer(stream s, optimizer_settings settings, std::vector<paramete
   }
 }
 
-void optimizer::step(stream s, float learning_rate, float gradient_scale) {
+void optimizer::step(stream s, float learning_rate, float gradient_scale, float momentum) {
   ++steps_;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     parameter& p = *parameters_[i];
     if (!p.has_gradient) continue;
     backend& device = p.value.device();
     if (settings_.kind == "sgd") {
-      sgd_parameters sgd{learning_rate, settings_.momentum, settings_.weight_decay, gradient_scale};
       float* velocity = state_[i].empty() ? nullptr : state_[i][0].data();
+      const float used_momentum =
+          velocity != nullptr && momentum >= 0.0f ? momentum : settings_.momentum;
+      sgd_parameters sgd{learning_rate, used_momentum, settings_.weight_decay, gradient_scale,
+                         settings_.nesterov};
       device.sgd_step(s, p.value.data(), p.gradient.data(), velocity, p.value.size(), sgd);
     } else {
       // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.

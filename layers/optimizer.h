@@ -14,6 +14,7 @@ namespace troupe::layers {
 struct optimizer_settings {
   std::string kind = "sgd";  ///< "sgd", "adam" or "adamw" (decoupled weight decay)
   float momentum = 0.0f;
+  bool nesterov = false;  ///< SGD: Nesterov's look-ahead (PyTorch's nesterov=True)
   float weight_decay = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -31,8 +32,9 @@ class optimizer {
 
   /// Applies one update at `learning_rate` to every parameter that received gradients since
   /// the last step, multiplying those gradients by `gradient_scale` first, then marks them
-  /// consumed (the next backward overwrites instead of adding).
-  void step(stream s, float learning_rate, float gradient_scale = 1.0f);
+  /// consumed (the next backward overwrites instead of adding). SGD with momentum takes
+  /// `momentum` for this step where it is given (≥ 0), else the settings' momentum.
+  void step(stream s, float learning_rate, float gradient_scale = 1.0f, float momentum = -1.0f);
 
   /// The L2 norm of the gradients accumulated since the last step, times `gradient_scale`,
   /// squared; read on the host (synchronizes `s`).

@@ -106,9 +106,9 @@ double timed_stage_device::squared_gradient_norm() {
   return numerics_ ? numerics_->squared_gradient_norm() : 0.0;
 }
 
-void timed_stage_device::step(float learning_rate, float gradient_scale) {
+void timed_stage_device::step(float learning_rate, float gradient_scale, float momentum) {
   charge_s_ += cost_.step_s();
-  if (numerics_) numerics_->step(learning_rate, gradient_scale);
+  if (numerics_) numerics_->step(learning_rate, gradient_scale, momentum);
 }
 
 void timed_stage_device::stash_weights(int64_t version) {

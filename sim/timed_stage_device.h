@@ -36,7 +36,7 @@ class timed_stage_device final : public actors::stage_device {
                                 bool need_input_gradient) override;
   void backward_weights(uint64_t key) override;
   double squared_gradient_norm() override;
-  void step(float learning_rate, float gradient_scale) override;
+  void step(float learning_rate, float gradient_scale, float momentum) override;
   void stash_weights(int64_t version) override;
   void stash_predicted_weights(int64_t version, float distance) override;
   void use_weights(int64_t version) override;

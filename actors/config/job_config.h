@@ -82,6 +82,7 @@ struct training_config {
   std::string optimizer = "sgd";  ///< "sgd", "adam" or "adamw"
   double lr = 0.01;
   double momentum = 0.0;
+  bool nesterov = false;  ///< SGD: Nesterov's look-ahead (PyTorch's nesterov=True)
   double weight_decay = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.999;

@@ -221,7 +221,7 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           integer_field("max_staleness", &p.max_staleness, -1),
           bool_field("weight_stashing", &p.weight_stashing),
           string_field("staleness_correction", &p.staleness_correction,
-                       {"none", "pipemare", "2bw", "predict"}),
+                       {"none", "pipemare", "2bw", "predict", "nesterov"}),
           integer_field("correction_warmup_steps", &p.correction_warmup_steps, 0),
           bool_field("recompute", &p.recompute),
           integer_field("threads", &p.threads, 0),
@@ -238,6 +238,7 @@ std::vector<field> training_fields(training_config& t) {
           string_field("optimizer", &t.optimizer, {"sgd", "adam", "adamw"}),
           number_field("lr", &t.lr, kPositive),
           number_field("momentum", &t.momentum, kBelowOne),
+          bool_field("nesterov", &t.nesterov),
           number_field("weight_decay", &t.weight_decay, kNonNegative),
           number_field("beta1", &t.beta1, kBelowOne),
           number_field("beta2", &t.beta2, kBelowOne),
@@ -294,13 +295,21 @@ problem check_partition(const job_config& config) {
   return std::nullopt;
 }
 
-/// Weight prediction moves the weights along SGD's momentum buffer.
+/// Weight prediction moves the weights along SGD's momentum buffer, and the delay-corrected
+/// Nesterov method raises its momentum; Nesterov's look-ahead needs one too.
 problem check_staleness_correction(const job_config& config) {
-  if (config.parallelism.staleness_correction != "predict") return std::nullopt;
-  if (config.training.optimizer == "sgd" && config.training.momentum > 0) return std::nullopt;
-  return std::string(
-      "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" with "
-      "training.momentum > 0: it predicts the weights along the momentum buffer");
+  const training_config& t = config.training;
+  const bool momentum_sgd = t.optimizer == "sgd" && t.momentum > 0;
+  if (t.nesterov && !momentum_sgd) {
+    return std::string(
+        "training.nesterov = true needs training.optimizer = \"sgd\" with training.momentum > 0");
+  }
+  const std::string& correction = config.parallelism.staleness_correction;
+  if (momentum_sgd || (correction != "predict" && correction != "nesterov")) return std::nullopt;
+  return "parallelism.staleness_correction = \"" + correction +
+         "\" needs training.optimizer = \"sgd\" with training.momentum > 0: " +
+         (correction == "predict" ? "it predicts the weights along the momentum buffer"
+                                  : "it raises the momentum of delayed stages");
 }
 
 /// The interleaved schedule puts parallelism.virtual_stages stages on each worker.

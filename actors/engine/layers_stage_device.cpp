@@ -43,8 +43,12 @@ class layers_stage_device final : public stage_device {
     auto shapes = layers::infer_shapes(config.model.layers, input, &error);
     TROUPE_CHECK(shapes.has_value());
     labels_per_sample_ = layers::labels_per_sample(shapes->back());
-    optimizer_ = std::make_unique<layers::optimizer>(
-        stream_, optimizer_settings_of(config.training), model_->parameters());
+    layers::optimizer_settings optimizer = optimizer_settings_of(config.training);
+    // The delay-corrected Nesterov method's look-ahead (stage_settings::nesterov_momentum).
+    optimizer.nesterov =
+        optimizer.nesterov || (config.parallelism.mode == "async" &&
+                               config.parallelism.staleness_correction == "nesterov");
+    optimizer_ = std::make_unique<layers::optimizer>(stream_, optimizer, model_->parameters());
     for (size_t i = 0; i < model_->size(); ++i) {
       const std::string layer =
           config.model.layers[range.first + i].type + std::to_string(range.first + i);
@@ -149,8 +153,8 @@ class layers_stage_device final : public stage_device {
 
   double squared_gradient_norm() override { return optimizer_->squared_gradient_norm(stream_); }
 
-  void step(float learning_rate, float gradient_scale) override {
-    optimizer_->step(stream_, learning_rate, gradient_scale);
+  void step(float learning_rate, float gradient_scale, float momentum) override {
+    optimizer_->step(stream_, learning_rate, gradient_scale, momentum);
     device_.synchronize(stream_);
   }
 

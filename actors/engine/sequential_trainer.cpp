@@ -12,6 +12,7 @@ layers::optimizer_settings optimizer_settings_of(const training_config& training
   layers::optimizer_settings settings;
   settings.kind = training.optimizer;
   settings.momentum = static_cast<float>(training.momentum);
+  settings.nesterov = training.nesterov;
   settings.weight_decay = static_cast<float>(training.weight_decay);
   settings.beta1 = static_cast<float>(training.beta1);
   settings.beta2 = static_cast<float>(training.beta2);

@@ -351,6 +351,16 @@ double stage_logic::step_learning_rate() const {
   return rate * std::pow(delay, -fading);
 }
 
+double stage_logic::step_momentum() const {
+  const double momentum = settings_.nesterov_momentum;
+  if (momentum <= 0) return -1;  // the job's
+  if (momentum >= 0.99) return momentum;
+  const double stages = static_cast<double>(std::max(1, settings_.count));
+  const double delay = static_cast<double>(staleness_since_step_) /
+                       static_cast<double>(settings_.min_update_interval);
+  return momentum + std::min(delay, stages) * (0.99 - momentum) / stages;
+}
+
 bool stage_logic::count_backward() {
   if (++keys_since_step_ < settings_.min_update_interval) return false;
   keys_since_step_ = 0;
@@ -379,7 +389,8 @@ void stage_logic::take_step(double norm_squared) {
                                     [&](const auto& entry) { return entry.second == version_; });
     if (needed) device_.stash_weights(version_);
   }
-  device_.step(static_cast<float>(step_learning_rate()), scale);
+  device_.step(static_cast<float>(step_learning_rate()), scale,
+               static_cast<float>(step_momentum()));
   delay_ = static_cast<double>(staleness_since_step_) / settings_.min_update_interval;
   staleness_since_step_ = 0;
   ++version_;

@@ -38,6 +38,12 @@ struct stage_settings {
   /// stage's delay (the mean staleness of its last step's keys). A stage whose keys are never
   /// stale (d = 0) runs on its weights as they are.
   bool predict_weights = false;
+  /// The delay-corrected Nesterov method (Ajanthan et al., ICML 2025, as its authors' code
+  /// runs it): SGD with Nesterov's look-ahead, whose momentum grows with the stage's delay d
+  /// (the mean staleness of the keys a step applies), μ_d = μ + min(d, S) · (0.99 − μ) / S for
+  /// S stages, so the delayed stages lean on the look-ahead more. This is μ (> 0: on; 0: off).
+  /// A stage whose keys are never stale steps as SGD with Nesterov momentum μ.
+  double nesterov_momentum = 0;
   /// Multiplies the last stage's loss gradient: 1 / (samples per key × min_update_interval),
   /// so one step applies the mean gradient of the samples it saw.
   float gradient_scale = 1.0f;
@@ -169,6 +175,8 @@ class stage_logic {
   void take_step(double norm_squared);
   /// The learning rate of the step from version_ (with PipeMare's rescheduling).
   double step_learning_rate() const;
+  /// The momentum of the coming step (stage_settings::nesterov_momentum), or -1: the job's.
+  double step_momentum() const;
   void handle_step_message(const key_message& message, std::vector<stage_output>* outputs);
   /// Global clipping: the step's gradients are complete (and summed over the replicas): stage
   /// 0 steps and tells the next; a later stage passes its norm on and holds its step.

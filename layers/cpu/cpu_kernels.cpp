@@ -308,6 +308,17 @@ void sgd_momentum(float* __restrict w, const float* __restrict grad, float* __re
   }
 }
 
+/// Nesterov's look-ahead: the step takes the gradient plus the momentum of the new velocity.
+void sgd_nesterov(float* __restrict w, const float* __restrict grad, float* __restrict v,
+                  size_t count, float lr, float momentum, float decay, float scale) {
+  for (size_t i = 0; i < count; ++i) {
+    const float g = scale * grad[i] + decay * w[i];
+    const float velocity = momentum * v[i] + g;
+    v[i] = velocity;
+    w[i] -= lr * (g + momentum * velocity);
+  }
+}
+
 }  // namespace
 
 void sgd_step(float* weights, const float* gradient, float* velocity, size_t count,
@@ -317,8 +328,8 @@ void sgd_step(float* weights, const float* gradient, float* velocity, size_t cou
     return;
   }
   TROUPE_CHECK(velocity != nullptr);
-  sgd_momentum(weights, gradient, velocity, count, p.learning_rate, p.momentum, p.weight_decay,
-               p.gradient_scale);
+  (p.nesterov ? sgd_nesterov : sgd_momentum)(weights, gradient, velocity, count, p.learning_rate,
+                                             p.momentum, p.weight_decay, p.gradient_scale);
 }
 
 namespace {

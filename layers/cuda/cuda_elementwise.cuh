@@ -277,10 +277,12 @@ struct sgd_op {
   float* velocity;  // null when momentum == 0
   sgd_parameters p;
   __device__ void operator()(size_t i) const {
-    float step = p.gradient_scale * gradient[i] + p.weight_decay * weights[i];
+    const float g = p.gradient_scale * gradient[i] + p.weight_decay * weights[i];
+    float step = g;
     if (velocity != nullptr) {
-      step = p.momentum * velocity[i] + step;
-      velocity[i] = step;
+      const float v = p.momentum * velocity[i] + g;
+      velocity[i] = v;
+      step = p.nesterov ? g + p.momentum * v : v;
     }
     weights[i] -= p.learning_rate * step;
   }

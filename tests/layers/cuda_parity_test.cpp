@@ -485,7 +485,9 @@ TEST(CudaParityTest, SgdSteps) {
   momentum.momentum = 0.9f;
   momentum.weight_decay = 1e-3f;
   momentum.gradient_scale = 0.5f;
-  for (const sgd_parameters& p : {plain, momentum}) {
+  sgd_parameters nesterov = momentum;
+  nesterov.nesterov = true;
+  for (const sgd_parameters& p : {plain, momentum, nesterov}) {
     expect_parity(
         pair,
         [&](backend& device) {
@@ -498,7 +500,7 @@ TEST(CudaParityTest, SgdSteps) {
           }
           return outputs{w.download(), v.download()};
         },
-        rounding, "sgd momentum " + std::to_string(p.momentum));
+        rounding, "sgd momentum " + std::to_string(p.momentum) + (p.nesterov ? " nesterov" : ""));
   }
 }
 

@@ -367,7 +367,13 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
        "parallelism.micro_batches (4) must divide training.batch_size (10)"},
       {"[parallelism]\nschedule = \"zb-h2\"", "parallelism.schedule must be"},
       {"[parallelism]\nstaleness_correction = \"specgrad\"",
-       "parallelism.staleness_correction must be one of 'none', 'pipemare', '2bw', 'predict'"},
+       "parallelism.staleness_correction must be one of 'none', 'pipemare', '2bw', 'predict', "
+       "'nesterov'"},
+      {"[parallelism]\nstaleness_correction = \"nesterov\"",
+       "parallelism.staleness_correction = \"nesterov\" needs training.optimizer = \"sgd\" with "
+       "training.momentum > 0: it raises the momentum of delayed stages"},
+      {"[training]\nnesterov = true",
+       "training.nesterov = true needs training.optimizer = \"sgd\" with training.momentum > 0"},
       {"[parallelism]\nstaleness_correction = \"predict\"",
        "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" with "
        "training.momentum > 0"},
@@ -485,9 +491,10 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
         "spin_wait_ms", "virtual_stages", "staleness_correction", "correction_warmup_steps",
         "replicas", "replica_sync_interval", "replica_staleness"}},
       {"training",
-       {"batch_size", "epochs", "max_steps", "optimizer", "lr", "momentum", "weight_decay", "beta1",
-        "beta2", "epsilon", "clip_norm", "lr_schedule", "lr_decay", "lr_decay_epochs",
-        "warmup_steps", "seed", "target_accuracy", "precision", "eval_interval_steps"}},
+       {"batch_size",   "epochs",    "max_steps",       "optimizer", "lr",
+        "momentum",     "nesterov",  "weight_decay",    "beta1",     "beta2",
+        "epsilon",      "clip_norm", "lr_schedule",     "lr_decay",  "lr_decay_epochs",
+        "warmup_steps", "seed",      "target_accuracy", "precision", "eval_interval_steps"}},
       {"checkpoint",
        {"dir", "interval_steps", "interval_s", "keep_last", "max_restarts", "rejoin_timeout_s"}},
       {"metrics", {"log_interval", "trace", "progress", "stall_timeout_s"}},

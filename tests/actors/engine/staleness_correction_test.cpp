@@ -12,6 +12,7 @@
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/stage_settings.h"
 #include "layers/backend_registry.h"
+#include "layers/optimizer.h"
 #include "tests/support/job_helpers.h"
 #include "tests/support/local_pipeline.h"
 
@@ -32,7 +33,10 @@ class recording_device final : public stage_device {
   }
   layers::tensor backward(const key_message& message, bool) override { return message.payload; }
   double squared_gradient_norm() override { return 0; }
-  void step(float learning_rate, float) override { rates.push_back(learning_rate); }
+  void step(float learning_rate, float, float momentum) override {
+    rates.push_back(learning_rate);
+    momenta.push_back(momentum);
+  }
   void stash_weights(int64_t) override {}
   void stash_predicted_weights(int64_t version, float distance) override {
     predictions.push_back({version, distance});
@@ -45,6 +49,7 @@ class recording_device final : public stage_device {
   bool load_state(const stage_state&, bool, std::string*) override { return true; }
 
   std::vector<float> rates;
+  std::vector<float> momenta;  ///< -1: the job's
   std::vector<std::pair<int64_t, float>> predictions;
   std::vector<int64_t> uses;
 };
@@ -221,10 +226,65 @@ TEST(StalenessCorrectionTest, PredictedWeightsAreTheWeightsMovedAlongTheMomentum
   EXPECT_NE(plain, predicted);
 }
 
+TEST(StalenessCorrectionTest, NesterovRaisesEachStepsMomentumByTheDelayOfItsKeys) {
+  // Stage 0 of S = 2, momentum 0.9. Keys 0, 1 and 2 go forward at version 0 and come back in
+  // turn, staleness 0, 1 and 2: momentum 0.9, 0.9 + 1 · 0.09 / 2 and 0.9 + 2 · 0.09 / 2. Keys
+  // 3 to 6 go forward at version 3; key 6 comes back 3 versions late, a delay above S, which
+  // the momentum's bound 0.99 caps.
+  stage_settings settings = first_of_two_stages();
+  settings.nesterov_momentum = 0.9;
+  recording_device device;
+  stage_logic stage(settings, device);
+  for (uint64_t key : {0, 1, 2}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {0, 1, 2}) stage.handle(message_for(key_kind::backward, key));
+  for (uint64_t key : {3, 4, 5, 6}) stage.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {3, 4, 5, 6}) stage.handle(message_for(key_kind::backward, key));
+  ASSERT_EQ(device.momenta.size(), 7u);
+  EXPECT_FLOAT_EQ(device.momenta[0], 0.9f);
+  EXPECT_FLOAT_EQ(device.momenta[1], 0.945f);
+  EXPECT_FLOAT_EQ(device.momenta[2], 0.99f);
+  EXPECT_FLOAT_EQ(device.momenta[3], 0.9f);
+  EXPECT_FLOAT_EQ(device.momenta[6], 0.99f);
+  // Without the correction every step takes the job's momentum.
+  recording_device plain_device;
+  stage_logic plain(first_of_two_stages(), plain_device);
+  for (uint64_t key : {0, 1}) plain.handle(message_for(key_kind::forward, key));
+  for (uint64_t key : {0, 1}) plain.handle(message_for(key_kind::backward, key));
+  EXPECT_EQ(plain_device.momenta, (std::vector<float>{-1.0f, -1.0f}));
+}
+
+TEST(StalenessCorrectionTest, NesterovStepsTwiceAsComputedByHand) {
+  // SGD with Nesterov's look-ahead (PyTorch's nesterov=True), lr 0.1: v = μ v + g, then
+  // w -= lr (g + μ v). Step 1 at μ = 0.9 with g = (0.5, 1): v = g, w = (1, -2) - 0.19 g =
+  // (0.905, -2.19). Step 2 at μ = 0.945 (a delay of 1 of 2 stages) with g = (-0.2, 0.4):
+  // v = (0.2725, 1.345), w = (0.905 - 0.1 · 0.0575125, -2.19 - 0.1 · 1.671025).
+  auto device = cpu();
+  const layers::stream s = device->default_stream();
+  layers::parameter weight;
+  weight.value = layers::tensor::from_host(*device, s, {2}, {1.0f, -2.0f});
+  weight.gradient = layers::tensor::from_host(*device, s, {2}, {0.5f, 1.0f});
+  weight.has_gradient = true;
+  layers::optimizer_settings settings;
+  settings.momentum = 0.9f;
+  settings.nesterov = true;
+  layers::optimizer optimizer(s, settings, {&weight});
+  optimizer.step(s, 0.1f);
+  std::vector<float> after = weight.value.to_host(s);
+  EXPECT_NEAR(after[0], 0.905f, 1e-6);
+  EXPECT_NEAR(after[1], -2.19f, 1e-6);
+  weight.gradient.copy_from_host(s, std::vector<float>{-0.2f, 0.4f}.data());
+  weight.has_gradient = true;
+  optimizer.step(s, 0.1f, 1.0f, 0.945f);
+  after = weight.value.to_host(s);
+  EXPECT_NEAR(after[0], 0.89924875f, 1e-6);
+  EXPECT_NEAR(after[1], -2.3571025f, 1e-6);
+  EXPECT_NEAR(optimizer.state(0)[0].to_host(s)[1], 1.345f, 1e-6) << "the velocity";
+}
+
 TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
   // MAK = 1: no key is ever stale, so every correction steps as plain async does, which is
-  // the sequential trainer's SGD.
-  for (const char* correction : {"none", "pipemare", "2bw", "predict"}) {
+  // the sequential trainer's SGD (with Nesterov's look-ahead for "nesterov").
+  for (const char* correction : {"none", "pipemare", "2bw", "predict", "nesterov"}) {
     job_config config = testing::small_pipeline_job(4, 1, "async", "gpipe", 640);
     config.parallelism.max_active_keys = 1;
     config.parallelism.staleness_correction = correction;
@@ -236,7 +296,9 @@ TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
     local_pipeline pipeline(config, *device, data.count(), steps, 0);
     pipeline.train(data, steps);
     const testing::weights actual = pipeline.weights();
-    const testing::weights expected = testing::sequential_weights(config, data, steps);
+    job_config oracle = config;
+    oracle.training.nesterov = std::string(correction) == "nesterov";
+    const testing::weights expected = testing::sequential_weights(oracle, data, steps);
     EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-6) << correction;
   }
 }
