@@ -54,7 +54,9 @@ struct parallelism_config {
   /// it): "none"; "pipemare" (PipeMare's learning-rate rescheduling: each stage's step uses
   /// lr · τ^-(1 − min(k / K, 1)), τ the mean staleness of the keys the step applies, at least
   /// 1, k the stage's step and K correction_warmup_steps); "2bw" (PipeDream-2BW: weight
-  /// stashing and at most one newer weight version per backward, max_staleness = 1).
+  /// stashing and at most one newer weight version per backward, max_staleness = 1);
+  /// "predict" (SpecTrain's weight prediction); "nesterov" (the delay-corrected Nesterov
+  /// method: stage_settings::nesterov_momentum).
   std::string staleness_correction = "none";
   /// PipeMare's K: steps over which the rescheduling fades out (0: one epoch's steps).
   int64_t correction_warmup_steps = 0;
