@@ -27,10 +27,11 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale, float 
     backend& device = p.value.device();
     if (settings_.kind == "sgd") {
       float* velocity = state_[i].empty() ? nullptr : state_[i][0].data();
-      const float used_momentum =
-          velocity != nullptr && momentum >= 0.0f ? momentum : settings_.momentum;
-      sgd_parameters sgd{learning_rate, used_momentum, settings_.weight_decay, gradient_scale,
-                         settings_.nesterov};
+      const bool override = velocity != nullptr && momentum >= 0.0f;
+      const float used_momentum = override ? momentum : settings_.momentum;
+      const float weight = override ? (1.0f - momentum) / (1.0f - settings_.momentum) : 1.0f;
+      sgd_parameters sgd{learning_rate, used_momentum, weight * settings_.weight_decay,
+                         weight * gradient_scale, settings_.nesterov};
       device.sgd_step(s, p.value.data(), p.gradient.data(), velocity, p.value.size(), sgd);
     } else {
       // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.

@@ -33,7 +33,10 @@ class optimizer {
   /// Applies one update at `learning_rate` to every parameter that received gradients since
   /// the last step, multiplying those gradients by `gradient_scale` first, then marks them
   /// consumed (the next backward overwrites instead of adding). SGD with momentum takes
-  /// `momentum` for this step where it is given (≥ 0), else the settings' momentum.
+  /// `momentum` for this step where it is given (≥ 0), else the settings' momentum μ, and
+  /// weighs the step's gradient (weight decay included) by (1 − momentum) / (1 − μ): a
+  /// steady gradient g still moves the weights by lr · g / (1 − μ) per step, the momentum
+  /// only shifting the weight from the new gradient to the buffer, as raising β1 does in Adam.
   void step(stream s, float learning_rate, float gradient_scale = 1.0f, float momentum = -1.0f);
 
   /// The L2 norm of the gradients accumulated since the last step, times `gradient_scale`,

@@ -41,8 +41,10 @@ struct stage_settings {
   /// The delay-corrected Nesterov method (Ajanthan et al., ICML 2025, as its authors' code
   /// runs it): SGD with Nesterov's look-ahead, whose momentum grows with the stage's delay d
   /// (the mean staleness of the keys a step applies), μ_d = μ + min(d, S) · (0.99 − μ) / S for
-  /// S stages, so the delayed stages lean on the look-ahead more. This is μ (> 0: on; 0: off).
-  /// A stage whose keys are never stale steps as SGD with Nesterov momentum μ.
+  /// S stages, the step's gradient weighed by (1 − μ_d) / (1 − μ) (as raising β1 does in the
+  /// authors' NAdam), so the delayed stages lean on the look-ahead more at the same long-run
+  /// step. This is μ (> 0: on; 0: off). A stage whose keys are never stale steps as SGD with
+  /// Nesterov momentum μ.
   double nesterov_momentum = 0;
   /// Multiplies the last stage's loss gradient: 1 / (samples per key × min_update_interval),
   /// so one step applies the mean gradient of the samples it saw.

@@ -256,8 +256,10 @@ TEST(StalenessCorrectionTest, NesterovRaisesEachStepsMomentumByTheDelayOfItsKeys
 TEST(StalenessCorrectionTest, NesterovStepsTwiceAsComputedByHand) {
   // SGD with Nesterov's look-ahead (PyTorch's nesterov=True), lr 0.1: v = μ v + g, then
   // w -= lr (g + μ v). Step 1 at μ = 0.9 with g = (0.5, 1): v = g, w = (1, -2) - 0.19 g =
-  // (0.905, -2.19). Step 2 at μ = 0.945 (a delay of 1 of 2 stages) with g = (-0.2, 0.4):
-  // v = (0.2725, 1.345), w = (0.905 - 0.1 · 0.0575125, -2.19 - 0.1 · 1.671025).
+  // (0.905, -2.19). Step 2 at μ_d = 0.945 (a delay of 1 of 2 stages) with g = (-0.2, 0.4),
+  // weighed by (1 - 0.945) / (1 - 0.9) = 0.55: c = (-0.11, 0.22), v = 0.945 v + c =
+  // (0.3625, 1.165), w = (0.905 - 0.1 · (c + 0.945 v)) = (0.905 - 0.02325625,
+  // -2.19 - 0.1320925).
   auto device = cpu();
   const layers::stream s = device->default_stream();
   layers::parameter weight;
@@ -276,9 +278,9 @@ TEST(StalenessCorrectionTest, NesterovStepsTwiceAsComputedByHand) {
   weight.has_gradient = true;
   optimizer.step(s, 0.1f, 1.0f, 0.945f);
   after = weight.value.to_host(s);
-  EXPECT_NEAR(after[0], 0.89924875f, 1e-6);
-  EXPECT_NEAR(after[1], -2.3571025f, 1e-6);
-  EXPECT_NEAR(optimizer.state(0)[0].to_host(s)[1], 1.345f, 1e-6) << "the velocity";
+  EXPECT_NEAR(after[0], 0.88174375f, 1e-6);
+  EXPECT_NEAR(after[1], -2.3220925f, 1e-6);
+  EXPECT_NEAR(optimizer.state(0)[0].to_host(s)[1], 1.165f, 1e-6) << "the velocity";
 }
 
 TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
