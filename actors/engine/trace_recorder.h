@@ -16,7 +16,7 @@ namespace troupe::actors {
 
 class trace_recorder {
  public:
-  /// Spans and message arrows one trace keeps: about 250k steps of a 4-stage pipeline, or a
+  /// Spans and message arrows one trace keeps: about 55k steps of a 4-stage pipeline, or a
   /// trace.json of some 200 MB. Later ones are counted and left out, so a long run with
   /// tracing on keeps its memory bounded.
   static constexpr size_t default_capacity = 1'000'000;
