@@ -53,7 +53,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"ipc_message_cpu_per_byte_s", profile.ipc_message_cpu_per_byte_s},
                {"inproc_latency_s", profile.inproc_latency_s},
                {"time_slice_efficiency", profile.time_slice_efficiency},
-               {"parameter_copy_s_per_float", profile.parameter_copy_s_per_float}};
+               {"parameter_copy_s_per_float", profile.parameter_copy_s_per_float},
+               {"coordinator_s_per_sample", profile.coordinator_s_per_sample}};
   return text.dump(2) + "\n";
 }
 
@@ -91,7 +92,8 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       {"inproc_message_cpu_per_byte_s", &profile.inproc_message_cpu_per_byte_s},
       {"ipc_message_cpu_per_byte_s", &profile.ipc_message_cpu_per_byte_s},
       {"inproc_latency_s", &profile.inproc_latency_s},
-      {"parameter_copy_s_per_float", &profile.parameter_copy_s_per_float}};
+      {"parameter_copy_s_per_float", &profile.parameter_copy_s_per_float},
+      {"coordinator_s_per_sample", &profile.coordinator_s_per_sample}};
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }

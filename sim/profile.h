@@ -59,6 +59,9 @@ struct machine_profile {
   /// the replicas' all-reduce does around each round (0: unknown; the device's memory
   /// bandwidth is charged instead).
   double parameter_copy_s_per_float = 0;
+  /// CPU seconds the coordinator spends per sample of a key it admits: the sample's features
+  /// gathered from the training set into the key's payload, and the key encoded (0: unknown).
+  double coordinator_s_per_sample = 0;
 };
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each

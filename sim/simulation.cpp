@@ -47,7 +47,8 @@ enum class event_kind : uint8_t {
   degrade,
   checkpoint_written,
   worker_fails,
-  workers_rejoined
+  workers_rejoined,
+  start_flow  ///< a parcel held by its sender's CPU goes onto the network
 };
 
 struct event {
@@ -74,6 +75,7 @@ struct parcel {
   uint16_t generation = 0;
   int target = 0;
   int from_track = 0;
+  int from_device = 0;
   double sent_s = 0;
   double latency_s = 0;
   stage_output content;
@@ -158,8 +160,12 @@ class simulator {
   void schedule(double time, event_kind kind, int index);
   void hash(const void* data, size_t bytes) { XXH3_64bits_update(hash_, data, bytes); }
   int new_parcel(parcel&& p);
-  void send(int from_device, int target, stage_output&& content, int from_track);
+  /// Sends `content` `delay_s` from now (the sender's CPU still busy with it until then).
+  void send(int from_device, int target, stage_output&& content, int from_track,
+            double delay_s = 0);
   void deliver(int id);
+  /// The network part of send() for a parcel whose sender held it a while.
+  void start_flow(int id);
   /// Starts waiting work on the pool's free devices: each takes the oldest parcel whose stage
   /// is not already at work (a stage, like its actor, handles one message at a time).
   void start_work(int pool);
@@ -232,6 +238,9 @@ class simulator {
   std::priority_queue<event, std::vector<event>, later> events_;
   uint64_t sequence_ = 0;
   double now_ = 0;
+  /// When the coordinator has assembled the keys it admitted so far (profile's
+  /// coordinator_s_per_sample): it is one thread, so the keys of one admission leave in turn.
+  double coordinator_free_s_ = 0;
   int64_t events_handled_ = 0;
   bool finished_ = false;
   /// Stages take waiting backward passes before forwards (the sync schedules after GPipe).
@@ -405,18 +414,38 @@ int simulator::new_parcel(parcel&& p) {
   return id;
 }
 
-void simulator::send(int from_device, int target, stage_output&& content, int from_track) {
+void simulator::send(int from_device, int target, stage_output&& content, int from_track,
+                     double delay_s) {
   const int to_device =
       target == coordinator ? cluster_model::host_device : device_of_stage_[target];
   const double bytes = options_.header_bytes + payload_bytes(content.message);
   const auto& [path, latency_s] = route(from_device, to_device);
-  const int id =
-      new_parcel(parcel{generation_, target, from_track, now_, latency_s, std::move(content)});
+  const int id = new_parcel(parcel{generation_, target, from_track, from_device, now_ + delay_s,
+                                   latency_s, std::move(content)});
   if (path.empty()) {
-    schedule(now_ + latency_s, event_kind::deliver, id);
+    schedule(now_ + delay_s + latency_s, event_kind::deliver, id);
+    return;
+  }
+  if (delay_s > 0) {
+    schedule(now_ + delay_s, event_kind::start_flow, id);
     return;
   }
   const uint64_t flow = network_->start(now_, path, bytes);
+  flow_parcels_[flow] = id;
+}
+
+void simulator::start_flow(int id) {
+  parcel& p = parcels_[id];
+  if (p.generation != generation_) {  // sent before a failure: its sender's run is gone
+    free_parcels_.push_back(id);
+    return;
+  }
+  const int to_device =
+      p.target == coordinator ? cluster_model::host_device : device_of_stage_[p.target];
+  const auto& [path, latency_s] = route(p.from_device, to_device);
+  (void)latency_s;
+  const uint64_t flow =
+      network_->start(now_, path, options_.header_bytes + payload_bytes(p.content.message));
   flow_parcels_[flow] = id;
 }
 
@@ -668,11 +697,16 @@ void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& 
 }
 
 void simulator::dispatch(std::vector<key_message>&& messages) {
+  const double per_sample = options_.profile ? options_.profile->coordinator_s_per_sample : 0;
   for (key_message& message : messages) {
-    // Stage 0 of the key's replica.
+    // Stage 0 of the key's replica, once the coordinator has gathered and encoded its batch.
     const int first = actors::entry_actor_of_key(config_, message.key);
+    const double samples =
+        message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
+    coordinator_free_s_ = std::max(now_, coordinator_free_s_) + per_sample * samples;
     send(cluster_model::host_device, first,
-         stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator);
+         stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator,
+         coordinator_free_s_ - now_);
   }
 }
 
@@ -862,6 +896,9 @@ bool simulator::run(std::string* error) {
         break;
       case event_kind::workers_rejoined:
         if (!stale) workers_rejoined();
+        break;
+      case event_kind::start_flow:
+        start_flow(next.index);
         break;
     }
   }

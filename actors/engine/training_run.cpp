@@ -59,6 +59,33 @@ std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::
   return progress;
 }
 
+key_message batch_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
+                          const layers::dataset& data, layers::backend& host) {
+  const int64_t size = data.sample_size();
+  const int64_t count = static_cast<int64_t>(samples.size());
+  layers::shape dims{count};
+  dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
+  key_message message;
+  message.kind = kind;
+  message.key = key;
+  message.payload = layers::tensor(host, dims);
+  const int64_t per_sample = data.labels_per_sample;
+  auto labels = std::make_shared<std::vector<int32_t>>(count * per_sample);
+  // Each sample's row goes straight into the payload: a batch assembled in a buffer of its own
+  // cost a fresh, zeroed allocation and a second copy on the critical path between steps.
+  const layers::stream stream = host.default_stream();
+  const size_t row_bytes = static_cast<size_t>(size) * sizeof(float);
+  for (int64_t i = 0; i < count; ++i) {
+    host.copy_host_to_device(stream, message.payload.data() + i * size,
+                             data.features.data() + samples[i] * size, row_bytes);
+    std::copy_n(data.labels.begin() + samples[i] * per_sample, per_sample,
+                labels->begin() + i * per_sample);
+  }
+  host.synchronize(stream);
+  message.labels = labels;
+  return message;
+}
+
 training_run::training_run(const job_config& config, const layers::dataset& train,
                            const layers::dataset& test, layers::backend& host,
                            training_observer& observer, std::optional<run_progress> resume)
@@ -128,38 +155,10 @@ key_message training_run::training_key(const admission& entry) {
       (entry.step % steps_per_epoch_) * config_.training.batch_size + entry.sample_offset;
   std::vector<int64_t> samples(order_.order().begin() + first,
                                order_.order().begin() + first + micro);
-  key_message message = message_for(key_kind::forward, entry.key, samples, train_);
+  key_message message = batch_message(key_kind::forward, entry.key, samples, train_, host_);
   message.step = entry.step;
   message.sample_offset = entry.sample_offset;
   message.replica_floor = entry.replica_floor;
-  return message;
-}
-
-key_message training_run::message_for(key_kind kind, uint64_t key,
-                                      const std::vector<int64_t>& samples,
-                                      const layers::dataset& data) {
-  const int64_t size = data.sample_size();
-  const int64_t count = static_cast<int64_t>(samples.size());
-  layers::shape dims{count};
-  dims.insert(dims.end(), data.sample_shape.begin(), data.sample_shape.end());
-  key_message message;
-  message.kind = kind;
-  message.key = key;
-  message.payload = layers::tensor(host_, dims);
-  const int64_t per_sample = data.labels_per_sample;
-  auto labels = std::make_shared<std::vector<int32_t>>(count * per_sample);
-  // Each sample's row goes straight into the payload: a batch assembled in a buffer of its own
-  // cost a fresh, zeroed allocation and a second copy on the critical path between steps.
-  const layers::stream stream = host_.default_stream();
-  const size_t row_bytes = static_cast<size_t>(size) * sizeof(float);
-  for (int64_t i = 0; i < count; ++i) {
-    host_.copy_host_to_device(stream, message.payload.data() + i * size,
-                              data.features.data() + samples[i] * size, row_bytes);
-    std::copy_n(data.labels.begin() + samples[i] * per_sample, per_sample,
-                labels->begin() + i * per_sample);
-  }
-  host_.synchronize(stream);
-  message.labels = labels;
   return message;
 }
 
@@ -271,7 +270,8 @@ std::vector<key_message> training_run::start_evaluation(double now_s) {
          ++i) {
       samples.push_back(i);
     }
-    messages.push_back(message_for(key_kind::evaluate, first_evaluation_key + b, samples, test_));
+    messages.push_back(
+        batch_message(key_kind::evaluate, first_evaluation_key + b, samples, test_, host_));
   }
   return messages;
 }

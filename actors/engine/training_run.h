@@ -42,6 +42,11 @@ nlohmann::json to_json(const run_progress& progress);
 /// Nothing, with `error` naming the field, when `json` is not a run_progress.
 std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::string* error);
 
+/// The key message of `samples` of `data` (their features as the payload, on `host`, a CPU
+/// backend, and their labels): what the coordinator assembles for every key it admits.
+key_message batch_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
+                          const layers::dataset& data, layers::backend& host);
+
 class training_run {
  public:
   /// `host` holds the tensors of outgoing messages (a CPU backend: host memory). All
@@ -89,8 +94,6 @@ class training_run {
   std::vector<key_message> handle_retired(uint64_t key, double now_s);
   std::vector<key_message> handle_evaluation(const stage_output& report, double now_s);
   key_message training_key(const admission& entry);
-  key_message message_for(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
-                          const layers::dataset& data);
   /// A log record at `step`, or (without it) an evaluation record at the retired step.
   void emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s,
                     std::optional<int64_t> step = std::nullopt);

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/config/job_data.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_device.h"
 #include "actors/engine/stage_settings.h"
@@ -470,6 +471,13 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   if (!time_transport(&profile, *device, config.model.input_shape, biggest, error)) {
     return std::nullopt;
   }
+  // The coordinator's share of every key: its batch gathered from the job's own training set.
+  auto data = actors::load_job_data(config, error);
+  if (!data) return std::nullopt;
+  auto host = layers::create_backend("cpu", 1, error);
+  if (!host) return std::nullopt;
+  profile.coordinator_s_per_sample =
+      coordinator_seconds_per_sample(data->train, profile.batch, *host, seconds);
   if (!time_slicing(config, *shapes, stages, seconds, &profile, error)) return std::nullopt;
   return profile;
 }

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/engine/training_run.h"
 #include "actors/hosts/wire_format.h"
 
 namespace troupe::sim {
@@ -158,6 +159,31 @@ double taken_message_cpu_seconds(transport::transport_context& context, const st
   }
   reader.join();
   return cpu;
+}
+
+double coordinator_seconds_per_sample(const layers::dataset& train, int64_t batch,
+                                      layers::backend& host, double seconds) {
+  const int64_t count = train.count();
+  if (count <= 0 || batch <= 0) return 0;
+  // A fixed sequence of indices spread over the whole set, as a shuffled epoch's are: each
+  // key's rows come from memory the last keys did not touch.
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  std::vector<int64_t> samples(static_cast<size_t>(batch));
+  std::vector<double> times;
+  const auto start = clock_type::now();
+  for (uint64_t key = 0; times.size() < 5 || seconds_since(start) < seconds; ++key) {
+    for (int64_t& sample : samples) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      sample = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(count));
+    }
+    const auto begin = clock_type::now();
+    const actors::key_message message =
+        actors::batch_message(actors::key_kind::forward, key, samples, train, host);
+    const transport::message wire = actors::to_wire(message, actors::wire_route{});
+    times.push_back(seconds_since(begin));
+    if (wire.payloads.empty()) return 0;
+  }
+  return median(times) / static_cast<double>(batch);
 }
 
 }  // namespace troupe::sim

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "layers/backend.h"
+#include "layers/dataset.h"
 #include "layers/tensor.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
@@ -65,5 +66,11 @@ double timed(layers::backend& device, work_type&& work) {
   device.synchronize(device.default_stream());
   return seconds_since(begin);
 }
+
+/// CPU seconds per sample the coordinator spends on a key of `batch` random samples of `train`:
+/// their rows gathered into the key's payload on `host` and the key encoded for the wire, as
+/// the coordinator admits keys (the median over `seconds` of keys, at least 5).
+double coordinator_seconds_per_sample(const layers::dataset& train, int64_t batch,
+                                      layers::backend& host, double seconds);
 
 }  // namespace troupe::sim
