@@ -164,6 +164,10 @@ class simulator {
   void send(int from_device, int target, stage_output&& content, int from_track,
             double delay_s = 0);
   void deliver(int id);
+  /// The device a parcel for `target` (a stage, or the coordinator) goes to.
+  int device_of_target(int target) const {
+    return target == coordinator ? cluster_model::host_device : device_of_stage_[target];
+  }
   /// The network part of send() for a parcel whose sender held it a while.
   void start_flow(int id);
   /// Starts waiting work on the pool's free devices: each takes the oldest parcel whose stage
@@ -416,8 +420,7 @@ int simulator::new_parcel(parcel&& p) {
 
 void simulator::send(int from_device, int target, stage_output&& content, int from_track,
                      double delay_s) {
-  const int to_device =
-      target == coordinator ? cluster_model::host_device : device_of_stage_[target];
+  const int to_device = device_of_target(target);
   const double bytes = options_.header_bytes + payload_bytes(content.message);
   const auto& [path, latency_s] = route(from_device, to_device);
   const int id = new_parcel(parcel{generation_, target, from_track, from_device, now_ + delay_s,
@@ -440,10 +443,7 @@ void simulator::start_flow(int id) {
     free_parcels_.push_back(id);
     return;
   }
-  const int to_device =
-      p.target == coordinator ? cluster_model::host_device : device_of_stage_[p.target];
-  const auto& [path, latency_s] = route(p.from_device, to_device);
-  (void)latency_s;
+  const auto& path = route(p.from_device, device_of_target(p.target)).first;
   const uint64_t flow =
       network_->start(now_, path, options_.header_bytes + payload_bytes(p.content.message));
   flow_parcels_[flow] = id;

@@ -4,6 +4,7 @@
 
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/stage_device.h"
+#include "actors/engine/stage_settings.h"
 #include "layers/check.h"
 #include "layers/loss.h"
 #include "layers/model.h"
@@ -45,9 +46,7 @@ class layers_stage_device final : public stage_device {
     labels_per_sample_ = layers::labels_per_sample(shapes->back());
     layers::optimizer_settings optimizer = optimizer_settings_of(config.training);
     // The delay-corrected Nesterov method's look-ahead (stage_settings::nesterov_momentum).
-    optimizer.nesterov =
-        optimizer.nesterov || (config.parallelism.mode == "async" &&
-                               config.parallelism.staleness_correction == "nesterov");
+    optimizer.nesterov = optimizer.nesterov || nesterov_correction(config);
     optimizer_ = std::make_unique<layers::optimizer>(stream_, optimizer, model_->parameters());
     for (size_t i = 0; i < model_->size(); ++i) {
       const std::string layer =

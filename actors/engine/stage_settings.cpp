@@ -23,9 +23,7 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   const bool async = p.mode == "async";
   settings.weight_stashing = p.weight_stashing || (async && p.staleness_correction == "2bw");
   settings.predict_weights = async && p.staleness_correction == "predict";
-  if (async && p.staleness_correction == "nesterov") {
-    settings.nesterov_momentum = config.training.momentum;
-  }
+  if (nesterov_correction(config)) settings.nesterov_momentum = config.training.momentum;
   if (async && p.staleness_correction == "pipemare") {
     settings.pipemare_warmup_steps = p.correction_warmup_steps > 0
                                          ? p.correction_warmup_steps
@@ -50,6 +48,11 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
     return learning_rate_at(training, version, steps_per_epoch, total_steps);
   };
   return settings;
+}
+
+bool nesterov_correction(const job_config& config) {
+  return config.parallelism.mode == "async" &&
+         config.parallelism.staleness_correction == "nesterov";
 }
 
 int keys_per_step(const job_config& config) {

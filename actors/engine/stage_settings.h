@@ -28,6 +28,10 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
 /// (k % (R·M)) · batch_size / (R·M) of that step's batch: replica r reads the r-th R-th of
 /// every batch, so the data order is the sequential one.
 int keys_per_step(const job_config& config);
+
+/// Whether the stages run the delay-corrected Nesterov method (stage_settings::
+/// nesterov_momentum): staleness_correction = "nesterov" in async mode.
+bool nesterov_correction(const job_config& config);
 /// Samples per key: training.batch_size / keys_per_step().
 int64_t micro_batch_size(const job_config& config);
 /// The stage actor a key enters at: stage 0 of the replica its training key belongs to

@@ -55,11 +55,11 @@ static void note_sent(stage_parts& parts, const transport::message& message, dou
                                message.header.target_stage, at_s};
 }
 
-static void send_output(stage_parts& parts, stage_output& output) {
+/// Sends `output` to `target` (destination_of()).
+static void send_output(stage_parts& parts, stage_output& output, int target) {
   const double now = parts.clock->now_seconds();
   wire_route route{parts.job_id, parts.index, transport::coordinator_stage, parts.logic->version(),
                    now};
-  const int target = destination_of(parts.index, output);
   transport::message message;
   if (target == output_for_coordinator) {
     message = report_to_wire(output, route);
@@ -84,9 +84,8 @@ static void send_output(stage_parts& parts, stage_output& output) {
 static void send_outputs(stage_parts& parts, std::vector<stage_output>& outputs) {
   for (const bool reports : {false, true}) {
     for (stage_output& output : outputs) {
-      if ((destination_of(parts.index, output) == output_for_coordinator) == reports) {
-        send_output(parts, output);
-      }
+      const int target = destination_of(parts.index, output);
+      if ((target == output_for_coordinator) == reports) send_output(parts, output, target);
     }
   }
 }
@@ -287,8 +286,11 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
   publish_activity(self);
 }
 
-/// After each piece of work the stage polls a while for the next before its thread sleeps.
+/// After each piece of work a stage on a thread of its own polls a while for the next before
+/// the thread sleeps; a stage on the scheduler's threads shares its core, which is not the
+/// poller's to take.
 static void await_next(caf::stateful_actor<stage_actor_state>* self) {
+  if (!self->getf(caf::abstract_actor::is_detached_flag)) return;
   stage_parts& parts = *self->state.parts;
   poll_for_mail(self, parts.spin_wait_s, *parts.clock);
 }
@@ -415,7 +417,6 @@ bool stages_get_own_threads(size_t stage_actors) {
 caf::actor spawn_stage_actor(caf::actor_system& system, std::shared_ptr<stage_parts> parts,
                              bool own_thread) {
   if (own_thread) return system.spawn<caf::detached>(stage_actor, std::move(parts));
-  parts->spin_wait_s = 0;  // a core shared with other stages is not the poller's to take
   return system.spawn(stage_actor, std::move(parts));
 }
 

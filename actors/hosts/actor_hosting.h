@@ -113,8 +113,7 @@ struct stage_parts {
   std::function<void(int actor, const message_note& message)> fault_hook;
   bool collect_weights = false;
   /// How long the stage's thread polls its mailbox after its work before it sleeps
-  /// (mail_polling.h; 0: it sleeps at once): parallelism.spin_wait_ms for a stage with a
-  /// thread of its own, else 0.
+  /// (mail_polling.h; 0: it sleeps at once), if the stage has a thread of its own.
   double spin_wait_s = 0;
 };
 

@@ -59,6 +59,21 @@ pipeline_report run(const job_config& config, job_data* data_out = nullptr) {
   return *report;
 }
 
+/// The Chrome trace of a run of the 2-stage `config` (no events when the run failed).
+nlohmann::json traced_run(const job_config& config) {
+  std::string error;
+  auto data = load_job_data(config, &error);
+  EXPECT_TRUE(data) << error;
+  if (!data) return {{"traceEvents", nlohmann::json::array()}};
+  trace_recorder trace(2);
+  pipeline_options options;
+  options.trace = &trace;
+  wall_clock clock;
+  quiet_observer observer;
+  EXPECT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  return trace.to_json();
+}
+
 weights all_weights(const pipeline_report& report) {
   weights result;
   for (const auto& stage : report.stages) {
@@ -163,17 +178,7 @@ TEST(PipelineHostTest, AMessageForAnIdleStageIsHandledWithoutWaitingForAnother) 
   config.parallelism.max_active_keys = 2;
   config.parallelism.min_update_interval = 1;
   config.parallelism.threads = 2;
-  std::string error;
-  auto data = load_job_data(config, &error);
-  ASSERT_TRUE(data) << error;
-  trace_recorder trace(2);
-  pipeline_options options;
-  options.trace = &trace;
-  wall_clock clock;
-  quiet_observer observer;
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
-
-  const nlohmann::json timeline = trace.to_json();
+  const nlohmann::json timeline = traced_run(config);
   std::vector<std::pair<double, double>> busy[2];  // per stage: [start, end) in µs
   std::map<uint64_t, std::pair<double, const nlohmann::json*>> sent;
   std::vector<const nlohmann::json*> received;
@@ -234,17 +239,8 @@ TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
 // the coordinator first would let it take the sender's core before the gradient leaves.
 TEST(PipelineHostTest, TheLastStageSendsItsGradientBeforeItsReportAndTheTraceShowsTheCoordinator) {
   job_config config = host_job(2, 1, "sync", "gpipe");
-  std::string error;
-  auto data = load_job_data(config, &error);
-  ASSERT_TRUE(data) << error;
-  trace_recorder trace(2);
-  pipeline_options options;
-  options.trace = &trace;
-  wall_clock clock;
-  quiet_observer observer;
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
-
-  const nlohmann::json timeline = trace.to_json();
+  const nlohmann::json timeline = traced_run(config);
+  const int64_t steps = config.data.synthetic_train / config.training.batch_size;
   std::map<uint64_t, const nlohmann::json*> starts;
   int admissions = 0;
   for (const auto& event : timeline["traceEvents"]) {
@@ -261,7 +257,6 @@ TEST(PipelineHostTest, TheLastStageSendsItsGradientBeforeItsReportAndTheTraceSho
     (event["tid"] == 1 ? gradient_sent : report_sent)[key] = start["ts"].get<double>();
   }
   // Each step but the first is admitted on a report (the epoch's evaluation on one more).
-  const int64_t steps = data->train.count() / config.training.batch_size;
   EXPECT_GE(admissions, steps - 1);
   ASSERT_EQ(gradient_sent.size(), static_cast<size_t>(steps));
   for (const auto& [key, at] : gradient_sent) {
