@@ -19,7 +19,9 @@ struct block_profile {
   std::string type;
   double forward_s = 0;
   double backward_s = 0;        ///< weight and input gradients
-  double backward_first_s = 0;  ///< without the input gradient (the model's first block)
+  /// Without the input gradient, as the first stage runs the blocks up to the model's first
+  /// with parameters (and, split off, the weight gradients of a zero-bubble schedule's W).
+  double backward_first_s = 0;
   double step_s = 0;
   double stash_s = 0;  ///< a copy of the weights kept for asynchronous keys (0 in sync mode)
   /// Forward in evaluation mode for machine_profile::evaluation_batch samples (0: unknown):

@@ -51,8 +51,8 @@ std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& c
                                                              std::string* error);
 
 /// The cost of the stage of blocks `range` per key: every block's forward, backward and step,
-/// the input gradients except the model's first block's (no stage needs the model's input
-/// gradient), and the messages at the boundaries on either side.
+/// the input gradients except those of the blocks up to the model's first with parameters (no
+/// stage needs the model's input gradient), and the messages at the boundaries on either side.
 double stage_cost(const std::vector<block_cost>& costs, stage_range range);
 
 /// The `stages` contiguous ranges of `costs` (1 <= stages <= costs.size()) whose most costly

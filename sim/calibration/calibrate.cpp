@@ -27,6 +27,7 @@
 #include "sim/calibration/block_timing.h"
 #include "sim/calibration/measuring.h"
 #include "sim/calibration/process_pipeline.h"
+#include "sim/calibration/stage_fitting.h"
 #include "sim/calibration/this_machine.h"
 #include "transport/endpoint.h"
 
@@ -49,12 +50,6 @@ int keys_in_round(const actors::job_config& config) {
   if (config.parallelism.mode == "sync") return std::max(1, config.parallelism.micro_batches);
   return std::max(1, config.parallelism.min_update_interval);
 }
-
-/// Per key (forward, backward) and per step (step, stash) times of one stage.
-struct stage_timing {
-  double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
-  actors::stage_range range;  ///< the stage's blocks in the job's partition
-};
 
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
 /// keys_per_round() keys forward, the same keys back, a weight stash (asynchronous training with
@@ -130,19 +125,6 @@ class stage_timer {
   uint64_t key_ = 0;
   std::vector<double> forward_, backward_, step_, stashing_;
 };
-
-/// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
-/// to anything at all).
-void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, double total,
-              double block_profile::*field, double block_profile::*also = nullptr) {
-  double sum = 0;
-  for (size_t i = range.first; i < range.last; ++i) sum += blocks[i].*field;
-  if (sum <= 0 || total <= 0) return;
-  for (size_t i = range.first; i < range.last; ++i) {
-    blocks[i].*field *= total / sum;
-    if (also) blocks[i].*also *= total / sum;
-  }
-}
 
 /// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
 /// thread, the groups at once: `groups` stages compute at a time, as in a real run where they
@@ -252,25 +234,8 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
     mean.stash_s /= replicas;
   }
   timings->resize(stages);
-  for (size_t s = 0; s < ranges->size(); ++s) {
-    const actors::stage_range range = (*ranges)[s];
-    stage_timing& stage = (*timings)[s];
-    stage.range = range;
-    scale_to(blocks, range, stage.forward_s, &block_profile::forward_s);
-    // The first stage's first block computes no input gradient.
-    const double first_block_share =
-        s == 0 ? blocks[range.first].backward_first_s : blocks[range.first].backward_s;
-    double alone = first_block_share;
-    for (size_t i = range.first + 1; i < range.last; ++i) alone += blocks[i].backward_s;
-    if (alone > 0 && stage.backward_s > 0) {
-      for (size_t i = range.first; i < range.last; ++i) {
-        blocks[i].backward_s *= stage.backward_s / alone;
-        blocks[i].backward_first_s *= stage.backward_s / alone;
-      }
-    }
-    scale_to(blocks, range, stage.step_s, &block_profile::step_s);
-    scale_to(blocks, range, stage.stash_s, &block_profile::stash_s);
-  }
+  for (size_t s = 0; s < stages; ++s) (*timings)[s].range = (*ranges)[s];
+  fit_blocks_to_stages(config, shapes, *timings, &blocks);
   *stage_timings = std::move(*timings);
   return blocks;
 }

@@ -1,0 +1,48 @@
+#include "sim/calibration/stage_fitting.h"
+
+#include "layers/layer.h"
+
+namespace troupe::sim {
+namespace {
+
+/// Multiplies `field` of the blocks in `range` so that they add up to `total` (when they add up
+/// to anything at all).
+void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, double total,
+              double block_profile::*field) {
+  double sum = 0;
+  for (size_t i = range.first; i < range.last; ++i) sum += blocks[i].*field;
+  if (sum <= 0 || total <= 0) return;
+  for (size_t i = range.first; i < range.last; ++i) blocks[i].*field *= total / sum;
+}
+
+}  // namespace
+
+void fit_blocks_to_stages(const actors::job_config& config,
+                          const std::vector<layers::shape>& shapes,
+                          const std::vector<stage_timing>& timings,
+                          std::vector<block_profile>* blocks) {
+  for (size_t s = 0; s < timings.size(); ++s) {
+    const stage_timing& stage = timings[s];
+    const actors::stage_range range = stage.range;
+    scale_to(*blocks, range, stage.forward_s, &block_profile::forward_s);
+    bool parameters_before = s > 0;
+    double alone = 0;
+    for (size_t i = range.first; i < range.last; ++i) {
+      const block_profile& block = (*blocks)[i];
+      alone += parameters_before ? block.backward_s : block.backward_first_s;
+      const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
+      parameters_before =
+          parameters_before || layers::parameter_count(config.model.layers[i], input) > 0;
+    }
+    if (alone > 0 && stage.backward_s > 0) {
+      for (size_t i = range.first; i < range.last; ++i) {
+        (*blocks)[i].backward_s *= stage.backward_s / alone;
+        (*blocks)[i].backward_first_s *= stage.backward_s / alone;
+      }
+    }
+    scale_to(*blocks, range, stage.step_s, &block_profile::step_s);
+    scale_to(*blocks, range, stage.stash_s, &block_profile::stash_s);
+  }
+}
+
+}  // namespace troupe::sim

@@ -1,0 +1,31 @@
+#pragma once
+
+// Blocks timed alone, fitted to what their stages cost as a pipeline stage runs them. Pure
+// arithmetic over measured times: no clocks here.
+
+#include <vector>
+
+#include "actors/config/job_config.h"
+#include "actors/engine/partition.h"
+#include "layers/tensor.h"
+#include "sim/profile.h"
+
+namespace troupe::sim {
+
+/// Per key (forward, backward) and per step (step, stash) times of one stage.
+struct stage_timing {
+  double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
+  actors::stage_range range;  ///< the stage's blocks in the job's partition
+};
+
+/// Scales the times of each stage's blocks so that they add up to what the stage measured, as
+/// the simulator adds them: the forwards, steps and stashes, and the backwards with the
+/// first stage's blocks up to the first with parameters taken without their input gradient
+/// (layers::sequential skips it, and so did the stage just timed). `shapes` are the blocks'
+/// output shapes; `timings[s].range` says which blocks stage s holds.
+void fit_blocks_to_stages(const actors::job_config& config,
+                          const std::vector<layers::shape>& shapes,
+                          const std::vector<stage_timing>& timings,
+                          std::vector<block_profile>* blocks);
+
+}  // namespace troupe::sim
