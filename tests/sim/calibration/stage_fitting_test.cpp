@@ -20,7 +20,8 @@ layers = [{ type = "flatten" }, { type = "linear", out = 32 }, { type = "relu" }
 dataset = "synthetic"
 classes = 10
 [parallelism]
-stages = )" + std::to_string(stages) + R"(
+stages = )" + std::to_string(stages) +
+                           R"(
 [training]
 batch_size = 16
 )";
@@ -49,8 +50,9 @@ std::vector<block_profile> blocks_alone(const actors::job_config& config) {
 
 /// What the simulator charges the blocks `range` of `blocks` for one key's backward of 16
 /// samples (the job's batch, at which they were "measured"), on the first stage or a later one.
-double charged_backward_s(const actors::job_config& config, const std::vector<block_profile>& blocks,
-                          actors::stage_range range, bool first_stage) {
+double charged_backward_s(const actors::job_config& config,
+                          const std::vector<block_profile>& blocks, actors::stage_range range,
+                          bool first_stage) {
   std::string error;
   auto work = model_work(config, &error);
   EXPECT_TRUE(work) << error;
@@ -61,7 +63,8 @@ double charged_backward_s(const actors::job_config& config, const std::vector<bl
   return cost.backward_s(16, !first_stage);
 }
 
-TEST(StageFittingTest, TheFirstStagesBlocksAddUpToItsMeasuredBackwardWithoutTheFirstLinearsInputGradient) {
+TEST(StageFittingTest,
+     TheFirstStagesBlocksAddUpToItsMeasuredBackwardWithoutTheFirstLinearsInputGradient) {
   const actors::job_config config = mlp_job(1);
   std::string error;
   auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, &error);
