@@ -18,7 +18,7 @@ namespace troupe::sim {
 struct block_profile {
   std::string type;
   double forward_s = 0;
-  double backward_s = 0;        ///< weight and input gradients
+  double backward_s = 0;  ///< weight and input gradients
   /// Without the input gradient, as the first stage runs the blocks up to the model's first
   /// with parameters (and, split off, the weight gradients of a zero-bubble schedule's W).
   double backward_first_s = 0;
