@@ -79,6 +79,9 @@ struct parcel {
   double sent_s = 0;
   double latency_s = 0;
   stage_output content;
+  /// A report whose receiving end the coordinator's CPU has taken (it is handled when it
+  /// arrives again, at the end of that).
+  bool received = false;
 };
 
 /// What a checkpoint holds: where the run stood and every stage's shard (its serialized state).
@@ -189,6 +192,8 @@ class simulator {
   /// The CPU time of taking `incoming` (when given) and of sending `outputs`: a fixed part per
   /// message and a part per payload byte.
   double message_cpu_s(const key_message* incoming, const std::vector<stage_output>& outputs) const;
+  /// CPU seconds of one end of `message` (its send or its receipt).
+  double message_end_s(const key_message& message) const;
   void finish_work(int device);
   /// Stage `stage` handles parcel `id` (hashed into the trace), charged on device `device`.
   charged_work handle(int stage, int device, int id);
@@ -242,8 +247,9 @@ class simulator {
   std::priority_queue<event, std::vector<event>, later> events_;
   uint64_t sequence_ = 0;
   double now_ = 0;
-  /// When the coordinator has assembled the keys it admitted so far (profile's
-  /// coordinator_s_per_sample): it is one thread, so the keys of one admission leave in turn.
+  /// When the coordinator's thread is free: it is one thread, which assembles each key it
+  /// admits (the profile's coordinator_s_per_sample) and sends it, and takes each report off its
+  /// inbox, one after another (a message end each, as a stage's).
   double coordinator_free_s_ = 0;
   int64_t events_handled_ = 0;
   bool finished_ = false;
@@ -455,9 +461,19 @@ void simulator::deliver(int id) {
     free_parcels_.push_back(id);
     return;
   }
-  if (trace_ && spans_ < options_.trace_spans) {
+  if (trace_ && spans_ < options_.trace_spans && !p.received) {
     trace_->flow(p.from_track, p.target, static_cast<int64_t>(p.content.message.key), p.sent_s,
                  now_);
+  }
+  if (p.target == coordinator && !p.received) {
+    // The coordinator is one thread: it takes the report off its inbox after what it is busy
+    // with, at the cost of any end of a message.
+    coordinator_free_s_ = std::max(now_, coordinator_free_s_) + message_end_s(p.content.message);
+    if (coordinator_free_s_ > now_) {
+      p.received = true;
+      schedule(coordinator_free_s_, event_kind::deliver, id);
+      return;
+    }
   }
   if (p.target == coordinator) {
     stage_output report = std::move(p.content);
@@ -594,6 +610,10 @@ void simulator::begin_work(int device, int id) {
   schedule(now_ + work.seconds, event_kind::work_done, device);
 }
 
+double simulator::message_end_s(const key_message& message) const {
+  return options_.message_cpu_s + options_.message_cpu_per_byte_s * payload_bytes(message);
+}
+
 double simulator::message_cpu_s(const key_message* incoming,
                                 const std::vector<stage_output>& outputs) const {
   double messages = static_cast<double>(outputs.size());
@@ -703,7 +723,8 @@ void simulator::dispatch(std::vector<key_message>&& messages) {
     const int first = actors::entry_actor_of_key(config_, message.key);
     const double samples =
         message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
-    coordinator_free_s_ = std::max(now_, coordinator_free_s_) + per_sample * samples;
+    coordinator_free_s_ =
+        std::max(now_, coordinator_free_s_) + per_sample * samples + message_end_s(message);
     send(cluster_model::host_device, first,
          stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator,
          coordinator_free_s_ - now_);
