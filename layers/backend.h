@@ -12,6 +12,7 @@
 // time per stream; the stage that owns a stream is its only caller.
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -88,7 +89,35 @@ struct adam_parameters {
   /// AdamW's decoupled decay, learning rate × weight decay: first weights -= this × weights
   /// (exactly as axpy(-this, weights, weights) would), then the step. 0: none.
   float decoupled_decay = 0.0f;
+  /// NAdam, Nesterov's look-ahead: PyTorch's NAdam with its momentum schedule off (μ = β1 at
+  /// every step, as momentum_decay → ∞). With Π the product of β1 over the steps so far, this
+  /// one's included (`momentum_product`), and d = sqrt(v / (1 − β2^t)) + ε:
+  /// w -= lr (1 − β1) / (1 − Π) · g / d, then w -= lr β1 / (1 − Π β1) · m / d.
+  bool nesterov = false;
+  double momentum_product = 0;
 };
+
+/// What an Adam step multiplies by, computed once on the host for every backend.
+struct adam_step_sizes {
+  float moment = 0;    ///< of m / d: lr / (1 − β1^t), or NAdam's lr β1 / (1 − Π β1)
+  float gradient = 0;  ///< of g / d: 0, or NAdam's lr (1 − β1) / (1 − Π)
+  float inverse_sqrt_correction2 = 1;  ///< 1 / sqrt(1 − β2^t)
+};
+
+inline adam_step_sizes step_sizes_of(const adam_parameters& p) {
+  const double beta1 = p.beta1;
+  const double correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
+  adam_step_sizes sizes;
+  sizes.inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  if (p.nesterov) {
+    sizes.moment = static_cast<float>(p.learning_rate * beta1 / (1.0 - p.momentum_product * beta1));
+    sizes.gradient =
+        static_cast<float>(p.learning_rate * (1.0 - beta1) / (1.0 - p.momentum_product));
+    return sizes;
+  }
+  sizes.moment = static_cast<float>(p.learning_rate / (1.0 - std::pow(beta1, p.step)));
+  return sizes;
+}
 
 /// Whether GEMM sizes are non-negative and the row strides as stored can hold their rows: A
 /// is m×k (k×m when transposed), B is k×n (n×k when transposed), C is m×n.

@@ -21,6 +21,9 @@ optimizer::optimizer(stream s, optimizer_settings settings, std::vector<paramete
 
 void optimizer::step(stream s, float learning_rate, float gradient_scale, float momentum) {
   ++steps_;
+  const bool nadam = adam_family() && settings_.nesterov;
+  const float beta1 = nadam && momentum >= 0.0f ? momentum : settings_.beta1;
+  if (nadam) momentum_product_ *= beta1;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     parameter& p = *parameters_[i];
     if (!p.has_gradient) continue;
@@ -37,13 +40,15 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale, float 
       // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.
       const bool decoupled = settings_.kind == "adamw";
       adam_parameters adam{learning_rate,
-                           settings_.beta1,
+                           beta1,
                            settings_.beta2,
                            settings_.epsilon,
                            decoupled ? 0.0f : settings_.weight_decay,
                            gradient_scale,
                            steps_,
-                           decoupled ? learning_rate * settings_.weight_decay : 0.0f};
+                           decoupled ? learning_rate * settings_.weight_decay : 0.0f,
+                           nadam,
+                           momentum_product_};
       device.adam_step(s, p.value.data(), p.gradient.data(), state_[i][0].data(),
                        state_[i][1].data(), p.value.size(), adam);
     }

@@ -2,6 +2,7 @@
 
 // Optimizers over a fixed list of parameters, with PyTorch's update rules (see backend.h).
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,7 +15,9 @@ namespace troupe::layers {
 struct optimizer_settings {
   std::string kind = "sgd";  ///< "sgd", "adam" or "adamw" (decoupled weight decay)
   float momentum = 0.0f;
-  bool nesterov = false;  ///< SGD: Nesterov's look-ahead (PyTorch's nesterov=True)
+  /// Nesterov's look-ahead: SGD's (PyTorch's nesterov=True), or Adam's as NAdam
+  /// (adam_parameters::nesterov).
+  bool nesterov = false;
   float weight_decay = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -37,6 +40,7 @@ class optimizer {
   /// weighs the step's gradient (weight decay included) by (1 − momentum) / (1 − μ): a
   /// steady gradient g still moves the weights by lr · g / (1 − μ) per step, the momentum
   /// only shifting the weight from the new gradient to the buffer, as raising β1 does in Adam.
+  /// NAdam (Adam with `nesterov`) takes it as this step's β1.
   void step(stream s, float learning_rate, float gradient_scale = 1.0f, float momentum = -1.0f);
 
   /// The L2 norm of the gradients accumulated since the last step, times `gradient_scale`,
@@ -44,8 +48,14 @@ class optimizer {
   double squared_gradient_norm(stream s, float gradient_scale = 1.0f);
 
   int64_t steps_taken() const { return steps_; }
-  /// Restores the step count from a checkpoint (Adam's bias correction depends on it).
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  /// Restores the step count from a checkpoint (Adam's bias correction depends on it). NAdam's
+  /// product of β1 restarts as β1^steps: exact unless steps took other β1s (the
+  /// delay-corrected Nesterov method), whose products differ from it by under 1e-4 after the
+  /// first 100 steps.
+  void set_steps_taken(int64_t steps) {
+    steps_ = steps;
+    momentum_product_ = std::pow(static_cast<double>(settings_.beta1), static_cast<double>(steps));
+  }
   const optimizer_settings& settings() const { return settings_; }
   /// The state tensors of parameter i (velocity for SGD with momentum; two moments for Adam).
   std::vector<tensor>& state(size_t i) { return state_[i]; }
@@ -57,6 +67,7 @@ class optimizer {
   std::vector<parameter*> parameters_;
   std::vector<std::vector<tensor>> state_;
   int64_t steps_ = 0;
+  double momentum_product_ = 1;  ///< NAdam's product of β1 over the steps taken
 };
 
 }  // namespace troupe::layers

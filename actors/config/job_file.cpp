@@ -296,20 +296,30 @@ problem check_partition(const job_config& config) {
 }
 
 /// Weight prediction moves the weights along SGD's momentum buffer, and the delay-corrected
-/// Nesterov method raises its momentum; Nesterov's look-ahead needs one too.
+/// Nesterov method raises SGD's momentum or Adam's β1; Nesterov's look-ahead needs one too.
 problem check_staleness_correction(const job_config& config) {
   const training_config& t = config.training;
   const bool momentum_sgd = t.optimizer == "sgd" && t.momentum > 0;
-  if (t.nesterov && !momentum_sgd) {
+  const bool adam = t.optimizer == "adam" || t.optimizer == "adamw";
+  if (t.nesterov && !momentum_sgd && !adam) {
     return std::string(
-        "training.nesterov = true needs training.optimizer = \"sgd\" with training.momentum > 0");
+        "training.nesterov = true needs training.momentum > 0 with training.optimizer = "
+        "\"sgd\" (or \"adam\" / \"adamw\": NAdam)");
   }
   const std::string& correction = config.parallelism.staleness_correction;
-  if (momentum_sgd || (correction != "predict" && correction != "nesterov")) return std::nullopt;
-  return "parallelism.staleness_correction = \"" + correction +
-         "\" needs training.optimizer = \"sgd\" with training.momentum > 0: " +
-         (correction == "predict" ? "it predicts the weights along the momentum buffer"
-                                  : "it raises the momentum of delayed stages");
+  if (momentum_sgd || (correction == "nesterov" && adam)) return std::nullopt;
+  if (correction == "predict") {
+    return std::string(
+        "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" "
+        "with training.momentum > 0: it predicts the weights along the momentum buffer");
+  }
+  if (correction == "nesterov") {
+    return std::string(
+        "parallelism.staleness_correction = \"nesterov\" needs training.optimizer = \"sgd\" "
+        "with training.momentum > 0, or \"adam\" / \"adamw\": it raises the momentum (β1) "
+        "of delayed stages");
+  }
+  return std::nullopt;
 }
 
 /// The interleaved schedule puts parallelism.virtual_stages stages on each worker.

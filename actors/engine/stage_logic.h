@@ -44,7 +44,8 @@ struct stage_settings {
   /// S stages, the step's gradient weighed by (1 − μ_d) / (1 − μ) (as raising β1 does in the
   /// authors' NAdam), so the delayed stages lean on the look-ahead more at the same long-run
   /// step. This is μ (> 0: on; 0: off). A stage whose keys are never stale steps as SGD with
-  /// Nesterov momentum μ.
+  /// Nesterov momentum μ. With Adam it is β1, raised alike, and the stage steps as NAdam (the
+  /// authors' own optimizer): Adam's moving average needs no weighing.
   double nesterov_momentum = 0;
   /// Multiplies the last stage's loss gradient: 1 / (samples per key × min_update_interval),
   /// so one step applies the mean gradient of the samples it saw.

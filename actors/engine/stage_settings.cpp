@@ -23,7 +23,10 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   const bool async = p.mode == "async";
   settings.weight_stashing = p.weight_stashing || (async && p.staleness_correction == "2bw");
   settings.predict_weights = async && p.staleness_correction == "predict";
-  if (nesterov_correction(config)) settings.nesterov_momentum = config.training.momentum;
+  if (nesterov_correction(config)) {
+    settings.nesterov_momentum =
+        config.training.optimizer == "sgd" ? config.training.momentum : config.training.beta1;
+  }
   if (async && p.staleness_correction == "pipemare") {
     settings.pipemare_warmup_steps = p.correction_warmup_steps > 0
                                          ? p.correction_warmup_steps

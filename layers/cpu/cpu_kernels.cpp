@@ -336,20 +336,25 @@ namespace {
 
 struct adam_constants {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, decay, scale, step_size,
-      inverse_sqrt_correction2, epsilon;
+      inverse_sqrt_correction2, epsilon, gradient_step;
 };
 
-/// One weight's Adam update; the SSE loop below performs the same operations in the same order.
+/// One weight's Adam update (NAdam's look-ahead with `nesterov`); the SSE loop below performs
+/// the same operations in the same order.
+template <bool nesterov>
 inline void adam_update(float& w, float grad, float& m, float& v, const adam_constants& k) {
   const float g = k.scale * grad + k.decay * w;
   m = k.beta1 * m + k.one_minus_beta1 * g;
   v = k.beta2 * v + k.one_minus_beta2 * g * g;
-  w -= k.step_size * m / (std::sqrt(v) * k.inverse_sqrt_correction2 + k.epsilon);
+  const float denominator = std::sqrt(v) * k.inverse_sqrt_correction2 + k.epsilon;
+  if (nesterov) w -= k.gradient_step * g / denominator;
+  w -= k.step_size * m / denominator;
 }
 
 // GCC does not vectorize std::sqrt unless -fno-math-errno is given for the whole file, so the
 // Adam loop uses SSE directly where it is available.
 #if defined(__SSE2__)
+template <bool nesterov>
 size_t adam_sse(float* __restrict w, const float* __restrict grad, float* __restrict m,
                 float* __restrict v, size_t count, const adam_constants& k) {
   const __m128 beta1 = _mm_set1_ps(k.beta1), one_minus_beta1 = _mm_set1_ps(k.one_minus_beta1);
@@ -357,6 +362,7 @@ size_t adam_sse(float* __restrict w, const float* __restrict grad, float* __rest
   const __m128 decay = _mm_set1_ps(k.decay), scale = _mm_set1_ps(k.scale);
   const __m128 step_size = _mm_set1_ps(k.step_size), epsilon = _mm_set1_ps(k.epsilon);
   const __m128 inverse_sqrt_correction2 = _mm_set1_ps(k.inverse_sqrt_correction2);
+  const __m128 gradient_step = _mm_set1_ps(k.gradient_step);
   size_t i = 0;
   for (; i + 4 <= count; i += 4) {
     const __m128 weight = _mm_loadu_ps(w + i);
@@ -370,13 +376,30 @@ size_t adam_sse(float* __restrict w, const float* __restrict grad, float* __rest
         _mm_add_ps(_mm_mul_ps(_mm_sqrt_ps(second), inverse_sqrt_correction2), epsilon);
     _mm_storeu_ps(m + i, first);
     _mm_storeu_ps(v + i, second);
-    _mm_storeu_ps(w + i, _mm_sub_ps(weight, _mm_div_ps(_mm_mul_ps(step_size, first), denominator)));
+    __m128 updated = weight;
+    if (nesterov) {
+      updated = _mm_sub_ps(updated, _mm_div_ps(_mm_mul_ps(gradient_step, g), denominator));
+    }
+    _mm_storeu_ps(w + i,
+                  _mm_sub_ps(updated, _mm_div_ps(_mm_mul_ps(step_size, first), denominator)));
   }
   return i;
 }
 #else
-size_t adam_sse(float*, const float*, float*, float*, size_t, const adam_constants&) { return 0; }
+template <bool nesterov>
+size_t adam_sse(float*, const float*, float*, float*, size_t, const adam_constants&) {
+  return 0;
+}
 #endif
+
+template <bool nesterov>
+void adam_loop(float* weights, const float* gradient, float* first_moment, float* second_moment,
+               size_t count, const adam_constants& k) {
+  size_t i = adam_sse<nesterov>(weights, gradient, first_moment, second_moment, count, k);
+  for (; i < count; ++i) {
+    adam_update<nesterov>(weights[i], gradient[i], first_moment[i], second_moment[i], k);
+  }
+}
 
 }  // namespace
 
@@ -384,19 +407,13 @@ void adam_step(float* weights, const float* gradient, float* first_moment, float
                size_t count, const adam_parameters& p) {
   TROUPE_CHECK(p.step >= 1);
   // PyTorch's form: w -= (lr / c1) * m / (sqrt(v) / sqrt(c2) + eps) with c = 1 - beta^t.
-  const double correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
-  const double correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
-  const adam_constants k{p.beta1,
-                         1.0f - p.beta1,
-                         p.beta2,
-                         1.0f - p.beta2,
-                         p.weight_decay,
-                         p.gradient_scale,
-                         static_cast<float>(p.learning_rate / correction1),
-                         static_cast<float>(1.0 / std::sqrt(correction2)),
-                         p.epsilon};
-  size_t i = adam_sse(weights, gradient, first_moment, second_moment, count, k);
-  for (; i < count; ++i) adam_update(weights[i], gradient[i], first_moment[i], second_moment[i], k);
+  const adam_step_sizes sizes = step_sizes_of(p);
+  const adam_constants k{
+      p.beta1,        1.0f - p.beta1,   p.beta2,      1.0f - p.beta2,
+      p.weight_decay, p.gradient_scale, sizes.moment, sizes.inverse_sqrt_correction2,
+      p.epsilon,      sizes.gradient};
+  (p.nesterov ? adam_loop<true> : adam_loop<false>)(weights, gradient, first_moment, second_moment,
+                                                    count, k);
 }
 
 }  // namespace troupe::layers::cpu

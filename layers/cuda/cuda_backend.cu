@@ -358,13 +358,7 @@ void cuda_backend::sgd_step(stream s, float* weights, const float* gradient, flo
 void cuda_backend::adam_step(stream s, float* weights, const float* gradient, float* first_moment,
                              float* second_moment, size_t count, const adam_parameters& p) {
   TROUPE_CHECK(p.step >= 1);
-  const double step = static_cast<double>(p.step);
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), step);
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), step);
-  const auto step_size = static_cast<float>(p.learning_rate / bias_correction1);
-  const auto inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
-  cuda_kernels::adam_step(enter(s), weights, gradient, first_moment, second_moment, count, p,
-                          step_size, inverse_sqrt_correction2);
+  cuda_kernels::adam_step(enter(s), weights, gradient, first_moment, second_moment, count, p);
 }
 
 int cuda_runtime_device_count() {

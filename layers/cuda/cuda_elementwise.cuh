@@ -294,8 +294,7 @@ struct adam_op {
   float* first_moment;
   float* second_moment;
   adam_parameters p;
-  float step_size;
-  float inverse_sqrt_correction2;
+  adam_step_sizes sizes;
   __device__ void operator()(size_t i) const {
     // AdamW's decay first, as axpy_op would apply it.
     if (p.decoupled_decay != 0.0f) weights[i] += -p.decoupled_decay * weights[i];
@@ -304,8 +303,12 @@ struct adam_op {
     const float v = p.beta2 * second_moment[i] + (1.0f - p.beta2) * g * g;
     first_moment[i] = m;
     second_moment[i] = v;
-    // The CPU backend's order of operations: step_size * m / (sqrt(v) / sqrt(c2) + epsilon).
-    weights[i] -= step_size * m / (sqrtf(v) * inverse_sqrt_correction2 + p.epsilon);
+    // The CPU backend's order of operations: step_size * m / (sqrt(v) / sqrt(c2) + epsilon),
+    // after NAdam's gradient term.
+    const float denominator = sqrtf(v) * sizes.inverse_sqrt_correction2 + p.epsilon;
+    float w = weights[i];
+    if (p.nesterov) w -= sizes.gradient * g / denominator;
+    weights[i] = w - sizes.moment * m / denominator;
   }
 };
 

@@ -100,11 +100,10 @@ void dropout_forward(cudaStream_t s, const float* x, float* y, float* mask, size
 
 void sgd_step(cudaStream_t s, float* weights, const float* gradient, float* velocity, size_t count,
               const sgd_parameters& p);
-/// `step_size` is lr / (1 - beta1^step), `inverse_sqrt_correction2` 1 / sqrt(1 - beta2^step),
-/// both computed in double on the host as the CPU backend does.
+/// The step sizes come from step_sizes_of(p), computed in double on the host as the CPU
+/// backend does.
 void adam_step(cudaStream_t s, float* weights, const float* gradient, float* first_moment,
-               float* second_moment, size_t count, const adam_parameters& p, float step_size,
-               float inverse_sqrt_correction2);
+               float* second_moment, size_t count, const adam_parameters& p);
 
 // ---- transformer kernels (cuda_transformer_kernels.cu) ----------------------------------------
 void layer_norm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta,

@@ -371,9 +371,11 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
        "'nesterov'"},
       {"[parallelism]\nstaleness_correction = \"nesterov\"",
        "parallelism.staleness_correction = \"nesterov\" needs training.optimizer = \"sgd\" with "
-       "training.momentum > 0: it raises the momentum of delayed stages"},
+       "training.momentum > 0, or \"adam\" / \"adamw\": it raises the momentum (β1) of delayed "
+       "stages"},
       {"[training]\nnesterov = true",
-       "training.nesterov = true needs training.optimizer = \"sgd\" with training.momentum > 0"},
+       "training.nesterov = true needs training.momentum > 0 with training.optimizer = \"sgd\" "
+       "(or \"adam\" / \"adamw\": NAdam)"},
       {"[parallelism]\nstaleness_correction = \"predict\"",
        "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" with "
        "training.momentum > 0"},

@@ -283,6 +283,76 @@ TEST(StalenessCorrectionTest, NesterovStepsTwiceAsComputedByHand) {
   EXPECT_NEAR(optimizer.state(0)[0].to_host(s)[1], 1.165f, 1e-6) << "the velocity";
 }
 
+TEST(StalenessCorrectionTest, NesterovWithAdamStepsAsNadamTwiceAsComputedByHand) {
+  // NAdam (PyTorch's NAdam with μ = β1 at every step), lr 0.01, β2 0.999, ε 1e-8: m = β1 m +
+  // (1 - β1) g, v = β2 v + (1 - β2) g², Π *= β1, d = sqrt(v / (1 - β2^t)) + ε, then
+  // w -= lr (1 - β1) / (1 - Π) g / d and w -= lr β1 / (1 - Π β1) m / d. Step 1 at β1 = 0.9,
+  // step 2 at β1 = 0.945 (a delay of 1 of 2 stages): the moving average needs no weighing.
+  auto device = cpu();
+  const layers::stream s = device->default_stream();
+  layers::parameter weight;
+  weight.value = layers::tensor::from_host(*device, s, {2}, {1.0f, -2.0f});
+  weight.gradient = layers::tensor::from_host(*device, s, {2}, {0.5f, 1.0f});
+  weight.has_gradient = true;
+  layers::optimizer_settings settings;
+  settings.kind = "adam";
+  settings.nesterov = true;
+  layers::optimizer optimizer(s, settings, {&weight});
+  double w[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0}, product = 1;
+  const double gradients[2][2] = {{0.5, 1.0}, {-0.2, 0.4}};
+  const double betas[2] = {0.9, 0.945};
+  for (int step = 1; step <= 2; ++step) {
+    const double beta1 = betas[step - 1];
+    if (step == 1) {
+      optimizer.step(s, 0.01f);
+    } else {
+      weight.gradient.copy_from_host(s, std::vector<float>{-0.2f, 0.4f}.data());
+      weight.has_gradient = true;
+      optimizer.step(s, 0.01f, 1.0f, 0.945f);
+    }
+    product *= beta1;
+    for (int i = 0; i < 2; ++i) {
+      const double g = gradients[step - 1][i];
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      const double d = std::sqrt(v[i] / (1 - std::pow(0.999, step))) + 1e-8;
+      w[i] -= 0.01 * (1 - beta1) / (1 - product) * g / d;
+      w[i] -= 0.01 * beta1 / (1 - product * beta1) * m[i] / d;
+    }
+  }
+  const std::vector<float> after = weight.value.to_host(s);
+  EXPECT_NEAR(after[0], w[0], 1e-6);
+  EXPECT_NEAR(after[1], w[1], 1e-6);
+  EXPECT_NEAR(optimizer.state(0)[0].to_host(s)[0], m[0], 1e-7) << "the first moment";
+}
+
+TEST(StalenessCorrectionTest, NesterovWithAdamWAndOneKeyInFlightIsSequentialNadamW) {
+  // MAK = 1: the stages' β1 stays the job's, so the delay-corrected method is NAdam(W).
+  job_config config = testing::small_pipeline_job(4, 1, "async", "gpipe", 640);
+  config.parallelism.max_active_keys = 1;
+  config.parallelism.staleness_correction = "nesterov";
+  config.training.optimizer = "adamw";
+  config.training.lr = 0.002;
+  config.training.weight_decay = 0.01;
+  const int64_t steps = 30;
+  const layers::dataset data = training_set(config);
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), steps, 0);
+  pipeline.train(data, steps);
+  const testing::weights actual = pipeline.weights();
+  job_config oracle = config;
+  oracle.parallelism.staleness_correction = "none";
+  oracle.training.nesterov = true;
+  EXPECT_LE(
+      testing::max_relative_difference(actual, testing::sequential_weights(oracle, data, steps)),
+      1e-6);
+  // And NAdam is not Adam: the same run without the look-ahead ends elsewhere.
+  oracle.training.nesterov = false;
+  EXPECT_GT(
+      testing::max_relative_difference(actual, testing::sequential_weights(oracle, data, steps)),
+      1e-3);
+}
+
 TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
   // MAK = 1: no key is ever stale, so every correction steps as plain async does, which is
   // the sequential trainer's SGD (with Nesterov's look-ahead for "nesterov").
