@@ -311,8 +311,7 @@ void sgd_step(cudaStream_t s, float* weights, const float* gradient, float* velo
 
 void adam_step(cudaStream_t s, float* weights, const float* gradient, float* first_moment,
                float* second_moment, size_t count, const adam_parameters& p) {
-  for_each(s, count,
-           adam_op{weights, gradient, first_moment, second_moment, p, step_sizes_of(p)});
+  for_each(s, count, adam_op{weights, gradient, first_moment, second_moment, p, step_sizes_of(p)});
 }
 
 }  // namespace troupe::layers::cuda_kernels
