@@ -56,6 +56,11 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale, float 
   }
 }
 
+void optimizer::set_steps_taken(int64_t steps) {
+  steps_ = steps;
+  momentum_product_ = std::pow(static_cast<double>(settings_.beta1), static_cast<double>(steps));
+}
+
 float clip_scale(double norm_squared, double clip_norm) {
   if (clip_norm <= 0 || norm_squared <= clip_norm * clip_norm) return 1.0f;
   return static_cast<float>(clip_norm / std::sqrt(norm_squared));

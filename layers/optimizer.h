@@ -2,7 +2,6 @@
 
 // Optimizers over a fixed list of parameters, with PyTorch's update rules (see backend.h).
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,10 +52,7 @@ class optimizer {
   /// delay-corrected Nesterov method's raised β1s the true product was larger (a stage at
   /// β1 0.9675 holds 0.037 after 100 steps against 0.9^100 = 3e-5), so the bias correction of
   /// the next few hundred steps after a resume is up to a few per cent off.
-  void set_steps_taken(int64_t steps) {
-    steps_ = steps;
-    momentum_product_ = std::pow(static_cast<double>(settings_.beta1), static_cast<double>(steps));
-  }
+  void set_steps_taken(int64_t steps);
   const optimizer_settings& settings() const { return settings_; }
   /// The state tensors of parameter i (velocity for SGD with momentum; two moments for Adam).
   std::vector<tensor>& state(size_t i) { return state_[i]; }

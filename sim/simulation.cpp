@@ -616,14 +616,9 @@ double simulator::message_end_s(const key_message& message) const {
 
 double simulator::message_cpu_s(const key_message* incoming,
                                 const std::vector<stage_output>& outputs) const {
-  double messages = static_cast<double>(outputs.size());
-  double bytes = 0;
-  if (incoming) {
-    messages += 1;
-    bytes += payload_bytes(*incoming);
-  }
-  for (const stage_output& output : outputs) bytes += payload_bytes(output.message);
-  return options_.message_cpu_s * messages + options_.message_cpu_per_byte_s * bytes;
+  double seconds = incoming ? message_end_s(*incoming) : 0.0;
+  for (const stage_output& output : outputs) seconds += message_end_s(output.message);
+  return seconds;
 }
 
 charged_work simulator::run_ready_pass(int stage) {

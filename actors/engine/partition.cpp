@@ -108,18 +108,22 @@ int keys_between_steps(const job_config& config) {
   return std::max(1, p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
 }
 
-/// Blocks before the model's first parameterized block, and that block, compute no input
-/// gradient (layers::sequential skips it).
-void mark_input_gradients(const job_config& config, std::vector<block_cost>* costs) {
+size_t blocks_without_input_gradient(const job_config& config) {
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   std::string error;
   auto shapes = layers::infer_shapes(config.model.layers, input, &error);
-  if (!shapes) return;
-  for (size_t i = 0; i < costs->size(); ++i) {
-    (*costs)[i].input_gradient_needed = false;
-    if (layers::parameter_count(config.model.layers[i], input) > 0) break;
+  if (!shapes) return 0;
+  for (size_t i = 0; i < shapes->size(); ++i) {
+    if (layers::parameter_count(config.model.layers[i], input) > 0) return i + 1;
     input = (*shapes)[i];
   }
+  return shapes->size();
+}
+
+/// Marks the blocks_without_input_gradient().
+void mark_input_gradients(const job_config& config, std::vector<block_cost>* costs) {
+  const size_t skipped = std::min(costs->size(), blocks_without_input_gradient(config));
+  for (size_t i = 0; i < skipped; ++i) (*costs)[i].input_gradient_needed = false;
 }
 
 std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& config,

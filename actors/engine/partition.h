@@ -33,6 +33,11 @@ struct block_cost {
   bool input_gradient_needed = true;
 };
 
+/// How many of the model's first blocks compute no input gradient: those up to and including
+/// the first with parameters (layers::sequential skips them, as no stage needs the model's
+/// input gradient); all of them when none has parameters, 0 when the shapes do not chain.
+size_t blocks_without_input_gradient(const job_config& config);
+
 /// A partition and what the costs it was chosen by predict for each stage.
 struct partition_plan {
   std::vector<stage_range> ranges;

@@ -59,8 +59,8 @@ class stage_device {
   /// The squared L2 norm of the gradients accumulated since the last step.
   virtual double squared_gradient_norm() = 0;
   /// One optimizer step with the gradients accumulated since the last, multiplied by
-  /// `gradient_scale` first (gradient clipping); SGD with momentum uses `momentum` for this step
-  /// where it is given (≥ 0), else the job's.
+  /// `gradient_scale` first (gradient clipping); `momentum`, where given (≥ 0), is this step's
+  /// momentum (SGD) or β1 (NAdam) instead of the job's (layers::optimizer::step).
   virtual void step(float learning_rate, float gradient_scale = 1.0f, float momentum = -1.0f) = 0;
   /// Weight stashing: remember the current weights as `version` (before a step changes them).
   virtual void stash_weights(int64_t version) = 0;

@@ -235,7 +235,7 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
   }
   timings->resize(stages);
   for (size_t s = 0; s < stages; ++s) (*timings)[s].range = (*ranges)[s];
-  fit_blocks_to_stages(config, shapes, *timings, &blocks);
+  fit_blocks_to_stages(config, *timings, &blocks);
   *stage_timings = std::move(*timings);
   return blocks;
 }

@@ -1,7 +1,5 @@
 #include "sim/calibration/stage_fitting.h"
 
-#include "layers/layer.h"
-
 namespace troupe::sim {
 namespace {
 
@@ -18,21 +16,17 @@ void scale_to(std::vector<block_profile>& blocks, actors::stage_range range, dou
 }  // namespace
 
 void fit_blocks_to_stages(const actors::job_config& config,
-                          const std::vector<layers::shape>& shapes,
                           const std::vector<stage_timing>& timings,
                           std::vector<block_profile>* blocks) {
+  const size_t skipped = actors::blocks_without_input_gradient(config);
   for (size_t s = 0; s < timings.size(); ++s) {
     const stage_timing& stage = timings[s];
     const actors::stage_range range = stage.range;
     scale_to(*blocks, range, stage.forward_s, &block_profile::forward_s);
-    bool parameters_before = s > 0;
     double alone = 0;
     for (size_t i = range.first; i < range.last; ++i) {
       const block_profile& block = (*blocks)[i];
-      alone += parameters_before ? block.backward_s : block.backward_first_s;
-      const layers::shape& input = i == 0 ? config.model.input_shape : shapes[i - 1];
-      parameters_before =
-          parameters_before || layers::parameter_count(config.model.layers[i], input) > 0;
+      alone += s > 0 || i >= skipped ? block.backward_s : block.backward_first_s;
     }
     if (alone > 0 && stage.backward_s > 0) {
       for (size_t i = range.first; i < range.last; ++i) {

@@ -7,7 +7,6 @@
 
 #include "actors/config/job_config.h"
 #include "actors/engine/partition.h"
-#include "layers/tensor.h"
 #include "sim/profile.h"
 
 namespace troupe::sim {
@@ -21,10 +20,9 @@ struct stage_timing {
 /// Scales the times of each stage's blocks so that they add up to what the stage measured, as
 /// the simulator adds them: the forwards, steps and stashes, and the backwards with the
 /// first stage's blocks up to the first with parameters taken without their input gradient
-/// (layers::sequential skips it, and so did the stage just timed). `shapes` are the blocks'
-/// output shapes; `timings[s].range` says which blocks stage s holds.
+/// (actors::blocks_without_input_gradient(), as the stage just timed ran them).
+/// `timings[s].range` says which blocks stage s holds.
 void fit_blocks_to_stages(const actors::job_config& config,
-                          const std::vector<layers::shape>& shapes,
                           const std::vector<stage_timing>& timings,
                           std::vector<block_profile>* blocks);
 

@@ -513,41 +513,30 @@ TEST(CudaParityTest, AdamSteps) {
   p.learning_rate = 1e-3f;
   p.weight_decay = 0.01f;
   p.gradient_scale = 0.25f;
-  expect_parity(
-      pair,
-      [&](backend& device) {
-        device_array<float> w(device, weights), g(device, count);
-        device_array<float> m(device, std::vector<float>(count, 0.0f));
-        device_array<float> v(device, std::vector<float>(count, 0.0f));
-        adam_parameters step = p;
-        for (step.step = 1; step.step <= 5; ++step.step) {
-          g.upload(random_floats(count, 160 + step.step));
-          device.adam_step(device.default_stream(), w.data(), g.data(), m.data(), v.data(), count,
-                           step);
-        }
-        return outputs{w.download(), m.download(), v.download()};
-      },
-      {1e-5, 1e-7}, "adam");
-  // NAdam, with a β1 that changes from step to step as the delay-corrected Nesterov method's.
-  expect_parity(
-      pair,
-      [&](backend& device) {
-        device_array<float> w(device, weights), g(device, count);
-        device_array<float> m(device, std::vector<float>(count, 0.0f));
-        device_array<float> v(device, std::vector<float>(count, 0.0f));
-        adam_parameters step = p;
-        step.nesterov = true;
-        step.momentum_product = 1;
-        for (step.step = 1; step.step <= 5; ++step.step) {
+  // Five steps from the same weights, Adam's or NAdam's, on gradients drawn from `seed` on.
+  const auto steps = [&](bool nesterov, uint64_t seed) {
+    return [&, nesterov, seed](backend& device) {
+      device_array<float> w(device, weights), g(device, count);
+      device_array<float> m(device, std::vector<float>(count, 0.0f));
+      device_array<float> v(device, std::vector<float>(count, 0.0f));
+      adam_parameters step = p;
+      step.nesterov = nesterov;
+      step.momentum_product = 1;
+      for (step.step = 1; step.step <= 5; ++step.step) {
+        if (nesterov) {
+          // A β1 that changes from step to step, as the delay-corrected Nesterov method's.
           step.beta1 = 0.9f + 0.01f * static_cast<float>(step.step % 3);
           step.momentum_product *= step.beta1;
-          g.upload(random_floats(count, 170 + step.step));
-          device.adam_step(device.default_stream(), w.data(), g.data(), m.data(), v.data(), count,
-                           step);
         }
-        return outputs{w.download(), m.download(), v.download()};
-      },
-      {1e-5, 1e-7}, "nadam");
+        g.upload(random_floats(count, seed + step.step));
+        device.adam_step(device.default_stream(), w.data(), g.data(), m.data(), v.data(), count,
+                         step);
+      }
+      return outputs{w.download(), m.download(), v.download()};
+    };
+  };
+  expect_parity(pair, steps(false, 160), {1e-5, 1e-7}, "adam");
+  expect_parity(pair, steps(true, 170), {1e-5, 1e-7}, "nadam");
 }
 
 // ---- streams, events and memory ---------------------------------------------------------------

@@ -75,6 +75,25 @@ stage_settings first_of_two_stages() {
   return settings;
 }
 
+/// The weights (1, -2) with the gradient (0.5, 1), as a step finds them.
+layers::parameter two_weights(layers::backend& device) {
+  const layers::stream s = device.default_stream();
+  layers::parameter weight;
+  weight.value = layers::tensor::from_host(device, s, {2}, {1.0f, -2.0f});
+  weight.gradient = layers::tensor::from_host(device, s, {2}, {0.5f, 1.0f});
+  weight.has_gradient = true;
+  return weight;
+}
+
+/// The weights of `config`'s pipeline after `steps` steps, one key in flight, on `data`.
+testing::weights one_key_pipeline_weights(const job_config& config, const layers::dataset& data,
+                                          int64_t steps) {
+  auto device = cpu();
+  local_pipeline pipeline(config, *device, data.count(), steps, 0);
+  pipeline.train(data, steps);
+  return pipeline.weights();
+}
+
 key_message message_for(key_kind kind, uint64_t key) {
   key_message message;
   message.kind = kind;
@@ -262,10 +281,7 @@ TEST(StalenessCorrectionTest, NesterovStepsTwiceAsComputedByHand) {
   // -2.19 - 0.1320925).
   auto device = cpu();
   const layers::stream s = device->default_stream();
-  layers::parameter weight;
-  weight.value = layers::tensor::from_host(*device, s, {2}, {1.0f, -2.0f});
-  weight.gradient = layers::tensor::from_host(*device, s, {2}, {0.5f, 1.0f});
-  weight.has_gradient = true;
+  layers::parameter weight = two_weights(*device);
   layers::optimizer_settings settings;
   settings.momentum = 0.9f;
   settings.nesterov = true;
@@ -290,10 +306,7 @@ TEST(StalenessCorrectionTest, NesterovWithAdamStepsAsNadamTwiceAsComputedByHand)
   // step 2 at β1 = 0.945 (a delay of 1 of 2 stages): the moving average needs no weighing.
   auto device = cpu();
   const layers::stream s = device->default_stream();
-  layers::parameter weight;
-  weight.value = layers::tensor::from_host(*device, s, {2}, {1.0f, -2.0f});
-  weight.gradient = layers::tensor::from_host(*device, s, {2}, {0.5f, 1.0f});
-  weight.has_gradient = true;
+  layers::parameter weight = two_weights(*device);
   layers::optimizer_settings settings;
   settings.kind = "adam";
   settings.nesterov = true;
@@ -336,10 +349,7 @@ TEST(StalenessCorrectionTest, NesterovWithAdamWAndOneKeyInFlightIsSequentialNada
   config.training.weight_decay = 0.01;
   const int64_t steps = 30;
   const layers::dataset data = training_set(config);
-  auto device = cpu();
-  local_pipeline pipeline(config, *device, data.count(), steps, 0);
-  pipeline.train(data, steps);
-  const testing::weights actual = pipeline.weights();
+  const testing::weights actual = one_key_pipeline_weights(config, data, steps);
   job_config oracle = config;
   oracle.parallelism.staleness_correction = "none";
   oracle.training.nesterov = true;
@@ -364,10 +374,7 @@ TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
     config.training.momentum = 0.9;
     const int64_t steps = 30;
     const layers::dataset data = training_set(config);
-    auto device = cpu();
-    local_pipeline pipeline(config, *device, data.count(), steps, 0);
-    pipeline.train(data, steps);
-    const testing::weights actual = pipeline.weights();
+    const testing::weights actual = one_key_pipeline_weights(config, data, steps);
     job_config oracle = config;
     oracle.training.nesterov = std::string(correction) == "nesterov";
     const testing::weights expected = testing::sequential_weights(oracle, data, steps);

@@ -66,9 +66,6 @@ double charged_backward_s(const actors::job_config& config,
 TEST(StageFittingTest,
      TheFirstStagesBlocksAddUpToItsMeasuredBackwardWithoutTheFirstLinearsInputGradient) {
   const actors::job_config config = mlp_job(1);
-  std::string error;
-  auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, &error);
-  ASSERT_TRUE(shapes) << error;
   std::vector<block_profile> blocks = blocks_alone(config);
   // The stage as the engine runs it: the first linear computes no input gradient, so alone its
   // blocks' backward is 0.1 + 1 + 0.1 + 2 + 0.1 + 2 = 5.3; measured 20% slower in a stage.
@@ -77,7 +74,7 @@ TEST(StageFittingTest,
   stage.forward_s = 3.9;
   stage.backward_s = 1.2 * 5.3;
   stage.step_s = 1.5;
-  fit_blocks_to_stages(config, *shapes, {stage}, &blocks);
+  fit_blocks_to_stages(config, {stage}, &blocks);
   EXPECT_NEAR(charged_backward_s(config, blocks, stage.range, true), stage.backward_s, 1e-9);
   // Every block slowed alike, the first linear's weight gradient included.
   EXPECT_NEAR(blocks[1].backward_first_s, 1.2, 1e-9);
@@ -93,16 +90,13 @@ TEST(StageFittingTest,
 
 TEST(StageFittingTest, LaterStagesFitWithEveryInputGradient) {
   const actors::job_config config = mlp_job(2);
-  std::string error;
-  auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, &error);
-  ASSERT_TRUE(shapes) << error;
   std::vector<block_profile> blocks = blocks_alone(config);
   stage_timing first, second;
   first.range = {0, 3};   // flatten, linear, relu: 0.1 + 1 + 0.1 alone
   second.range = {3, 6};  // linear, relu, linear: 2 + 0.1 + 2 alone
   first.backward_s = 1.2;
   second.backward_s = 2 * 4.1;
-  fit_blocks_to_stages(config, *shapes, {first, second}, &blocks);
+  fit_blocks_to_stages(config, {first, second}, &blocks);
   EXPECT_NEAR(charged_backward_s(config, blocks, first.range, true), 1.2, 1e-9);
   EXPECT_NEAR(charged_backward_s(config, blocks, second.range, false), 8.2, 1e-9);
   EXPECT_NEAR(blocks[1].backward_first_s, 1.0, 1e-9);  // measured as timed alone
