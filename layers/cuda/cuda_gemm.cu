@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +20,12 @@
 namespace troupe::layers::cuda_gemm {
 namespace {
 
-constexpr int requested_algorithms = 16;
+constexpr int requested_algorithms = 32;
 constexpr int search_repeats = 3;
+/// A GEMM shorter than this is timed over enough calls to fill it: one call of a few tens of
+/// microseconds is within launch jitter of its rivals.
+constexpr double search_window_s = 200e-6;
+constexpr int search_max_calls = 50;
 /// Among algorithms within this fraction of the fastest, the search keeps the heuristics'
 /// earliest, so that timing noise rarely changes the choice.
 constexpr double search_tie = 0.03;
@@ -207,9 +212,10 @@ std::mutex plans_mutex;
 auto& plans =
     *new std::unordered_map<gemm_runner::shape, std::unique_ptr<gemm_runner::plan>, shape_hash>();
 
-/// The best of a problem's algorithms by timing: each candidate once after a warm-up, then the
-/// three fastest three times more; among those within search_tie of the fastest, the
-/// heuristics' earliest. Seconds per call; negative when every candidate refused.
+/// The best of a problem's algorithms by timing: each candidate over enough calls to fill
+/// search_window_s after a warm-up, then the three fastest three times as many calls again;
+/// among those within search_tie of the fastest, the heuristics' earliest. Seconds per call;
+/// negative when every candidate refused.
 struct timed_choice {
   cublasLtMatmulAlgo_t algorithm;
   double seconds = -1;
@@ -225,13 +231,23 @@ timed_choice fastest(cublasLtHandle_t handle, const gemm_problem& problem,
   std::vector<size_t> order;
   for (size_t i = 0; i < candidates.size(); ++i)
     if (once[i] > 0) order.push_back(i);
+  if (order.empty()) return {};
+  double quickest = once[order.front()];
+  for (size_t i : order) quickest = std::min(quickest, once[i]);
+  const int calls = std::max(
+      1, std::min(search_max_calls, static_cast<int>(std::ceil(search_window_s / quickest))));
+  if (calls > 1)
+    for (size_t i : order)
+      once[i] = problem.time(handle, s, candidates[i], a, b, c, workspace, calls, start, stop);
+  order.erase(std::remove_if(order.begin(), order.end(), [&](size_t i) { return once[i] <= 0; }),
+              order.end());
   std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return once[x] < once[y]; });
   order.resize(std::min<size_t>(order.size(), 3));
   std::sort(order.begin(), order.end());  // the heuristics' order again
   std::vector<double> again;
   for (size_t i : order)
-    again.push_back(
-        problem.time(handle, s, candidates[i], a, b, c, workspace, search_repeats, start, stop));
+    again.push_back(problem.time(handle, s, candidates[i], a, b, c, workspace,
+                                 search_repeats * calls, start, stop));
   timed_choice best;
   for (double t : again)
     if (t > 0 && (best.seconds < 0 || t < best.seconds)) best.seconds = t;
