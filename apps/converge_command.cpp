@@ -1,7 +1,8 @@
 // `troupe converge JOB`: trains a job under several settings and seeds, in alternating order,
 // and prints how soon each setting reaches training.target_accuracy (median and spread of the
 // seconds, final accuracy, diverged runs), beside the simulator's prediction of the same table
-// from this machine's calibrated profile (numerics on, so its runs learn in virtual time).
+// from this machine's profile, calibrated for each setting (numerics on, so its runs learn in
+// virtual time).
 
 #include <algorithm>
 #include <cstdio>
@@ -46,6 +47,7 @@ struct setting {
 /// One run's outcome, real or simulated.
 struct outcome {
   bool diverged = false;
+  bool failed = false;  ///< ended with an error other than divergence (counted apart)
   std::optional<double> to_target_s;
   double final_accuracy = 0;
 };
@@ -102,7 +104,8 @@ outcome train_once(const converge_options& options, const std::vector<std::strin
     std::ifstream log(out + "/train.log");
     const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
     result.diverged = text.find("training diverged") != std::string::npos;
-    if (!result.diverged) {
+    result.failed = !result.diverged;
+    if (result.failed) {
       std::fprintf(stderr, "troupe converge: a run failed; see %s/train.log\n", out.c_str());
     }
     return result;
@@ -166,7 +169,7 @@ std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
 double median_accuracy(const std::vector<outcome>& runs) {
   std::vector<double> accuracies;
   for (const outcome& run : runs) {
-    if (!run.diverged) accuracies.push_back(run.final_accuracy);
+    if (!run.diverged && !run.failed) accuracies.push_back(run.final_accuracy);
   }
   return median(accuracies);
 }
@@ -176,10 +179,16 @@ int diverged_count(const std::vector<outcome>& runs) {
       std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.diverged; }));
 }
 
+int failed_count(const std::vector<outcome>& runs) {
+  return static_cast<int>(
+      std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.failed; }));
+}
+
 json runs_json(const std::vector<outcome>& runs) {
   json result = json::array();
   for (const outcome& run : runs) {
     result.push_back({{"diverged", run.diverged},
+                      {"failed", run.failed},
                       {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
                       {"final_test_accuracy", run.final_accuracy}});
   }
@@ -193,7 +202,7 @@ int run_converge(const converge_options& options) {
   auto settings = settings_of(options, &error);
   if (!settings) return bad_input(error);
   // Every setting must load, and the job must name a target to race to.
-  std::optional<actors::job_config> base;
+  std::vector<actors::job_config> configs;
   for (const setting& each : *settings) {
     std::vector<std::string> overrides = options.overrides;
     overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
@@ -205,26 +214,38 @@ int run_converge(const converge_options& options) {
                        ": training.target_accuracy is not set; converge races to it (--set "
                        "training.target_accuracy=0.85)");
     }
-    if (!base) base = config;
+    configs.push_back(*config);
   }
   const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
   if (!make_directory(out, &error)) return bad_input(error);
 
-  std::optional<sim::machine_profile> profile;
-  if (!options.profile_file.empty()) {
-    profile = sim::load_profile(options.profile_file, &error);
-    if (!profile) return bad_input(error);
-  } else if (options.predict) {
-    std::printf("troupe converge: calibrating this machine (%.2f s per block)\n", options.seconds);
-    profile = sim::calibrate(*base, options.seconds, &error);
-    if (!profile) {
-      std::fprintf(stderr, "troupe converge: calibration failed: %s\n", error.c_str());
-      return 1;
-    }
-    std::ofstream(out + "/profile.json") << sim::to_json_text(*profile);
-  }
-
+  // The profile each setting is predicted from: --profile for all, or each setting's own
+  // calibration, since the blocks' costs depend on the setting's micro-batch size (a CPU GEMM of
+  // 16 samples costs more than a quarter of one of 64) and on which stages compute at once.
   const size_t count = settings->size();
+  std::vector<sim::machine_profile> profiles;
+  if (!options.profile_file.empty()) {
+    auto loaded = sim::load_profile(options.profile_file, &error);
+    if (!loaded) return bad_input(error);
+    profiles.assign(count, *loaded);
+  } else if (options.predict) {
+    for (size_t s = 0; s < count; ++s) {
+      const std::string& name = (*settings)[s].name;
+      std::printf("troupe converge: calibrating this machine for %s (%.2f s per block)\n",
+                  name.c_str(), options.seconds);
+      std::fflush(stdout);
+      auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
+      if (!calibrated) {
+        std::fprintf(stderr, "troupe converge: calibration for %s failed: %s\n", name.c_str(),
+                     error.c_str());
+        return 1;
+      }
+      std::ofstream(out + "/profile-" + name + ".json") << sim::to_json_text(*calibrated);
+      profiles.push_back(std::move(*calibrated));
+    }
+  }
+  const bool predicting = !profiles.empty();
+
   std::vector<std::vector<outcome>> measured(count), predicted(count);
   // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
   for (int seed = 1; seed <= options.seeds; ++seed) {
@@ -238,13 +259,14 @@ int run_converge(const converge_options& options) {
       const outcome& run = measured[s].back();
       std::printf(
           "troupe converge: [seed %d] %-20s %s, final accuracy %.4f\n", seed, each.name.c_str(),
-          run.diverged      ? "diverged"
+          run.failed        ? "failed"
+          : run.diverged    ? "diverged"
           : run.to_target_s ? ("target after " + std::to_string(*run.to_target_s) + " s").c_str()
                             : "target not reached",
           run.final_accuracy);
       std::fflush(stdout);
-      if (profile) {
-        auto simulated = simulate_once(options, overrides, *profile, &error);
+      if (predicting) {
+        auto simulated = simulate_once(options, overrides, profiles[s], &error);
         if (!simulated) {
           std::fprintf(stderr, "troupe converge: simulating %s: %s\n", each.name.c_str(),
                        error.c_str());
@@ -255,21 +277,23 @@ int run_converge(const converge_options& options) {
     }
   }
 
-  std::printf("\n%-20s %5s %9s %8s %22s %10s", "setting", "runs", "diverged", "reached",
-              "to target s (min-max)", "final acc");
-  if (profile) std::printf(" | %22s %10s %9s", "predicted to target s", "final acc", "diverged");
+  std::printf("\n%-20s %5s %9s %7s %8s %22s %10s", "setting", "runs", "diverged", "failed",
+              "reached", "to target s (min-max)", "final acc");
+  if (predicting) std::printf(" | %22s %10s %9s", "predicted to target s", "final acc", "diverged");
   std::printf("\n");
   json table = json::array();
+  int failed = 0;
   for (size_t s = 0; s < count; ++s) {
+    failed += failed_count(measured[s]);
     int reached = 0, predicted_reached = 0;
     const std::string seconds = seconds_cell(measured[s], &reached);
-    std::printf("%-20s %5zu %9d %8d %22s %10.4f", (*settings)[s].name.c_str(), measured[s].size(),
-                diverged_count(measured[s]), reached, seconds.c_str(),
-                median_accuracy(measured[s]));
+    std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f", (*settings)[s].name.c_str(),
+                measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]),
+                reached, seconds.c_str(), median_accuracy(measured[s]));
     json row = {{"setting", (*settings)[s].name},
                 {"overrides", (*settings)[s].overrides},
                 {"runs", runs_json(measured[s])}};
-    if (profile) {
+    if (predicting) {
       const std::string predicted_seconds = seconds_cell(predicted[s], &predicted_reached);
       std::printf(" | %22s %10.4f %9d", predicted_seconds.c_str(), median_accuracy(predicted[s]),
                   diverged_count(predicted[s]));
@@ -282,8 +306,16 @@ int run_converge(const converge_options& options) {
       "(seconds from the start of each run to its first evaluation at or above "
       "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
       "reached it; seeds 1-%d, settings in alternating order)\n",
-      base->training.target_accuracy, options.seeds);
-  return write_json_output(out + "/convergence.json", table);
+      configs.front().training.target_accuracy, options.seeds);
+  const int written = write_json_output(out + "/convergence.json", table);
+  if (failed > 0) {
+    std::fprintf(stderr,
+                 "troupe converge: %d run%s failed (not counted in the medians); see the "
+                 "train.log of each\n",
+                 failed, failed == 1 ? "" : "s");
+    return 1;
+  }
+  return written;
 }
 
 }  // namespace troupe::apps

@@ -1,5 +1,6 @@
 // `troupe converge` races settings of a job to its target accuracy over seeds, counts the runs
-// that diverge instead of hiding them, and simulates each run beside it.
+// that diverge instead of hiding them, and simulates each run beside it from a calibration of
+// its own setting.
 
 #include <gtest/gtest.h>
 
@@ -40,16 +41,16 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   const run_result result =
       troupe("converge " + job(0.3).string() +
              " --sweep parallelism.staleness_correction='\"none\"','\"pipemare\"' --setting "
-             "'exploding:training.lr=1e30' --seeds 2 --seconds 0.01 --out " +
+             "'exploding:training.lr=1e38' --setting 'halves:parallelism.micro_batches=2' --seeds 2 --seconds 0.01 --out " +
              out.string());
   ASSERT_EQ(result.status, 0) << result.output << result.errors;
-  for (const char* row : {"\nnone ", "\npipemare ", "\nexploding "}) {
+  for (const char* row : {"\nnone ", "\npipemare ", "\nexploding ", "\nhalves "}) {
     EXPECT_NE(result.output.find(row), std::string::npos) << row << "\n" << result.output;
   }
   std::ifstream file(out / "convergence.json");
   const nlohmann::json table = nlohmann::json::parse(file, nullptr, false);
   ASSERT_TRUE(table.is_array()) << result.output;
-  ASSERT_EQ(table.size(), 3u);
+  ASSERT_EQ(table.size(), 4u);
   for (const nlohmann::json& row : table) {
     ASSERT_EQ(row["runs"].size(), 2u) << row.dump();
     ASSERT_EQ(row["predicted"].size(), 2u) << row.dump();
@@ -64,9 +65,36 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
       }
     }
   }
+  // Each setting was predicted from its own calibration, at its own micro-batch size.
+  for (const auto& [name, batch] : {std::pair{"none", 32}, std::pair{"halves", 16}}) {
+    std::ifstream profile(out / ("profile-" + std::string(name) + ".json"));
+    const nlohmann::json calibrated = nlohmann::json::parse(profile, nullptr, false);
+    ASSERT_TRUE(calibrated.is_object()) << name;
+    EXPECT_EQ(calibrated["batch"], batch) << name;
+  }
   // Each run kept its own output, seeds 1 and 2.
   EXPECT_TRUE(fs::exists(out / "pipemare-seed2" / "summary.json"));
   EXPECT_TRUE(fs::exists(out / "exploding-seed1" / "train.log"));
+}
+
+TEST_F(ConvergeCliTest, CountsARunThatFailsApartAndExitsWithAnError) {
+  // The data directory is read only by the run, so the setting loads but its runs fail.
+  const fs::path out = directory_ / "race";
+  const run_result result =
+      troupe("converge " + job(0.3).string() +
+             " --setting 'missing:data.dataset=\"fashion-mnist\",data.path=\"" +
+             (directory_ / "nowhere").string() + "\"' --seeds 1 --no-prediction --out " +
+             out.string());
+  EXPECT_EQ(result.status, 1) << result.output << result.errors;
+  EXPECT_NE(result.errors.find("1 run failed (not counted in the medians)"), std::string::npos)
+      << result.errors;
+  std::ifstream file(out / "convergence.json");
+  const nlohmann::json table = nlohmann::json::parse(file, nullptr, false);
+  ASSERT_TRUE(table.is_array()) << result.output;
+  ASSERT_EQ(table.size(), 1u);
+  const nlohmann::json& run = table[0]["runs"][0];
+  EXPECT_TRUE(run["failed"].get<bool>()) << run.dump();
+  EXPECT_FALSE(run["diverged"].get<bool>()) << run.dump();
 }
 
 TEST_F(ConvergeCliTest, RefusesAJobWithoutATargetAndAMalformedSetting) {
