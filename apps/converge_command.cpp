@@ -288,8 +288,8 @@ int run_converge(const converge_options& options) {
     int reached = 0, predicted_reached = 0;
     const std::string seconds = seconds_cell(measured[s], &reached);
     std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f", (*settings)[s].name.c_str(),
-                measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]),
-                reached, seconds.c_str(), median_accuracy(measured[s]));
+                measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]), reached,
+                seconds.c_str(), median_accuracy(measured[s]));
     json row = {{"setting", (*settings)[s].name},
                 {"overrides", (*settings)[s].overrides},
                 {"runs", runs_json(measured[s])}};

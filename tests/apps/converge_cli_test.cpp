@@ -41,7 +41,8 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   const run_result result =
       troupe("converge " + job(0.3).string() +
              " --sweep parallelism.staleness_correction='\"none\"','\"pipemare\"' --setting "
-             "'exploding:training.lr=1e38' --setting 'halves:parallelism.micro_batches=2' --seeds 2 --seconds 0.01 --out " +
+             "'exploding:training.lr=1e38' --setting 'halves:parallelism.micro_batches=2' --seeds "
+             "2 --seconds 0.01 --out " +
              out.string());
   ASSERT_EQ(result.status, 0) << result.output << result.errors;
   for (const char* row : {"\nnone ", "\npipemare ", "\nexploding ", "\nhalves "}) {
@@ -80,11 +81,10 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
 TEST_F(ConvergeCliTest, CountsARunThatFailsApartAndExitsWithAnError) {
   // The data directory is read only by the run, so the setting loads but its runs fail.
   const fs::path out = directory_ / "race";
-  const run_result result =
-      troupe("converge " + job(0.3).string() +
-             " --setting 'missing:data.dataset=\"fashion-mnist\",data.path=\"" +
-             (directory_ / "nowhere").string() + "\"' --seeds 1 --no-prediction --out " +
-             out.string());
+  const run_result result = troupe(
+      "converge " + job(0.3).string() +
+      " --setting 'missing:data.dataset=\"fashion-mnist\",data.path=\"" +
+      (directory_ / "nowhere").string() + "\"' --seeds 1 --no-prediction --out " + out.string());
   EXPECT_EQ(result.status, 1) << result.output << result.errors;
   EXPECT_NE(result.errors.find("1 run failed (not counted in the medians)"), std::string::npos)
       << result.errors;
