@@ -15,6 +15,10 @@ constexpr double lowest_efficiency = 0.05;
 constexpr int64_t fitted_keys = 100;
 /// Bisection steps: the share to within 1e-4.
 constexpr int fitting_rounds = 14;
+/// A pipeline that the simulator runs at least this share of its full-share rate even at the
+/// lowest share keeps no more stages busy than there are cores: its rate says nothing about
+/// the share.
+constexpr double insensitive_rate_share = 0.9;
 
 /// The simulated run's training seconds: its samples over its samples per second.
 std::optional<double> training_seconds(const actors::job_config& config,
@@ -101,7 +105,11 @@ std::optional<double> fit_time_slice_efficiency(const actors::job_config& config
   if (*fastest <= keys_per_s) return 1.0;
   auto slowest = simulated_keys_per_s(lowest_efficiency);
   if (!slowest) return std::nullopt;
-  if (*slowest >= keys_per_s) return lowest_efficiency;
+  // Slower than the simulator at any share: time slicing explains the loss only where the
+  // share matters to this pipeline; otherwise the loss is another cost, and the share stays 1.
+  if (*slowest >= keys_per_s) {
+    return *slowest >= insensitive_rate_share * *fastest ? 1.0 : lowest_efficiency;
+  }
   // The simulated rate rises with the share: bisect for the share that gives `keys_per_s`.
   double low = lowest_efficiency, high = 1.0;
   for (int round = 0; round < fitting_rounds; ++round) {

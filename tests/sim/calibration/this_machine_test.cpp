@@ -85,6 +85,20 @@ TEST(ThisMachineTest, FittedEfficiencyMakesTheSimulatorTrainAtTheMeasuredRate) {
   EXPECT_LT(*slower, *fitted - 0.05);
 }
 
+TEST(ThisMachineTest, APipelineThatKeepsNoMoreStagesBusyThanCoresKeepsTheFullShare) {
+  // One key in flight keeps one stage busy: a slow stand-in says nothing about time slicing,
+  // and pushing the share to its bound would price other jobs' shared cores at 1/20.
+  actors::job_config job = balanced_job(cores() + 1, 1, "async");
+  job.parallelism.max_active_keys = 1;
+  const machine_profile profile = hand_profile(job);
+  const double full = simulated_keys_per_s(job, profile, 1.0);
+  EXPECT_GT(simulated_keys_per_s(job, profile, 0.05), 0.9 * full);
+  std::string error;
+  auto fitted = fit_time_slice_efficiency(job, profile, 0.5 * full, &error);
+  ASSERT_TRUE(fitted) << error;
+  EXPECT_EQ(*fitted, 1.0);
+}
+
 TEST(ThisMachineTest, SyncFlushNeedsALowerShareThanTheRateLost) {
   // Sync mode drains every step, and while fewer stages work than there are cores the
   // simulator's pool runs at full speed: losing 20% of the rate takes a share below 0.8.
