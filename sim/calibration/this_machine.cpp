@@ -105,11 +105,10 @@ std::optional<double> fit_time_slice_efficiency(const actors::job_config& config
   if (*fastest <= keys_per_s) return 1.0;
   auto slowest = simulated_keys_per_s(lowest_efficiency);
   if (!slowest) return std::nullopt;
-  // Slower than the simulator at any share: time slicing explains the loss only where the
-  // share matters to this pipeline; otherwise the loss is another cost, and the share stays 1.
-  if (*slowest >= keys_per_s) {
-    return *slowest >= insensitive_rate_share * *fastest ? 1.0 : lowest_efficiency;
-  }
+  // Where the share hardly matters to this pipeline, its rate says nothing about time slicing
+  // (a loss is another cost), and a share fitted from it would misprice other jobs: keep 1.
+  if (*slowest >= insensitive_rate_share * *fastest) return 1.0;
+  if (*slowest >= keys_per_s) return lowest_efficiency;
   // The simulated rate rises with the share: bisect for the share that gives `keys_per_s`.
   double low = lowest_efficiency, high = 1.0;
   for (int round = 0; round < fitting_rounds; ++round) {
