@@ -23,7 +23,8 @@ cut into sequences of data.context bytes labelled with the byte after each.
     pytorch_gpt.py speed JOB [--rounds 3] [--steps 20]
         alternates rounds of troupe (one stage, and the pipeline configurations listed by
         --pipelines) and PyTorch on the same model, batch and context, prints tokens/s of
-        each (medians) and the ratios to PyTorch.
+        each (medians) and the ratios to PyTorch. Each side is timed over `steps` steps after
+        3 warm-up steps that are not counted (troupe's from its per-step metrics records).
 
 PyTorch runs on the CPU with --threads threads (default 2), or with --device cuda on the GPU,
 where troupe's runs get parallelism.devices = "cuda" too. --precision fp32|tf32|bf16 sets both
@@ -392,14 +393,27 @@ def pytorch_tokens_per_s(config, steps, device, warmup=3):
     return steps * batch * inputs.shape[1] / (time.perf_counter() - start)
 
 
-def troupe_tokens_per_s(args, layout, steps):
+def troupe_tokens_per_s(args, layout, steps, warmup=3):
+    """troupe's tokens/s over the steps after its first `warmup`, as PyTorch's is measured:
+    from the per-step metrics records (log_interval 1), so that neither side's rate counts
+    the first steps' one-off costs (CUDA and cuBLAS set-up, the GEMM search, allocation)."""
     work = tempfile.mkdtemp(prefix="troupe_gpt_speed_")
     out = os.path.join(work, "run")
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
-        args.set + layout + [f"training.max_steps={steps}", "checkpoint.interval_steps=0",
+        args.set + layout + [f"training.max_steps={warmup + steps}", "checkpoint.interval_steps=0",
                              "checkpoint.interval_s=0", "data.validation_fraction=0.001",
-                             "metrics.log_interval=1000000", "metrics.progress=false"]))
-    return json.load(open(os.path.join(out, "summary.json")))["tokens_per_s"]
+                             "metrics.log_interval=1", "metrics.progress=false"]))
+    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    # Step records only: the epoch's evaluation record also carries test_loss.
+    wall = {record["step"]: record["wall_s"] for record in records if "test_loss" not in record}
+    first = min((step for step in wall if step >= warmup), default=None)
+    last = max(wall, default=None)
+    if first is None or last <= first:
+        raise SystemExit(f"pytorch_gpt: troupe's run in {out} logged too few steps "
+                         f"({sorted(wall)}) to time {steps} after {warmup} warm-up steps")
+    config = json.load(open(os.path.join(out, "config.json")))
+    tokens_per_step = config["training"]["batch_size"] * config["data"]["context"]
+    return (last - first) * tokens_per_step / (wall[last] - wall[first])
 
 
 def speed(args):
@@ -428,7 +442,7 @@ def speed(args):
           f"{config['training']['batch_size']} x {config['data']['context']} tokens, "
           f"{args.precision} on {device_name(args.device)}, "
           f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads, "
-          f"median of {args.rounds} alternating rounds of {args.steps} steps")
+          f"median of {args.rounds} alternating rounds of {args.steps} steps after 3 warm-up steps")
     print(f"{'configuration':40s} {'tokens/s':>10s} {'ratio':>7s}")
     for name, values in rates.items():
         median = statistics.median(values)

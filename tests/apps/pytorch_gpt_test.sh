@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# apps/bench/pytorch_gpt.py compare on a small GPT: troupe (2 stages, sync, 2 micro-batches,
-# AdamW, global gradient clipping) and PyTorch, from the same initial weights on the same
-# batches, must give every step's loss within 1e-4 relative. Skips (exit 77) where no Python
-# with PyTorch is installed. Usage: pytorch_gpt_test.sh BUILD_DIR
+# apps/bench/pytorch_gpt.py compare and speed on a small GPT. compare: troupe (2 stages, sync,
+# 2 micro-batches, AdamW, global gradient clipping) and PyTorch, from the same initial weights
+# on the same batches, must give every step's loss within 1e-4 relative. speed must time each
+# side. Skips (exit 77) where no Python with PyTorch is installed.
+# Usage: pytorch_gpt_test.sh BUILD_DIR
 set -euo pipefail
 build="$1"
 source="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -47,3 +48,12 @@ output="$("$python" "$source/apps/bench/pytorch_gpt.py" compare "$scratch/gpt.to
   --troupe "$build/apps/troupe" --steps 30 --tolerance 1e-4)" || { echo "$output"; exit 1; }
 echo "$output"
 grep -q ": PASS$" <<<"$output"
+# speed: both sides timed over the same steps after the same warm-up; troupe's rate comes from
+# its per-step metrics records, so a run that logged too few steps would fail here.
+output="$("$python" "$source/apps/bench/pytorch_gpt.py" speed "$scratch/gpt.toml" \
+  --troupe "$build/apps/troupe" --rounds 1 --steps 4 --pipelines 2:async:2)" || { echo "$output"; exit 1; }
+echo "$output"
+grep -q "after 3 warm-up steps" <<<"$output"
+for name in pytorch "troupe 1 stage" "troupe 2 stages async M=2"; do
+  grep -qE "^$name +[1-9][0-9]* +[0-9.]+$" <<<"$output" || { echo "no positive tokens/s for '$name'"; exit 1; }
+done

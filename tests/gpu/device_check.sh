@@ -173,7 +173,7 @@ else
         "${gpt_options[@]}" --steps 20
     else
       timed "$(($(remaining) / 3))" "${gpt[@]}" speed "$bundle/apps/examples/gpt_fortunes.toml" \
-        "${gpt_options[@]}" --rounds 3 --steps 30 --pipelines 4:sync:8 4:async:4
+        "${gpt_options[@]}" --rounds 5 --steps 40 --pipelines 4:sync:8 4:async:4
     fi
     tail -n +$((before + 2)) "$log" | tee -a "$OUT/bench.log" >"$work/gpt-$part.txt"
     if [ "$rc" -eq 0 ]; then
