@@ -50,7 +50,22 @@ struct outcome {
   bool failed = false;  ///< ended with an error other than divergence (counted apart)
   std::optional<double> to_target_s;
   double final_accuracy = 0;
+  /// Mean staleness of the backward passes, all stages together (versions a key's weights
+  /// fell behind between its forward and backward pass): where an async prediction learns
+  /// faster or slower than the real run, this is the first thing to compare.
+  std::optional<double> mean_staleness;
 };
+
+/// The mean of a histogram of staleness (entry i counts backward passes of staleness i).
+std::optional<double> histogram_mean(const std::vector<int64_t>& histogram) {
+  double passes = 0, total = 0;
+  for (size_t i = 0; i < histogram.size(); ++i) {
+    passes += static_cast<double>(histogram[i]);
+    total += static_cast<double>(i) * static_cast<double>(histogram[i]);
+  }
+  if (passes <= 0) return std::nullopt;
+  return total / passes;
+}
 
 /// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
 std::optional<setting> parse_setting(const std::string& text, std::string* error) {
@@ -114,6 +129,16 @@ outcome train_once(const converge_options& options, const std::vector<std::strin
     result.to_target_s = (*summary)["time_to_target_s"].get<double>();
   }
   result.final_accuracy = summary->value("final_test_accuracy", 0.0);
+  std::vector<int64_t> staleness;
+  for (const json& stage : summary->value("stages", json::array())) {
+    const json histogram = stage.value("staleness_histogram", json::array());
+    if (!histogram.is_array()) continue;
+    if (staleness.size() < histogram.size()) staleness.resize(histogram.size(), 0);
+    for (size_t i = 0; i < histogram.size(); ++i) {
+      if (histogram[i].is_number_integer()) staleness[i] += histogram[i].get<int64_t>();
+    }
+  }
+  result.mean_staleness = histogram_mean(staleness);
   return result;
 }
 
@@ -148,6 +173,7 @@ std::optional<outcome> simulate_once(const converge_options& options,
   }
   result.to_target_s = simulated->summary.time_to_target_s;
   result.final_accuracy = simulated->summary.final_test_accuracy;
+  result.mean_staleness = histogram_mean(simulated->staleness_histogram);
   return result;
 }
 
@@ -174,6 +200,18 @@ double median_accuracy(const std::vector<outcome>& runs) {
   return median(accuracies);
 }
 
+/// The median of the runs' mean staleness ("-" where none reported one).
+std::string staleness_cell(const std::vector<outcome>& runs) {
+  std::vector<double> means;
+  for (const outcome& run : runs) {
+    if (run.mean_staleness) means.push_back(*run.mean_staleness);
+  }
+  if (means.empty()) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", median(means));
+  return text;
+}
+
 int diverged_count(const std::vector<outcome>& runs) {
   return static_cast<int>(
       std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.diverged; }));
@@ -190,7 +228,9 @@ json runs_json(const std::vector<outcome>& runs) {
     result.push_back({{"diverged", run.diverged},
                       {"failed", run.failed},
                       {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
-                      {"final_test_accuracy", run.final_accuracy}});
+                      {"final_test_accuracy", run.final_accuracy},
+                      {"mean_staleness",
+                       run.mean_staleness ? json(*run.mean_staleness) : json()}});
   }
   return result;
 }
@@ -277,9 +317,12 @@ int run_converge(const converge_options& options) {
     }
   }
 
-  std::printf("\n%-20s %5s %9s %7s %8s %22s %10s", "setting", "runs", "diverged", "failed",
-              "reached", "to target s (min-max)", "final acc");
-  if (predicting) std::printf(" | %22s %10s %9s", "predicted to target s", "final acc", "diverged");
+  std::printf("\n%-20s %5s %9s %7s %8s %22s %10s %9s", "setting", "runs", "diverged", "failed",
+              "reached", "to target s (min-max)", "final acc", "staleness");
+  if (predicting) {
+    std::printf(" | %22s %10s %9s %9s", "predicted to target s", "final acc", "diverged",
+                "staleness");
+  }
   std::printf("\n");
   json table = json::array();
   int failed = 0;
@@ -287,16 +330,18 @@ int run_converge(const converge_options& options) {
     failed += failed_count(measured[s]);
     int reached = 0, predicted_reached = 0;
     const std::string seconds = seconds_cell(measured[s], &reached);
-    std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f", (*settings)[s].name.c_str(),
+    std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f %9s", (*settings)[s].name.c_str(),
                 measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]), reached,
-                seconds.c_str(), median_accuracy(measured[s]));
+                seconds.c_str(), median_accuracy(measured[s]),
+                staleness_cell(measured[s]).c_str());
     json row = {{"setting", (*settings)[s].name},
                 {"overrides", (*settings)[s].overrides},
                 {"runs", runs_json(measured[s])}};
     if (predicting) {
       const std::string predicted_seconds = seconds_cell(predicted[s], &predicted_reached);
-      std::printf(" | %22s %10.4f %9d", predicted_seconds.c_str(), median_accuracy(predicted[s]),
-                  diverged_count(predicted[s]));
+      std::printf(" | %22s %10.4f %9d %9s", predicted_seconds.c_str(),
+                  median_accuracy(predicted[s]), diverged_count(predicted[s]),
+                  staleness_cell(predicted[s]).c_str());
       row["predicted"] = runs_json(predicted[s]);
     }
     std::printf("\n");
@@ -305,7 +350,8 @@ int run_converge(const converge_options& options) {
   std::printf(
       "(seconds from the start of each run to its first evaluation at or above "
       "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
-      "reached it; seeds 1-%d, settings in alternating order)\n",
+      "reached it; seeds 1-%d, settings in alternating order; staleness: the median over the runs "
+      "of the mean staleness of every backward pass)\n",
       configs.front().training.target_accuracy, options.seeds);
   const int written = write_json_output(out + "/convergence.json", table);
   if (failed > 0) {
