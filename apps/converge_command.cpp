@@ -229,8 +229,7 @@ json runs_json(const std::vector<outcome>& runs) {
                       {"failed", run.failed},
                       {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
                       {"final_test_accuracy", run.final_accuracy},
-                      {"mean_staleness",
-                       run.mean_staleness ? json(*run.mean_staleness) : json()}});
+                      {"mean_staleness", run.mean_staleness ? json(*run.mean_staleness) : json()}});
   }
   return result;
 }
@@ -332,8 +331,7 @@ int run_converge(const converge_options& options) {
     const std::string seconds = seconds_cell(measured[s], &reached);
     std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f %9s", (*settings)[s].name.c_str(),
                 measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]), reached,
-                seconds.c_str(), median_accuracy(measured[s]),
-                staleness_cell(measured[s]).c_str());
+                seconds.c_str(), median_accuracy(measured[s]), staleness_cell(measured[s]).c_str());
     json row = {{"setting", (*settings)[s].name},
                 {"overrides", (*settings)[s].overrides},
                 {"runs", runs_json(measured[s])}};
