@@ -152,6 +152,7 @@ json summary_json(const sim::simulation_result& result, bool numerics) {
                   {"stage_utilization", result.stage_utilization},
                   {"stage_idle_fraction", result.stage_idle_fraction},
                   {"staleness_histogram", result.staleness_histogram},
+                  {"stage_staleness_histograms", result.stage_staleness_histograms},
                   {"checkpoints", result.checkpoints},
                   {"checkpoint_s", result.checkpoint_s},
                   {"restarts", result.restarts},

@@ -943,6 +943,7 @@ simulation_result simulator::result() {
   }
   for (const auto& stage : stages_) {
     const std::vector<int64_t>& histogram = stage->staleness_histogram();
+    result.stage_staleness_histograms.push_back(histogram);
     if (result.staleness_histogram.size() < histogram.size()) {
       result.staleness_histogram.resize(histogram.size(), 0);
     }

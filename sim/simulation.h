@@ -84,6 +84,8 @@ struct simulation_result {
   std::vector<double> link_utilization;
   /// Backward passes by staleness, all stages together.
   std::vector<int64_t> staleness_histogram;
+  /// The same per stage actor (as a real run's summary.json gives it), to compare stage by stage.
+  std::vector<std::vector<int64_t>> stage_staleness_histograms;
   std::vector<std::string> device_names;  ///< devices that host stages
   std::vector<double> device_peak_bytes;
   std::vector<double> device_memory_bytes;

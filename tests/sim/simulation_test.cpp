@@ -235,6 +235,16 @@ TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
   simulation_result result = simulated(config, ideal_cluster(4));
   // ceil((MAK - 1) / MUI) = 3, and a full pipeline reaches it.
   EXPECT_EQ(result.staleness_histogram.size(), 4u);
+  // Per stage, as a real run reports it: the first stage waits longest for its gradients, the
+  // last computes its loss and backward pass at once, and together they are the total.
+  ASSERT_EQ(result.stage_staleness_histograms.size(), 4u);
+  std::vector<int64_t> total(result.staleness_histogram.size(), 0);
+  for (const std::vector<int64_t>& stage : result.stage_staleness_histograms) {
+    for (size_t i = 0; i < stage.size(); ++i) total.at(i) += stage[i];
+  }
+  EXPECT_EQ(total, result.staleness_histogram);
+  EXPECT_EQ(result.stage_staleness_histograms.front().size(), 4u);
+  EXPECT_EQ(result.stage_staleness_histograms.back().size(), 1u);
   // Keys overlap: far less idle time than one key at a time (3/4 idle per stage).
   for (double idle : result.stage_idle_fraction) EXPECT_LT(idle, 0.4);
 }
