@@ -131,6 +131,7 @@ outcome train_once(const converge_options& options, const std::vector<std::strin
   result.final_accuracy = summary->value("final_test_accuracy", 0.0);
   std::vector<int64_t> staleness;
   for (const json& stage : summary->value("stages", json::array())) {
+    if (!stage.is_object()) continue;
     const json histogram = stage.value("staleness_histogram", json::array());
     if (!histogram.is_array()) continue;
     if (staleness.size() < histogram.size()) staleness.resize(histogram.size(), 0);
