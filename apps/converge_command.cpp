@@ -56,12 +56,15 @@ struct outcome {
   std::optional<double> mean_staleness;
 };
 
-/// The mean of a histogram of staleness (entry i counts backward passes of staleness i).
-std::optional<double> histogram_mean(const std::vector<int64_t>& histogram) {
+/// The mean staleness of every backward pass of every stage (entry i of a stage's histogram
+/// counts its passes of staleness i), real runs and simulated ones alike; none without passes.
+std::optional<double> mean_staleness(const std::vector<std::vector<int64_t>>& stages) {
   double passes = 0, total = 0;
-  for (size_t i = 0; i < histogram.size(); ++i) {
-    passes += static_cast<double>(histogram[i]);
-    total += static_cast<double>(i) * static_cast<double>(histogram[i]);
+  for (const std::vector<int64_t>& histogram : stages) {
+    for (size_t i = 0; i < histogram.size(); ++i) {
+      passes += static_cast<double>(histogram[i]);
+      total += static_cast<double>(i) * static_cast<double>(histogram[i]);
+    }
   }
   if (passes <= 0) return std::nullopt;
   return total / passes;
@@ -129,17 +132,16 @@ outcome train_once(const converge_options& options, const std::vector<std::strin
     result.to_target_s = (*summary)["time_to_target_s"].get<double>();
   }
   result.final_accuracy = summary->value("final_test_accuracy", 0.0);
-  std::vector<int64_t> staleness;
+  std::vector<std::vector<int64_t>> stages;
   for (const json& stage : summary->value("stages", json::array())) {
-    if (!stage.is_object()) continue;
-    const json histogram = stage.value("staleness_histogram", json::array());
+    const json histogram = stage.is_object() ? stage.value("staleness_histogram", json()) : json();
     if (!histogram.is_array()) continue;
-    if (staleness.size() < histogram.size()) staleness.resize(histogram.size(), 0);
-    for (size_t i = 0; i < histogram.size(); ++i) {
-      if (histogram[i].is_number_integer()) staleness[i] += histogram[i].get<int64_t>();
+    std::vector<int64_t>& counts = stages.emplace_back();
+    for (const json& count : histogram) {
+      counts.push_back(count.is_number_integer() ? count.get<int64_t>() : 0);
     }
   }
-  result.mean_staleness = histogram_mean(staleness);
+  result.mean_staleness = mean_staleness(stages);
   return result;
 }
 
@@ -174,7 +176,7 @@ std::optional<outcome> simulate_once(const converge_options& options,
   }
   result.to_target_s = simulated->summary.time_to_target_s;
   result.final_accuracy = simulated->summary.final_test_accuracy;
-  result.mean_staleness = histogram_mean(simulated->staleness_histogram);
+  result.mean_staleness = mean_staleness(simulated->stage_staleness_histograms);
   return result;
 }
 

@@ -48,6 +48,8 @@ from torch import nn
 from torch.nn import functional as F
 
 AUTOCAST_BF16 = False  # set by --precision bf16
+# speed: steps each side runs before its timing starts (set-up, allocation, the GEMM search).
+WARMUP_STEPS = 3
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -376,7 +378,7 @@ def train(args):
     return 0
 
 
-def pytorch_tokens_per_s(config, steps, device, warmup=3):
+def pytorch_tokens_per_s(config, steps, device, warmup=WARMUP_STEPS):
     torch.manual_seed(1)
     model = Model(config).to(device)
     training = config["training"]
@@ -393,7 +395,7 @@ def pytorch_tokens_per_s(config, steps, device, warmup=3):
     return steps * batch * inputs.shape[1] / (time.perf_counter() - start)
 
 
-def troupe_tokens_per_s(args, layout, steps, warmup=3):
+def troupe_tokens_per_s(args, layout, steps, warmup=WARMUP_STEPS):
     """troupe's tokens/s over the steps after its first `warmup`, as PyTorch's is measured:
     from the per-step metrics records (log_interval 1), so that neither side's rate counts
     the first steps' one-off costs (CUDA and cuBLAS set-up, the GEMM search, allocation)."""
@@ -442,7 +444,8 @@ def speed(args):
           f"{config['training']['batch_size']} x {config['data']['context']} tokens, "
           f"{args.precision} on {device_name(args.device)}, "
           f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads, "
-          f"median of {args.rounds} alternating rounds of {args.steps} steps after 3 warm-up steps")
+          f"median of {args.rounds} alternating rounds of {args.steps} steps after {WARMUP_STEPS} "
+          "warm-up steps")
     print(f"{'configuration':40s} {'tokens/s':>10s} {'ratio':>7s}")
     for name, values in rates.items():
         median = statistics.median(values)
