@@ -20,6 +20,7 @@ using actors::detail::number_range;
 using actors::detail::problem;
 
 constexpr number_range kEfficiency{0, 1, true, false, "in (0, 1]"};
+constexpr number_range kJitter{0, 1, false, false, "in [0, 1]"};
 constexpr number_range kAtLeastOne{1, kInfinity, false, false, ">= 1"};
 /// Bounds every count, so that a typo such as `count = 1e9` is an error, not an allocation.
 constexpr int64_t kMaxDevices = int64_t{1} << 20;
@@ -124,10 +125,10 @@ const toml::table* table_key(const toml::table& table, const std::string& path, 
 
 problem read_device_type(const toml::table& table, const std::string& path, device_type* out) {
   device_model& d = out->prototype;
-  if (problem error =
-          check_keys(table, path,
-                     {"kind", "peak_flops", "memory_bandwidth", "memory_bytes", "launch_overhead_s",
-                      "efficiency", "pooled", "time_sliced", "time_slice_efficiency"})) {
+  if (problem error = check_keys(
+          table, path,
+          {"kind", "peak_flops", "memory_bandwidth", "memory_bytes", "launch_overhead_s",
+           "efficiency", "pooled", "time_sliced", "time_slice_efficiency", "work_jitter"})) {
     return error;
   }
   if (problem error = string_key(table, path, "kind", {"gpu", "cpu"}, &out->kind)) return error;
@@ -154,7 +155,8 @@ problem read_device_type(const toml::table& table, const std::string& path, devi
                  {"memory_bytes", kPositive, "bytes", &d.memory_bytes},
                  {"launch_overhead_s", kNonNegative, nullptr, &d.launch_overhead_s},
                  {"efficiency", kEfficiency, nullptr, &d.efficiency},
-                 {"time_slice_efficiency", kEfficiency, nullptr, &d.time_slice_efficiency}};
+                 {"time_slice_efficiency", kEfficiency, nullptr, &d.time_slice_efficiency},
+                 {"work_jitter", kJitter, nullptr, &d.work_jitter}};
   for (const auto& number : numbers) {
     problem error =
         number.unit == nullptr

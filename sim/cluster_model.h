@@ -46,6 +46,11 @@ struct device_model {
   /// outnumber the devices (0, 1]; the rest goes to the operating system's switches, wake-ups
   /// and uneven spreading (`troupe calibrate` measures it for this machine).
   double time_slice_efficiency = 1;
+  /// The spread of a piece of work's duration: the standard deviation of its logarithm (each
+  /// piece takes its modelled time times e^N(0, work_jitter²), drawn with the simulation's
+  /// seed). A shared CPU's passes vary by about 10 %; the spread decides which of a pipeline's
+  /// possible orders of passes takes hold, and so the keys' staleness. 0: every piece the same.
+  double work_jitter = 0;
 };
 
 struct link_model {

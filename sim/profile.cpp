@@ -22,6 +22,9 @@ void use_measured_transport(const machine_profile& profile, cluster_model* clust
       cluster->links[link].bandwidth = profile.link_bandwidth;
     }
   }
+  for (device_model& device : cluster->devices) {
+    if (device.work_jitter == 0) device.work_jitter = profile.work_jitter;
+  }
   if (in_process) return;
   for (device_model& device : cluster->devices) {
     if (device.time_sliced) device.time_slice_efficiency = profile.time_slice_efficiency;
@@ -54,7 +57,8 @@ std::string to_json_text(const machine_profile& profile) {
                {"inproc_latency_s", profile.inproc_latency_s},
                {"time_slice_efficiency", profile.time_slice_efficiency},
                {"parameter_copy_s_per_float", profile.parameter_copy_s_per_float},
-               {"coordinator_s_per_sample", profile.coordinator_s_per_sample}};
+               {"coordinator_s_per_sample", profile.coordinator_s_per_sample},
+               {"work_jitter", profile.work_jitter}};
   return text.dump(2) + "\n";
 }
 
@@ -96,6 +100,13 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       {"coordinator_s_per_sample", &profile.coordinator_s_per_sample}};
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
+  }
+  if (root.contains("work_jitter")) {
+    if (!number(root, "work_jitter", "", &profile.work_jitter, false)) return std::nullopt;
+    if (profile.work_jitter > 1) {
+      *error = source + ": work_jitter: must be <= 1";
+      return std::nullopt;
+    }
   }
   if (root.contains("time_slice_efficiency")) {
     double& efficiency = profile.time_slice_efficiency;

@@ -64,12 +64,17 @@ struct machine_profile {
   /// CPU seconds the coordinator spends per sample of a key it admits: the sample's features
   /// gathered from the training set into the key's payload, and the key encoded (0: unknown).
   double coordinator_s_per_sample = 0;
+  /// The spread of the stages' pass times as calibration measured them (log_spread(): the
+  /// standard deviation of a time's logarithm, in [0, 1]); devices of a cluster that gives them
+  /// none get it as device_model::work_jitter. 0: unknown (a profile from before the field).
+  double work_jitter = 0;
 };
 
 /// Gives every device port of `cluster` the profile's measured message latency (half on each
 /// side) and bandwidth: between processes (ipc://), or with `in_process` between the stages of
 /// one process (inproc://, when the profile has that figure). Between processes, time-sliced
-/// device types also get the profile's time_slice_efficiency.
+/// device types also get the profile's time_slice_efficiency. Devices without a work_jitter
+/// of their own get the profile's.
 void use_measured_transport(const machine_profile& profile, cluster_model* cluster,
                             bool in_process = false);
 

@@ -30,6 +30,7 @@ using actors::key_message;
 using actors::stage_output;
 
 constexpr int coordinator = -1;  ///< the target of reports; the coordinator's trace track
+constexpr int any_stage = -2;    ///< simulator::next_ready: a parcel for any actor
 
 /// Bytes of a message's payload and labels (its frames after the header).
 double payload_bytes(const key_message& message) {
@@ -176,10 +177,15 @@ class simulator {
   /// Starts waiting work on the pool's free devices: each takes the oldest parcel whose stage
   /// is not already at work (a stage, like its actor, handles one message at a time).
   void start_work(int pool);
+  /// The pool on which the coordinator takes turns with the stages (coordinator_pool_), or -1.
+  int shared_coordinator_pool() const;
+  /// A device of coordinator_pool_ takes report `id` off the coordinator's inbox: the run
+  /// handles it, and the keys it admits leave when the work is done.
+  void begin_coordinator_work(int device, int id);
   /// The parcel a free device of `queue` takes next: the oldest whose stage is free and may
   /// take it (a forward waits while its stage holds max_forward_keys), a backward first where
-  /// the schedule says so; waiting.end() when none.
-  std::deque<int>::iterator next_ready(pool_state& queue);
+  /// the schedule says so; waiting.end() when none. With `only_stage`, that stage's only.
+  std::deque<int>::iterator next_ready(pool_state& queue, int only_stage = any_stage);
   /// Whether parcel `id` may not be handled yet (its stage holds such messages back).
   bool must_wait(int id) const;
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
@@ -192,6 +198,8 @@ class simulator {
   /// The CPU time of taking `incoming` (when given) and of sending `outputs`: a fixed part per
   /// message and a part per payload byte.
   double message_cpu_s(const key_message* incoming, const std::vector<stage_output>& outputs) const;
+  /// `seconds` of work on `device` with the device's spread (device_model::work_jitter).
+  double jittered(int device, double seconds);
   /// CPU seconds of one end of `message` (its send or its receipt).
   double message_end_s(const key_message& message) const;
   void finish_work(int device);
@@ -251,6 +259,13 @@ class simulator {
   /// admits (the profile's coordinator_s_per_sample) and sends it, and takes each report off its
   /// inbox, one after another (a message end each, as a stage's).
   double coordinator_free_s_ = 0;
+  /// The pool whose devices also run the coordinator (-1: it has a thread of its own): in one
+  /// process whose stage actors outnumber its cores, the coordinator actor takes turns with
+  /// them on the scheduler's threads, as one more actor with a mailbox.
+  int coordinator_pool_ = -1;
+  bool coordinator_at_work_ = false;
+  /// Keys the coordinator admitted in the work a device of coordinator_pool_ is doing.
+  std::vector<key_message> admitted_;
   int64_t events_handled_ = 0;
   bool finished_ = false;
   /// Stages take waiting backward passes before forwards (the sync schedules after GPipe).
@@ -375,6 +390,7 @@ bool simulator::build(std::string* error) {
   stage_busy_s_.assign(actors_count, 0);
   stage_at_work_.assign(actors_count, false);
   sliced_.resize(actors_count);
+  coordinator_pool_ = shared_coordinator_pool();
   for (auto& stage : stages_) initial_states_.push_back(stage->save_state());
   round_ = actors::checkpoint_round(static_cast<int>(stages_.size()));
   if (options_.failures.size() > kMaxFailures) {
@@ -465,6 +481,11 @@ void simulator::deliver(int id) {
     trace_->flow(p.from_track, p.target, static_cast<int64_t>(p.content.message.key), p.sent_s,
                  now_);
   }
+  if (p.target == coordinator && coordinator_pool_ >= 0) {
+    pools_[coordinator_pool_].waiting.push_back(id);
+    start_work(coordinator_pool_);
+    return;
+  }
   if (p.target == coordinator && !p.received) {
     // The coordinator is one thread: it takes the report off its inbox after what it is busy
     // with, at the cost of any end of a message.
@@ -541,10 +562,15 @@ void simulator::start_work(int pool) {
   }
 }
 
-std::deque<int>::iterator simulator::next_ready(pool_state& queue) {
+std::deque<int>::iterator simulator::next_ready(pool_state& queue, int only_stage) {
   auto next = queue.waiting.end();
   for (auto it = queue.waiting.begin(); it != queue.waiting.end(); ++it) {
     const int stage = parcels_[*it].target;
+    if (only_stage != any_stage && stage != only_stage) continue;
+    if (stage == coordinator) {
+      if (!coordinator_at_work_) return it;
+      continue;
+    }
     const actors::key_kind kind = parcels_[*it].content.message.kind;
     const bool forward = kind == actors::key_kind::forward;
     if (stage_at_work_[stage] || must_wait(*it)) continue;
@@ -575,6 +601,7 @@ charged_work simulator::handle(int stage, int device, int id) {
     return work;
   }
   work.seconds = stage_devices_[stage]->take_charge() + message_cpu_s(&message, work.outputs);
+  work.seconds = jittered(device, work.seconds);
   const device_state& state = devices_[device];
   if (state.straggle_probability > 0 &&
       std::uniform_real_distribution<double>(0, 1)(random_) < state.straggle_probability) {
@@ -597,6 +624,10 @@ charged_work simulator::handle(int stage, int device, int id) {
 void simulator::begin_work(int device, int id) {
   device_state& state = devices_[device];
   const int stage = parcels_[id].target;
+  if (stage == coordinator) {
+    begin_coordinator_work(device, id);
+    return;
+  }
   charged_work work = handle(stage, device, id);
   if (!failure_.empty()) return;
   state.outputs = std::move(work.outputs);
@@ -621,10 +652,18 @@ double simulator::message_cpu_s(const key_message* incoming,
   return seconds;
 }
 
+double simulator::jittered(int device, double seconds) {
+  const double spread = cluster_.devices[device].work_jitter;
+  if (spread <= 0) return seconds;
+  // Mean-preserving, as calibration's stage times are means.
+  return seconds * std::lognormal_distribution<double>(-0.5 * spread * spread, spread)(random_);
+}
+
 charged_work simulator::run_ready_pass(int stage) {
   charged_work work;
   work.outputs = stages_[stage]->run_ready_work();
-  work.seconds = stage_devices_[stage]->take_charge() + message_cpu_s(nullptr, work.outputs);
+  work.seconds = jittered(device_of_stage_[stage], stage_devices_[stage]->take_charge() +
+                                                       message_cpu_s(nullptr, work.outputs));
   stage_busy_s_[stage] += work.seconds;
   work.name = "scheduled";
   work.key = -1;
@@ -656,8 +695,29 @@ void simulator::finish_work(int device) {
   std::vector<stage_output> outputs = std::move(state.outputs);
   state.outputs.clear();
   state.busy = false;
-  stage_at_work_[stage] = false;
-  send_outputs(device, stage, std::move(outputs));
+  if (stage == coordinator) {
+    coordinator_at_work_ = false;
+    for (key_message& message : admitted_) {
+      send(cluster_model::host_device, actors::entry_actor_of_key(config_, message.key),
+           stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator);
+    }
+    admitted_.clear();
+  } else {
+    stage_at_work_[stage] = false;
+    send_outputs(device, stage, std::move(outputs));
+  }
+  // A stage actor on a shared scheduler thread keeps it while its mailbox holds mail (CAF
+  // resumes an actor until its mailbox is empty): the device goes on with the same stage.
+  pool_state& pool = pools_[state.pool];
+  if (!pool.time_sliced && !state.busy) {
+    const auto next = next_ready(pool, stage);
+    if (next != pool.waiting.end()) {
+      const int id = *next;
+      pool.waiting.erase(next);
+      begin_work(device, id);
+      if (!failure_.empty()) return;
+    }
+  }
   start_work(state.pool);
   if (run_->checkpoint_due() && !writing_) begin_checkpoint();  // a stage may have settled
 }
@@ -724,6 +784,49 @@ void simulator::dispatch(std::vector<key_message>&& messages) {
          stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator,
          coordinator_free_s_ - now_);
   }
+}
+
+int simulator::shared_coordinator_pool() const {
+  for (size_t d = 0; d < cluster_.devices.size(); ++d) {
+    if (cluster_.devices[d].node != 0) continue;
+    const int pool = devices_[d].pool;
+    const pool_state& shared = pools_[pool];
+    if (!cluster_.devices[d].pooled || shared.time_sliced) return -1;
+    size_t stages_there = 0;
+    for (int device : device_of_stage_) stages_there += devices_[device].pool == pool;
+    // Stage actors no more than the cores run on threads of their own (actor_hosting.h).
+    return stages_there > shared.devices.size() ? pool : -1;
+  }
+  return -1;
+}
+
+void simulator::begin_coordinator_work(int device, int id) {
+  device_state& state = devices_[device];
+  stage_output report = std::move(parcels_[id].content);
+  free_parcels_.push_back(id);
+  const double per_sample = options_.profile ? options_.profile->coordinator_s_per_sample : 0;
+  double seconds = message_end_s(report.message);
+  std::vector<key_message> messages = run_->handle(report, now_);
+  if (!run_->failure().empty()) {
+    failure_ = run_->failure();
+    return;
+  }
+  for (key_message& message : messages) {
+    const double samples =
+        message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
+    seconds += per_sample * samples + message_end_s(message);
+    admitted_.push_back(std::move(message));
+  }
+  state.busy = true;
+  state.stage = coordinator;
+  coordinator_at_work_ = true;
+  if (trace_ && spans_ < options_.trace_spans) {
+    ++spans_;
+    trace_->span(coordinator, admitted_.empty() ? "report" : "admit",
+                 static_cast<int64_t>(report.message.key), now_, seconds);
+  }
+  schedule(now_ + seconds, event_kind::work_done, device);
+  after_run_changed();
 }
 
 void simulator::after_run_changed() {

@@ -110,7 +110,12 @@ class stage_timer {
 
   size_t rounds() const { return step_.size(); }
   stage_timing timing() const {
-    return {mean(forward_), mean(backward_), mean(step_), mean(stashing_), {}};
+    return {mean(forward_),
+            mean(backward_),
+            mean(step_),
+            mean(stashing_),
+            {},
+            log_spread({&forward_, &backward_})};
   }
 
  private:
@@ -395,6 +400,9 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
   auto blocks = time_blocks(config, *device, *shapes, profile.batch, seconds, &stages, error);
   if (!blocks) return std::nullopt;
   profile.blocks = std::move(*blocks);
+  std::vector<double> spreads;
+  for (const stage_timing& stage : stages) spreads.push_back(stage.work_jitter);
+  profile.work_jitter = std::min(1.0, median(spreads));
   // The loss: logits of the key's size against labels.
   const int64_t classes = layers::element_count(shapes->back());
   std::vector<float> logits(static_cast<size_t>(profile.batch * classes), 0.1f);

@@ -1,6 +1,7 @@
 #include "sim/calibration/measuring.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,22 @@ double seconds_since(clock_type::time_point start) {
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values.empty() ? 0 : values[values.size() / 2];
+}
+
+double log_spread(const std::vector<const std::vector<double>*>& groups) {
+  std::vector<double> logs;
+  for (const std::vector<double>* times : groups) {
+    if (times->size() < 4) continue;
+    const double middle = median(*times);
+    if (middle <= 0) continue;
+    for (double time : *times) {
+      if (time > 0) logs.push_back(std::log(time / middle));
+    }
+  }
+  if (logs.size() < 4) return 0;
+  std::sort(logs.begin(), logs.end());
+  const double interquartile = logs[logs.size() * 3 / 4] - logs[logs.size() / 4];
+  return interquartile / 1.349;
 }
 
 double cpu_seconds(clockid_t clock) {

@@ -25,6 +25,12 @@ double seconds_since(clock_type::time_point start);
 /// The middle value of `values` (0 for none).
 double median(std::vector<double> values);
 
+/// The spread of the logarithms of the times in `groups` (each group the times of one kind of
+/// work), robust to outliers: the interquartile range of log(time / its group's median),
+/// pooled over the groups, over 1.349 (a normal distribution's standard deviation). Groups of
+/// fewer than 4 times are left out; 0 when none is left.
+double log_spread(const std::vector<const std::vector<double>*>& groups);
+
 /// CPU seconds so far on `clock`: CLOCK_THREAD_CPUTIME_ID (this thread's) or
 /// CLOCK_PROCESS_CPUTIME_ID (all of this process's threads').
 double cpu_seconds(clockid_t clock);

@@ -15,6 +15,7 @@ namespace troupe::sim {
 struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
   actors::stage_range range;  ///< the stage's blocks in the job's partition
+  double work_jitter = 0;     ///< log_spread() of its keys' forward and backward times
 };
 
 /// Scales the times of each stage's blocks so that they add up to what the stage measured, as
