@@ -200,6 +200,9 @@ class simulator {
   double message_cpu_s(const key_message* incoming, const std::vector<stage_output>& outputs) const;
   /// `seconds` of work on `device` with the device's spread (device_model::work_jitter).
   double jittered(int device, double seconds);
+  /// The coordinator's CPU seconds for a key it admits: its batch gathered (the profile's
+  /// coordinator_s_per_sample) and the key sent.
+  double admission_s(const key_message& message) const;
   /// CPU seconds of one end of `message` (its send or its receipt).
   double message_end_s(const key_message& message) const;
   void finish_work(int device);
@@ -771,15 +774,18 @@ void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& 
   }
 }
 
-void simulator::dispatch(std::vector<key_message>&& messages) {
+double simulator::admission_s(const key_message& message) const {
   const double per_sample = options_.profile ? options_.profile->coordinator_s_per_sample : 0;
+  const double samples =
+      message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
+  return per_sample * samples + message_end_s(message);
+}
+
+void simulator::dispatch(std::vector<key_message>&& messages) {
   for (key_message& message : messages) {
     // Stage 0 of the key's replica, once the coordinator has gathered and encoded its batch.
     const int first = actors::entry_actor_of_key(config_, message.key);
-    const double samples =
-        message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
-    coordinator_free_s_ =
-        std::max(now_, coordinator_free_s_) + per_sample * samples + message_end_s(message);
+    coordinator_free_s_ = std::max(now_, coordinator_free_s_) + admission_s(message);
     send(cluster_model::host_device, first,
          stage_output{stage_output::kind::to_next_stage, std::move(message)}, coordinator,
          coordinator_free_s_ - now_);
@@ -804,7 +810,6 @@ void simulator::begin_coordinator_work(int device, int id) {
   device_state& state = devices_[device];
   stage_output report = std::move(parcels_[id].content);
   free_parcels_.push_back(id);
-  const double per_sample = options_.profile ? options_.profile->coordinator_s_per_sample : 0;
   double seconds = message_end_s(report.message);
   std::vector<key_message> messages = run_->handle(report, now_);
   if (!run_->failure().empty()) {
@@ -812,9 +817,7 @@ void simulator::begin_coordinator_work(int device, int id) {
     return;
   }
   for (key_message& message : messages) {
-    const double samples =
-        message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
-    seconds += per_sample * samples + message_end_s(message);
+    seconds += admission_s(message);
     admitted_.push_back(std::move(message));
   }
   state.busy = true;
@@ -917,6 +920,8 @@ void simulator::worker_fails(int index) {
     state.outputs.clear();
   }
   stage_at_work_.assign(stage_at_work_.size(), false);
+  coordinator_at_work_ = false;
+  admitted_.clear();
   writing_.reset();
   round_.abandon();
   observer_.on_event(lost_event);
