@@ -47,9 +47,10 @@ struct device_model {
   /// and uneven spreading (`troupe calibrate` measures it for this machine).
   double time_slice_efficiency = 1;
   /// The spread of a piece of work's duration: the standard deviation of its logarithm (each
-  /// piece takes its modelled time times e^N(0, work_jitter²), drawn with the simulation's
-  /// seed). A shared CPU's passes vary by about 10 %; the spread decides which of a pipeline's
-  /// possible orders of passes takes hold, and so the keys' staleness. 0: every piece the same.
+  /// piece takes its modelled time times e^N(−σ²/2, σ²) with σ = work_jitter, which keeps its
+  /// mean, drawn with the simulation's seed). This machine's passes vary by 4–13 %; the spread
+  /// decides which of a pipeline's possible orders of passes takes hold, and so the keys'
+  /// staleness. 0: every piece the same.
   double work_jitter = 0;
 };
 

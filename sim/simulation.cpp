@@ -186,6 +186,8 @@ class simulator {
   /// take it (a forward waits while its stage holds max_forward_keys), a backward first where
   /// the schedule says so; waiting.end() when none. With `only_stage`, that stage's only.
   std::deque<int>::iterator next_ready(pool_state& queue, int only_stage = any_stage);
+  /// Device `device` begins the parcel next_ready() gives; false when there is none.
+  bool take_next(int device, pool_state& queue, int only_stage = any_stage);
   /// Whether parcel `id` may not be handled yet (its stage holds such messages back).
   bool must_wait(int id) const;
   /// Device `device` handles parcel `id` and is busy for the time it is charged.
@@ -553,16 +555,18 @@ void simulator::start_work(int pool) {
   }
   for (int device : queue.devices) {
     if (devices_[device].busy) continue;
-    const auto next = next_ready(queue);
-    if (next == queue.waiting.end()) {
-      begin_ready_work(device);
-      continue;
-    }
-    const int id = *next;
-    queue.waiting.erase(next);
-    begin_work(device, id);
+    if (!take_next(device, queue)) begin_ready_work(device);
     if (!failure_.empty()) return;
   }
+}
+
+bool simulator::take_next(int device, pool_state& queue, int only_stage) {
+  const auto next = next_ready(queue, only_stage);
+  if (next == queue.waiting.end()) return false;
+  const int id = *next;
+  queue.waiting.erase(next);
+  begin_work(device, id);
+  return true;
 }
 
 std::deque<int>::iterator simulator::next_ready(pool_state& queue, int only_stage) {
@@ -712,15 +716,8 @@ void simulator::finish_work(int device) {
   // A stage actor on a shared scheduler thread keeps it while its mailbox holds mail (CAF
   // resumes an actor until its mailbox is empty): the device goes on with the same stage.
   pool_state& pool = pools_[state.pool];
-  if (!pool.time_sliced && !state.busy) {
-    const auto next = next_ready(pool, stage);
-    if (next != pool.waiting.end()) {
-      const int id = *next;
-      pool.waiting.erase(next);
-      begin_work(device, id);
-      if (!failure_.empty()) return;
-    }
-  }
+  if (!pool.time_sliced) take_next(device, pool, stage);
+  if (!failure_.empty()) return;
   start_work(state.pool);
   if (run_->checkpoint_due() && !writing_) begin_checkpoint();  // a stage may have settled
 }
