@@ -33,9 +33,11 @@ autocast (fp32 master weights either way).
 """
 
 import argparse
+import atexit
 import json
 import math
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -265,8 +267,21 @@ def run_troupe(binary, arguments):
     result = subprocess.run([binary] + arguments, capture_output=True, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout + result.stderr)
+        global failed
+        failed = True
         raise SystemExit(f"pytorch_gpt: troupe {' '.join(arguments)} exited with {result.returncode}")
     return result.stdout
+
+
+def scratch_directory(prefix):
+    """A fresh directory for troupe's runs, removed when this program ends well; one whose run
+    failed is kept and named, for its logs."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(lambda: shutil.rmtree(work, ignore_errors=True) if not failed else None)
+    return work
+
+
+failed = False
 
 
 def settings(pairs):
@@ -274,7 +289,7 @@ def settings(pairs):
 
 
 def compare(args):
-    work = tempfile.mkdtemp(prefix="troupe_gpt_compare_")
+    work = scratch_directory("troupe_gpt_compare_")
     overrides = args.set + ["parallelism.mode=sync", "data.shuffle=false", "metrics.log_interval=1",
                             f"training.max_steps={args.steps}", "training.epochs=1",
                             "checkpoint.interval_steps=0", "checkpoint.interval_s=0",
@@ -331,7 +346,7 @@ def device_name(device):
 
 def resolved_config(args):
     """The job as troupe resolves it (DIR/config.json of a one-step run)."""
-    work = tempfile.mkdtemp(prefix="troupe_gpt_config_")
+    work = scratch_directory("troupe_gpt_config_")
     out = os.path.join(work, "run")
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
         args.set + ["training.max_steps=1", "training.epochs=1", "checkpoint.interval_steps=0",
@@ -399,7 +414,7 @@ def troupe_tokens_per_s(args, layout, steps, warmup=WARMUP_STEPS):
     """troupe's tokens/s over the steps after its first `warmup`, as PyTorch's is measured:
     from the per-step metrics records (log_interval 1), so that neither side's rate counts
     the first steps' one-off costs (CUDA and cuBLAS set-up, the GEMM search, allocation)."""
-    work = tempfile.mkdtemp(prefix="troupe_gpt_speed_")
+    work = scratch_directory("troupe_gpt_speed_")
     out = os.path.join(work, "run")
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
         args.set + layout + [f"training.max_steps={warmup + steps}", "checkpoint.interval_steps=0",
@@ -411,6 +426,8 @@ def troupe_tokens_per_s(args, layout, steps, warmup=WARMUP_STEPS):
     first = min((step for step in wall if step >= warmup), default=None)
     last = max(wall, default=None)
     if first is None or last <= first:
+        global failed
+        failed = True
         raise SystemExit(f"pytorch_gpt: troupe's run in {out} logged too few steps "
                          f"({sorted(wall)}) to time {steps} after {warmup} warm-up steps")
     config = json.load(open(os.path.join(out, "config.json")))

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -56,9 +57,11 @@ inline std::string mlp_model(const std::string& first, const std::string& second
 class troupe_command_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("troupe_cli_" +
-                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    // A directory of this test's own: ctest runs tests in processes of their own, several at once.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    directory_ =
+        fs::temp_directory_path() / ("troupe_cli_" + std::string(info->test_suite_name()) + "_" +
+                                     info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(directory_);
     fs::create_directories(directory_);
   }

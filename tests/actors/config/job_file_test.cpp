@@ -1,5 +1,7 @@
 #include "actors/config/job_file.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -467,7 +469,8 @@ TEST(JobFileTest, LoadReadsTheFileAndNamesAMissingOne) {
   EXPECT_EQ(error.message,
             "cannot open job file '/nonexistent/job.toml': No such file or directory");
 
-  const std::string path = ::testing::TempDir() + "job_file_test.toml";
+  const std::string path =
+      ::testing::TempDir() + "job_file_test_" + std::to_string(::getpid()) + ".toml";
   std::ofstream(path) << kMinimal << "[training]\nlrr = 1\n";
   EXPECT_FALSE(load_job_file(path, {}, &error));
   EXPECT_EQ(error.message, path + ": unknown key 'training.lrr'; did you mean 'training.lr'?");

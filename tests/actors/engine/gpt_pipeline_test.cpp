@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -17,19 +19,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// Deterministic text of a few kilobytes, ASCII and some UTF-8.
-fs::path write_corpus() {
-  const fs::path path = fs::temp_directory_path() / "troupe_gpt_pipeline_corpus.txt";
-  std::ofstream out(path);
-  const char* words[] = {"the ",  "quick ", "brown ", "fox ",   "jumps ", "over ",
-                         "lazy ", "dog. ",  "Größe ", "naïve ", "café\n"};
-  uint64_t state = 7;
-  for (int i = 0; i < 1500; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    out << words[(state >> 33) % 11];
+/// Deterministic text of a few kilobytes, ASCII and some UTF-8, in a file of this process's
+/// own (ctest runs each test in a process of its own, several at once), removed at exit.
+class corpus_file {
+ public:
+  corpus_file()
+      : path_(fs::temp_directory_path() /
+              ("troupe_gpt_pipeline_corpus_" + std::to_string(::getpid()) + ".txt")) {
+    std::ofstream out(path_);
+    const char* words[] = {"the ",  "quick ", "brown ", "fox ",   "jumps ", "over ",
+                           "lazy ", "dog. ",  "Größe ", "naïve ", "café\n"};
+    uint64_t state = 7;
+    for (int i = 0; i < 1500; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      out << words[(state >> 33) % 11];
+    }
   }
-  return path;
-}
+  ~corpus_file() {
+    std::error_code ignored;
+    fs::remove(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
 
 layers::layer_spec spec(const std::string& type) {
   layers::layer_spec s;
@@ -39,7 +53,7 @@ layers::layer_spec spec(const std::string& type) {
 
 job_config gpt_job(int stages, int micro_batches, const std::string& mode,
                    const std::string& schedule) {
-  static const fs::path corpus = write_corpus();
+  static const corpus_file corpus;
   job_config config;
   layers::layer_spec embedding = spec("embedding");
   embedding.vocab = 256;
@@ -53,7 +67,7 @@ job_config gpt_job(int stages, int micro_batches, const std::string& mode,
   config.model.layers = {embedding, block, block, block, spec("layernorm"), head};
   config.model.input_shape = {8};
   config.data.dataset = "text";
-  config.data.path = corpus.string();
+  config.data.path = corpus.path().string();
   config.data.context = 8;
   config.data.validation_fraction = 0.1;
   config.training.batch_size = 8;
