@@ -44,7 +44,8 @@ log_interval = 4
   /// The xxh3 of every shard of a checkpoint: equal lists mean equal states, bit for bit.
   std::vector<std::string> shard_hashes(const fs::path& run, int step) {
     std::vector<std::string> hashes;
-    for (const auto& shard : manifest(run, step)["shards"]) hashes.push_back(shard["xxh3"]);
+    const json shards = manifest(run, step)["shards"];
+    for (const auto& shard : shards) hashes.push_back(shard["xxh3"]);
     return hashes;
   }
 

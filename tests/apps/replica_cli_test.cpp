@@ -82,7 +82,8 @@ TEST_F(ReplicaCliTest, AsyncReplicasReportHowFarEachStageRanAhead) {
              "parallelism.replica_staleness=1 --out " +
              (directory_ / "async").string());
   ASSERT_EQ(result.status, 0) << result.errors;
-  for (const nlohmann::json& stage : summary("async")["stages"]) {
+  const nlohmann::json stages = summary("async")["stages"];
+  for (const nlohmann::json& stage : stages) {
     const auto histogram = stage["replica_staleness_histogram"].get<std::vector<int64_t>>();
     ASSERT_FALSE(histogram.empty());
     EXPECT_LE(histogram.size(), 2u);  // never more than one version ahead
