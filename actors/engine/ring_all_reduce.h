@@ -46,13 +46,16 @@ struct ring_chunk {
   float_view values;
 };
 
+/// The most floats of a chunk that travel as one message: a longer chunk goes in pieces.
+constexpr int64_t ring_piece_floats = int64_t{1} << 20;
+
 class ring_all_reduce {
  public:
   /// Rank `rank` of `ranks`, reducing buffers of `length` floats; a chunk travels in pieces
   /// of at most `piece_floats` floats. With `sizes_only` every round carries sizes only: its
   /// chunks view no memory, start() takes no values and the result is empty (the simulator's
   /// timing-only mode).
-  ring_all_reduce(int rank, int ranks, int64_t length, int64_t piece_floats = int64_t{1} << 20,
+  ring_all_reduce(int rank, int ranks, int64_t length, int64_t piece_floats = ring_piece_floats,
                   bool sizes_only = false);
 
   /// Starts the next round with this rank's contribution (`length` values, copied); returns

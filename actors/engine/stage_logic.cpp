@@ -223,8 +223,8 @@ std::unique_ptr<ring_all_reduce> stage_logic::make_ring() const {
   // Sync replicas sum gradients; async ones average weights.
   return std::make_unique<ring_all_reduce>(
       settings_.replica, settings_.replicas,
-      averaging() ? device_.weight_value_count() : device_.gradient_value_count(), int64_t{1} << 20,
-      !device_.holds_values());
+      averaging() ? device_.weight_value_count() : device_.gradient_value_count(),
+      ring_piece_floats, !device_.holds_values());
 }
 
 void stage_logic::step_with_global_norm(key_message message, std::vector<stage_output>* outputs) {

@@ -18,6 +18,7 @@
 
 #include "actors/config/job_data.h"
 #include "actors/engine/partition.h"
+#include "actors/engine/ring_all_reduce.h"
 #include "actors/engine/stage_device.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"
@@ -71,7 +72,8 @@ class stage_timer {
         first_(first),
         last_(last),
         keys_per_round_(keys_in_round(config)),
-        stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing) {}
+        stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing),
+        replicated_(config.parallelism.replicas > 1) {}
 
   int keys_per_round() const { return keys_per_round_; }
   /// Whether the stage is the last, which runs each key's backward pass right after its forward.
@@ -92,11 +94,13 @@ class stage_timer {
     message.payload = gradients_;
     backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
   }
-  /// The stash and the step that end a round.
+  /// The stash and the step that end a round, and a replicated stage's gradient round trip
+  /// before the step.
   void finish_round() {
     key_ += static_cast<uint64_t>(keys_per_round_);
     const auto version = static_cast<int64_t>(key_);
     if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
+    if (replicated_) time_gradient_round_trip();
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
@@ -106,6 +110,7 @@ class stage_timer {
     backward_.clear();
     step_.clear();
     stashing_.clear();
+    copies_.clear();
   }
 
   size_t rounds() const { return step_.size(); }
@@ -115,7 +120,9 @@ class stage_timer {
             mean(step_),
             mean(stashing_),
             {},
-            log_spread({&forward_, &backward_})};
+            log_spread({&forward_, &backward_}),
+            median(copies_),
+            static_cast<int64_t>(values_.size())};
   }
 
  private:
@@ -127,8 +134,23 @@ class stage_timer {
   const bool last_;
   const int keys_per_round_;
   const bool stash_;
+  const bool replicated_;
   uint64_t key_ = 0;
-  std::vector<double> forward_, backward_, step_, stashing_;
+  std::vector<double> forward_, backward_, step_, stashing_, copies_;
+  std::vector<float> values_;
+
+  /// A replica's stage copies its gradients out for the all-reduce, sums into them and copies
+  /// them back, between its backward passes and its step, with the stage's (and its
+  /// neighbours') weights, gradients and activations competing for the caches as in a run:
+  /// timed alone on a warm buffer the same copies ran 3 times faster than a run's.
+  void time_gradient_round_trip() {
+    const double seconds = timed(device_, [&] {
+      stage_->read_gradient_values(&values_);
+      for (float& value : values_) value += value;
+      stage_->set_gradient_values(values_);
+    });
+    copies_.push_back(seconds / (2.0 * static_cast<double>(std::max<size_t>(1, values_.size()))));
+  }
 };
 
 /// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
@@ -232,11 +254,13 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
       mean.backward_s += other.backward_s;
       mean.step_s += other.step_s;
       mean.stash_s += other.stash_s;
+      mean.copy_s_per_float += other.copy_s_per_float;
     }
     mean.forward_s /= replicas;
     mean.backward_s /= replicas;
     mean.step_s /= replicas;
     mean.stash_s /= replicas;
+    mean.copy_s_per_float /= replicas;
   }
   timings->resize(stages);
   for (size_t s = 0; s < stages; ++s) (*timings)[s].range = (*ranges)[s];
@@ -282,9 +306,10 @@ double bytes_of(const layers::shape& sample, int64_t samples) {
 
 /// Times one message between processes (latency and bandwidth) and what one end of a key's
 /// message costs in CPU, in one process and between processes, at the input's size and at the
-/// size of `biggest` (the job's biggest sample among its input and its blocks' outputs).
+/// job's biggest message, `biggest_samples` × `biggest` (a key of its biggest sample among its
+/// input and its blocks' outputs, or a replica's all-reduce piece).
 bool time_transport(machine_profile* profile, layers::backend& device, const layers::shape& input,
-                    const layers::shape& biggest, std::string* error) {
+                    const layers::shape& biggest, int64_t biggest_samples, std::string* error) {
   char pattern[] = "/tmp/troupe-calibrate-XXXXXX";
   if (!mkdtemp(pattern)) {
     *error = "cannot create a directory for the ipc:// endpoints";
@@ -315,14 +340,14 @@ bool time_transport(machine_profile* profile, layers::backend& device, const lay
           line_through(message_cpu_seconds(context, other_process, address + "-cpu-small", device,
                                            input, 1, 200, &ipc_latency),
                        message_cpu_seconds(context, other_process, address + "-cpu", device,
-                                           biggest, profile->batch, 200, &ipc_latency),
-                       bytes_of(input, 1), bytes_of(biggest, profile->batch));
+                                           biggest, biggest_samples, 200, &ipc_latency),
+                       bytes_of(input, 1), bytes_of(biggest, biggest_samples));
       const message_cost inproc_cost =
           line_through(taken_message_cpu_seconds(context, inproc + "-small", device, input, 1, 200,
                                                  &small_latency),
-                       taken_message_cpu_seconds(context, inproc, device, biggest, profile->batch,
+                       taken_message_cpu_seconds(context, inproc, device, biggest, biggest_samples,
                                                  200, &profile->inproc_latency_s),
-                       bytes_of(input, 1), bytes_of(biggest, profile->batch));
+                       bytes_of(input, 1), bytes_of(biggest, biggest_samples));
       ok = latency > 0 && big > latency && ipc_cost.fixed_s > 0 && inproc_cost.fixed_s > 0;
       if (ok) {
         profile->link_latency_s = latency;
@@ -420,28 +445,31 @@ std::optional<machine_profile> calibrate(const actors::job_config& config, doubl
     times.push_back(seconds_since(begin));
   }
   profile.loss_s = median(times);
-  // A replicated stage's round trip of its gradients through host memory (the whole model's,
-  // as one stage): out, a sum's pass over them, back in.
-  if (config.parallelism.replicas > 1) {
-    auto whole = actors::make_layers_stage_device(config, {0, config.model.layers.size()}, *device);
-    const int64_t count = whole->gradient_value_count();
-    std::vector<double> copies;
-    std::vector<float> values;
-    const auto begin_copies = clock_type::now();
-    while (copies.size() < 3 || seconds_since(begin_copies) < seconds) {
-      const auto begin = clock_type::now();
-      whole->read_gradient_values(&values);
-      for (float& value : values) value += value;
-      whole->set_gradient_values(values);
-      copies.push_back(seconds_since(begin));
-    }
-    profile.parameter_copy_s_per_float = median(copies) / (2.0 * static_cast<double>(count));
+  // A replicated stage's round trip of its gradients through host memory, as its stage timer
+  // took it.
+  std::vector<double> copies;
+  for (const stage_timing& stage : stages) {
+    if (stage.copy_s_per_float > 0) copies.push_back(stage.copy_s_per_float);
   }
+  profile.parameter_copy_s_per_float = median(copies);
   layers::shape biggest = config.model.input_shape;
   for (const layers::shape& shape : *shapes) {
     if (layers::element_count(shape) > layers::element_count(biggest)) biggest = shape;
   }
-  if (!time_transport(&profile, *device, config.model.input_shape, biggest, error)) {
+  int64_t biggest_samples = profile.batch;
+  // Replicas all-reduce their stages' gradients (or weights) in pieces, the job's biggest
+  // messages by far: the cost per byte is measured at that size, not extrapolated from keys.
+  for (const stage_timing& stage : stages) {
+    const int64_t replicas = config.parallelism.replicas;
+    const int64_t piece =
+        std::min(actors::ring_piece_floats, (stage.replica_floats + replicas - 1) / replicas);
+    if (piece > layers::element_count(biggest) * biggest_samples) {
+      biggest = layers::shape{piece};
+      biggest_samples = 1;
+    }
+  }
+  if (!time_transport(&profile, *device, config.model.input_shape, biggest, biggest_samples,
+                      error)) {
     return std::nullopt;
   }
   // The coordinator's share of every key: its batch gathered from the job's own training set.

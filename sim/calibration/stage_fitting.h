@@ -16,6 +16,10 @@ struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
   actors::stage_range range;  ///< the stage's blocks in the job's partition
   double work_jitter = 0;     ///< log_spread() of its keys' forward and backward times
+  /// A replicated stage's gradients out to host memory, a pass over them and back in, per
+  /// float and per copy (half the round trip), timed between its rounds; 0 without replicas.
+  double copy_s_per_float = 0;
+  int64_t replica_floats = 0;  ///< of those gradients: the length of its all-reduce
 };
 
 /// Scales the times of each stage's blocks so that they add up to what the stage measured, as
