@@ -64,6 +64,20 @@ bool simulator::take_next(int device, pool_state& queue, int only_stage) {
 }
 
 std::deque<int>::iterator simulator::next_ready(pool_state& queue, int only_stage) {
+  const auto next = next_for_a_stage(queue, only_stage);
+  if (next == queue.waiting.end() || parcels_[*next].target == coordinator) return next;
+  // A stage takes a replica's ring chunk before its other messages, as its host does.
+  const int stage = parcels_[*next].target;
+  for (auto it = queue.waiting.begin(); it != queue.waiting.end(); ++it) {
+    if (parcels_[*it].target == stage &&
+        parcels_[*it].content.message.kind == actors::key_kind::reduce) {
+      return it;
+    }
+  }
+  return next;
+}
+
+std::deque<int>::iterator simulator::next_for_a_stage(pool_state& queue, int only_stage) {
   auto next = queue.waiting.end();
   for (auto it = queue.waiting.begin(); it != queue.waiting.end(); ++it) {
     const int stage = parcels_[*it].target;
@@ -114,7 +128,8 @@ charged_work simulator::handle(int stage, int device, int id) {
   hash(&kind, sizeof kind);
   hash(&message.key, sizeof message.key);
   hash(&now_, sizeof now_);
-  work.name = message.kind == actors::key_kind::evaluate   ? "evaluate"
+  work.name = message.kind == actors::key_kind::reduce     ? "reduce"
+              : message.kind == actors::key_kind::evaluate ? "evaluate"
               : message.kind == actors::key_kind::backward ? "backward"
               : stages_[stage]->is_last()                  ? "forward+backward"
                                                            : "forward";

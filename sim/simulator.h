@@ -185,8 +185,12 @@ class simulator {
   void begin_coordinator_work(int device, int id);
   /// The parcel a free device of `queue` takes next: the oldest whose stage is free and may
   /// take it (a forward waits while its stage holds max_forward_keys), a backward first where
-  /// the schedule says so; waiting.end() when none. With `only_stage`, that stage's only.
+  /// the schedule says so, and of that stage's messages a ring chunk first; waiting.end() when
+  /// none. With `only_stage`, that stage's only.
   std::deque<int>::iterator next_ready(pool_state& queue, int only_stage = any_stage);
+  /// next_ready()'s choice of stage: the oldest parcel that a free stage may take (a backward
+  /// first where the schedule says so), before the stage's ring chunks go first.
+  std::deque<int>::iterator next_for_a_stage(pool_state& queue, int only_stage);
   /// Device `device` begins the parcel next_ready() gives; false when there is none.
   bool take_next(int device, pool_state& queue, int only_stage = any_stage);
   /// Whether parcel `id` may not be handled yet (its stage holds such messages back).

@@ -64,9 +64,9 @@ std::string list_of(const json& keys) {
 /// The span names the hosts record; a span of another name is kept as "other".
 const char* interned_span_name(const char* name) {
   static const char* const names[] = {
-      "forward",          "backward",      "step",      "evaluate",
-      "forward+backward", "backward+step", "scheduled", "forward+backward+step",
-      "scheduled+step"};
+      "forward",          "backward",      "step",       "evaluate",
+      "forward+backward", "backward+step", "scheduled",  "forward+backward+step",
+      "scheduled+step",   "reduce",        "reduce+step"};
   for (const char* known : names)
     if (std::strcmp(known, name) == 0) return known;
   return "other";

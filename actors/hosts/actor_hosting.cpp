@@ -42,6 +42,7 @@ bool send_on(transport::outbox& out, const transport::message& message, const ca
 static const char* span_name(key_kind kind, bool last, bool stepped) {
   if (kind == key_kind::evaluate) return "evaluate";
   if (kind == key_kind::step) return "step";
+  if (kind == key_kind::reduce) return stepped ? "reduce+step" : "reduce";
   if (kind == key_kind::forward)
     return last ? (stepped ? "forward+backward+step" : "forward+backward") : "forward";
   return stepped ? "backward+step" : "backward";
@@ -286,6 +287,44 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
   publish_activity(self);
 }
 
+/// In one process, one take_atom announces each message to the stage's inbox, and the inbox
+/// takes turns among its senders. A replica's ring chunks go first: taken in turns with the
+/// coordinator's keys, an average of the weights moved by one chunk per key and fell further
+/// behind the steps with every step. So each take reads everything the inbox holds and handles
+/// one message, the first ring chunk if there is one, else the oldest.
+static void take_for_stage(caf::stateful_actor<stage_actor_state>* self) {
+  stage_parts& parts = *self->state.parts;
+  if (!parts.inbox) return;
+  std::deque<transport::message>& taken = self->state.taken;
+  while (std::optional<transport::decode_result> received = parts.inbox->try_receive()) {
+    if (received->ok()) {
+      taken.push_back(std::move(*received->value));
+      continue;
+    }
+    ++parts.dropped_frames;
+    ++self->state.dropped_unclaimed;
+    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", parts.inbox->address().c_str(),
+                 received->error.text.c_str());
+  }
+  if (taken.empty()) {
+    // A dropped frame may have been the one announced (a sender that bypassed send_on);
+    // otherwise the message was announced before it could be read.
+    if (self->state.dropped_unclaimed > 0) {
+      --self->state.dropped_unclaimed;
+    } else {
+      self->send(self, take_atom::value);
+    }
+    return;
+  }
+  auto next = std::find_if(taken.begin(), taken.end(), [](const transport::message& message) {
+    return message.header.kind == transport::message_kind::gradient_chunk;
+  });
+  if (next == taken.end()) next = taken.begin();
+  const transport::message incoming = std::move(*next);
+  taken.erase(next);
+  on_stage_message(self, incoming);
+}
+
 /// After each piece of work a stage on a thread of its own polls a while for the next before
 /// the thread sleeps; a stage on the scheduler's threads shares its core, which is not the
 /// poller's to take.
@@ -304,9 +343,7 @@ caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
         await_next(self);
       },
       [self](take_atom) {
-        take_and_handle(
-            self, self->state.parts->inbox, self->state.parts->dropped_frames,
-            [self](const transport::message& incoming) { on_stage_message(self, incoming); });
+        take_for_stage(self);
         await_next(self);
       },
       [self](ready_work_atom) {

@@ -131,6 +131,10 @@ struct stage_actor_state {
   std::deque<transport::message> waiting;
   /// collect_atom answers that wait for the sum of the last step's gradients.
   std::vector<caf::response_promise> waiting_reports;
+  /// In one process: messages read from the inbox ahead of their take_atom (take_for_stage()).
+  std::deque<transport::message> taken;
+  /// Frames dropped while reading ahead whose take_atom has not come yet.
+  int64_t dropped_unclaimed = 0;
 };
 
 /// A stage: handles key messages (transport frames) and answers collect_atom with its report.

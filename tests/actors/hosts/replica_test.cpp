@@ -1,13 +1,16 @@
 // Data-parallel replicas of the pipeline on the real host: in sync mode R replicas of an
-// S-stage pipeline train like one pipeline at the same global batch, and stay equal.
+// S-stage pipeline train like one pipeline at the same global batch, and stay equal; in async
+// mode their averages of the weights keep pace with their steps.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "actors/config/job_data.h"
+#include "actors/engine/trace_recorder.h"
 #include "actors/hosts/pipeline_host.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
@@ -80,6 +83,60 @@ TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
     EXPECT_EQ(many.dropped_frames, 0u);
     EXPECT_NEAR(many.summary.final_test_accuracy, one.summary.final_test_accuracy, 0.011);
   }
+}
+
+TEST(ReplicaTest, AsyncAveragesKeepPaceWithTheSteps) {
+  // Two replicas of one stage in one process, averaging their weights every step and kept
+  // within a version of each other: each round of the ring brings a stage 2 chunks (one
+  // reduce-scatter, one all-gather step), and the coordinator's next key reaches the stage's
+  // inbox as soon as the last one is reported.
+  job_config config = testing::small_pipeline_job(1, 1, "async", "gpipe", 16 * 2 * 120);
+  config.model.input_shape = {256};
+  config.model.layers = {testing::block("linear", 512), testing::block("relu"),
+                         testing::block("linear", 512), testing::block("relu"),
+                         testing::block("linear", 4)};
+  config.training.epochs = 1;
+  config.training.batch_size = 32;
+  config.parallelism.replicas = 2;
+  config.parallelism.threads = 2;
+  config.parallelism.max_active_keys = 1;
+  config.parallelism.min_update_interval = 1;
+  config.parallelism.replica_sync_interval = 1;
+  config.parallelism.replica_staleness = 1;
+  std::string error;
+  auto data = load_job_data(config, &error);
+  ASSERT_TRUE(data.has_value()) << error;
+  testing::wall_clock clock;
+  quiet_observer observer;
+  trace_recorder trace(2);
+  pipeline_options options;
+  options.trace = &trace;
+  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  // The replicas' steps and ring chunks in the order they took them: the averages each
+  // replica finished trail the slower replica's steps by few (the faster may run ahead; its
+  // averages wait for the slower one).
+  const nlohmann::json records = trace.records();
+  std::vector<std::tuple<double, int, std::string>> spans;
+  for (const auto& span : records["spans"]) {
+    const int track = span[0].get<int>();
+    if (track >= 0) spans.emplace_back(span[3].get<double>(), track, span[1].get<std::string>());
+  }
+  std::sort(spans.begin(), spans.end());
+  int64_t steps[2] = {0, 0}, chunks[2] = {0, 0}, most_behind = 0;
+  for (const auto& [start_s, actor, name] : spans) {
+    if (name.rfind("reduce", 0) == 0) ++chunks[actor];
+    if (name != "forward+backward+step") continue;
+    ++steps[actor];
+    for (int r = 0; r < 2; ++r) {
+      most_behind = std::max(most_behind, std::min(steps[0], steps[1]) - chunks[r] / 2);
+    }
+  }
+  EXPECT_EQ(steps[0], 120);
+  EXPECT_EQ(steps[1], 120);
+  EXPECT_EQ(chunks[0], 2 * 120);
+  EXPECT_EQ(chunks[1], 2 * 120);
+  // Taken in turns with the keys, the averages trailed by 28-42 steps at the end.
+  EXPECT_LE(most_behind, 8);
 }
 
 }  // namespace
