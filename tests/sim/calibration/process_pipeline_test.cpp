@@ -1,4 +1,5 @@
-// The stand-in pipeline of stage processes that calibrate runs to measure time-slicing.
+// The stand-in pipeline of stage processes that calibrate runs to measure time-slicing, and
+// what calibration measures for a replicated job.
 
 #include "sim/calibration/process_pipeline.h"
 
@@ -75,6 +76,22 @@ TEST(ProcessPipelineTest, CalibrationMeasuresTimeSlicingOnlyWhenStagesOutnumberT
   text["time_slice_efficiency"] = 1.5;
   EXPECT_FALSE(parse_profile(text.dump(), "p.json", &error));
   EXPECT_EQ(error, "p.json: time_slice_efficiency: must be <= 1");
+}
+
+TEST(CalibrationTest, TimesAReplicatedStagesCopiesOnlyWithReplicas) {
+  std::string error;
+  actors::job_config alone = balanced_job(1, 1, "async");
+  alone.data.synthetic_train = 640;
+  auto profile = calibrate(alone, 0.01, &error);
+  ASSERT_TRUE(profile) << error;
+  EXPECT_EQ(profile->parameter_copy_s_per_float, 0.0);
+  actors::job_config replicated = alone;
+  replicated.parallelism.replicas = 2;
+  profile = calibrate(replicated, 0.01, &error);
+  ASSERT_TRUE(profile) << error;
+  // Timed as the run copies them: some nanoseconds per float at most, never free.
+  EXPECT_GT(profile->parameter_copy_s_per_float, 0.0);
+  EXPECT_LT(profile->parameter_copy_s_per_float, 1e-7);
 }
 
 }  // namespace
