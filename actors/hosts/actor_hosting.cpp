@@ -236,8 +236,10 @@ static void publish_activity(caf::stateful_actor<stage_actor_state>* self) {
   activity.version = parts.logic->version();
   parts.logic->keys_held(&activity.keys_held);
   activity.keys_waiting.clear();
-  for (const transport::message& message : self->state.waiting)
-    activity.keys_waiting.push_back(static_cast<int64_t>(message.header.key));
+  for (const auto* held : {&self->state.waiting, &self->state.taken}) {
+    for (const transport::message& message : *held)
+      activity.keys_waiting.push_back(static_cast<int64_t>(message.header.key));
+  }
   activity.mailbox = static_cast<int64_t>(self->mailbox().size());
   activity.staleness_histogram = parts.logic->staleness_histogram();
   parts.monitor->set_activity(parts.index, activity);
