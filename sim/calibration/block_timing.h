@@ -16,10 +16,11 @@
 
 namespace troupe::sim {
 
-/// Times forward, backward (with and without the input gradient), a weight stash, the step
-/// and, with `evaluation`, an evaluation forward of block `index` alone on `device` for keys of
-/// `batch` samples of shape `input`, after an untimed round, repeating until `seconds` have
-/// passed and at least `min_rounds` rounds ran (half of them with the input gradient); medians.
+/// Times forward, backward (with and without the input gradient), a weight stash and the step
+/// of block `index` alone on `device` for keys of `batch` samples of shape `input`, after an
+/// untimed round, repeating until `seconds` have passed and at least `min_rounds` rounds ran
+/// (half of them with the input gradient); then, with `evaluation`, evaluation forwards back to
+/// back for a quarter of `seconds` (at least three, after an untimed one); medians.
 block_profile time_block(const actors::job_config& config, size_t index, layers::backend& device,
                          const layers::shape& input, int64_t batch, double seconds, int min_rounds,
                          bool evaluation);
