@@ -290,10 +290,12 @@ static void on_stage_message(caf::stateful_actor<stage_actor_state>* self,
 }
 
 /// In one process, one take_atom announces each message to the stage's inbox, and the inbox
-/// takes turns among its senders. A replica's ring chunks go first: taken in turns with the
-/// coordinator's keys, an average of the weights moved by one chunk per key and fell further
-/// behind the steps with every step. So each take reads everything the inbox holds and handles
-/// one message, the first ring chunk if there is one, else the oldest.
+/// takes turns among its senders: read one per take, a message from one sender went before one
+/// that had waited longer in another's pipe, and a replica's ring chunks, taken in turns with
+/// the coordinator's keys, moved an average of the weights by one chunk per key, so that the
+/// averages fell further behind the steps with every step. So each take reads everything the
+/// inbox holds, in the order it came, and handles one message: the first ring chunk if there
+/// is one, else the first read.
 static void take_for_stage(caf::stateful_actor<stage_actor_state>* self) {
   stage_parts& parts = *self->state.parts;
   if (!parts.inbox) return;
