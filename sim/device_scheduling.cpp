@@ -1,8 +1,8 @@
 // The simulator's devices and their work: each device, or each pool of a node's devices, takes
-// waiting messages in arrival order (a backward first where the schedule says so), one per
-// stage at a time, as a stage actor handles one message at a time; a pool that hosts more
-// stage actors than devices also runs the coordinator's turns; a time-sliced pool shares its
-// devices among the stages at work.
+// waiting messages in arrival order (a backward first where the schedule says so, a replica's
+// ring chunk before its stage's other messages), one per stage at a time, as a stage actor
+// handles one message at a time; a pool that hosts more stage actors than devices also runs the
+// coordinator's turns; a time-sliced pool shares its devices among the stages at work.
 
 #include <algorithm>
 
