@@ -65,7 +65,9 @@ bool simulator::take_next(int device, pool_state& queue, int only_stage) {
 
 std::deque<int>::iterator simulator::next_ready(pool_state& queue, int only_stage) {
   const auto next = next_for_a_stage(queue, only_stage);
-  if (next == queue.waiting.end() || parcels_[*next].target == coordinator) return next;
+  if (!replicated_ || next == queue.waiting.end() || parcels_[*next].target == coordinator) {
+    return next;
+  }
   // A stage takes a replica's ring chunk before its other messages, as its host does.
   const int stage = parcels_[*next].target;
   for (auto it = queue.waiting.begin(); it != queue.waiting.end(); ++it) {

@@ -82,6 +82,7 @@ bool simulator::build(std::string* error) {
     }
   }
   backward_first_ = actors::backward_first(config_);
+  replicated_ = config_.parallelism.replicas > 1;
   // The interleaved schedule places stage s on worker s % workers, its device; replica r's
   // workers follow replica r − 1's.
   const bool interleaved = config_.parallelism.schedule == "interleaved" &&

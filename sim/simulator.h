@@ -280,6 +280,8 @@ class simulator {
   bool finished_ = false;
   /// Stages take waiting backward passes before forwards (the sync schedules after GPipe).
   bool backward_first_ = false;
+  /// The job has replicas, whose ring chunks a stage takes before its other messages.
+  bool replicated_ = false;
   std::string failure_;
   std::unique_ptr<actors::trace_recorder> trace_;
   size_t spans_ = 0;

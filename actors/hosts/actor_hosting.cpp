@@ -305,10 +305,8 @@ static void take_for_stage(caf::stateful_actor<stage_actor_state>* self) {
       taken.push_back(std::move(*received->value));
       continue;
     }
-    ++parts.dropped_frames;
+    report_dropped_frame(*parts.inbox, *received, parts.dropped_frames);
     ++self->state.dropped_unclaimed;
-    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", parts.inbox->address().c_str(),
-                 received->error.text.c_str());
   }
   if (taken.empty()) {
     // A dropped frame may have been the one announced (a sender that bypassed send_on);

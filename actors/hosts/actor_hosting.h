@@ -51,6 +51,14 @@ transport::endpoint_options endpoint_settings(const transport::security_settings
 bool send_on(transport::outbox& out, const transport::message& message,
              const caf::actor& reader = caf::actor{});
 
+/// Counts a frame of `box` that did not decode in `dropped` and says why on stderr.
+inline void report_dropped_frame(const transport::inbox& box,
+                                 const transport::decode_result& received, uint64_t& dropped) {
+  ++dropped;
+  std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", box.address().c_str(),
+               received.error.text.c_str());
+}
+
 /// Takes the message a take_atom announced from the actor's own inbox and hands it to
 /// `handle`; frames ahead of it that do not decode are reported and counted in `dropped`. The
 /// send that queued the message happened before the take_atom was sent, so ZeroMQ has it;
@@ -70,9 +78,7 @@ void take_and_handle(caf::event_based_actor* self, std::optional<transport::inbo
       handle(*received->value);
       return;
     }
-    ++dropped;
-    std::fprintf(stderr, "troupe: dropped a frame at %s: %s\n", box->address().c_str(),
-                 received->error.text.c_str());
+    report_dropped_frame(*box, *received, dropped);
   }
 }
 

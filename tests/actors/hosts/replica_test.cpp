@@ -30,7 +30,7 @@ job_config replica_job(int stages, int micro_batches, int replicas, const std::s
   return config;
 }
 
-pipeline_report run(const job_config& config) {
+pipeline_report run(const job_config& config, trace_recorder* trace = nullptr) {
   std::string error;
   auto data = load_job_data(config, &error);
   EXPECT_TRUE(data.has_value()) << error;
@@ -38,6 +38,7 @@ pipeline_report run(const job_config& config) {
   quiet_observer observer;
   pipeline_options options;
   options.collect_weights = true;
+  options.trace = trace;
   auto report = run_pipeline(config, *data, observer, clock, options, &error);
   EXPECT_TRUE(report.has_value()) << error;
   return report ? *report : pipeline_report{};
@@ -103,15 +104,9 @@ TEST(ReplicaTest, AsyncAveragesKeepPaceWithTheSteps) {
   config.parallelism.min_update_interval = 1;
   config.parallelism.replica_sync_interval = 1;
   config.parallelism.replica_staleness = 1;
-  std::string error;
-  auto data = load_job_data(config, &error);
-  ASSERT_TRUE(data.has_value()) << error;
-  testing::wall_clock clock;
-  quiet_observer observer;
   trace_recorder trace(2);
-  pipeline_options options;
-  options.trace = &trace;
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  run(config, &trace);
+  ASSERT_FALSE(::testing::Test::HasFailure());  // the run failed
   // The replicas' steps and ring chunks in the order they took them: the averages each
   // replica finished trail the slower replica's steps by few (the faster may run ahead; its
   // averages wait for the slower one).
