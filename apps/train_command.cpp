@@ -14,6 +14,7 @@
 #include "actors/engine/stage_state.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/replica_groups.h"
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/dashboard_server.h"
@@ -255,6 +256,8 @@ int run_train(const train_options& given) {
                      std::to_string(config->parallelism.stages) +
                      ") = " + std::to_string(stage_actors) + " stages: every worker hosts as many");
   }
+  const std::string group_problem = actors::replica_group_problem(*config, given.workers == 0);
+  if (!group_problem.empty()) return bad_input(given.job_file + ": " + group_problem);
   if (given.workers > stage_actors) {
     return bad_input(given.job_file + ": " + std::to_string(given.workers) + " workers for " +
                      std::to_string(stage_actors) + " stages: every worker must host one at least");

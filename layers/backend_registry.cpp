@@ -65,6 +65,39 @@ std::unique_ptr<backend> create_backend(const std::string& device, int cpu_threa
   return nullptr;
 }
 
+bool nccl_compiled() {
+#ifdef TROUPE_WITH_CUDA
+  return cuda_nccl_compiled();
+#else
+  return false;
+#endif
+}
+
+std::string make_nccl_group_id(std::string* error) {
+#ifdef TROUPE_WITH_CUDA
+  if (cuda_nccl_compiled()) return cuda_nccl_group_id(error);
+#endif
+  *error = "this build of troupe has no NCCL (it needs CUDA and NCCL at configure time)";
+  return "";
+}
+
+std::vector<std::unique_ptr<device_group>> join_nccl_groups(const std::vector<nccl_member>& members,
+                                                            double timeout_s, std::string* error) {
+  for (const nccl_member& member : members) {
+    if (!member.device || member.device->kind() != device_kind::cuda) {
+      *error = "NCCL groups need CUDA devices; rank " + std::to_string(member.rank) + " is on " +
+               (member.device ? member.device->name() : std::string("no device"));
+      return {};
+    }
+  }
+#ifdef TROUPE_WITH_CUDA
+  if (cuda_nccl_compiled()) return cuda_join_nccl_groups(members, timeout_s, error);
+#endif
+  (void)timeout_s;
+  *error = "this build of troupe has no NCCL (it needs CUDA and NCCL at configure time)";
+  return {};
+}
+
 std::optional<library_gemm_timing> best_library_gemm(backend& device, stream s,
                                                      math_precision precision,
                                                      transpose transpose_a, transpose transpose_b,

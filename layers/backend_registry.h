@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "layers/backend.h"
+#include "layers/device_group.h"
 
 namespace troupe::layers {
 
@@ -22,6 +23,19 @@ int cuda_device_count();
 /// fills `error` when the device is unknown, not compiled in, or absent.
 std::unique_ptr<backend> create_backend(const std::string& device, int cpu_threads,
                                         std::string* error);
+
+/// Whether this build can join NCCL groups (CUDA with NCCL).
+bool nccl_compiled();
+
+/// A fresh NCCL group id (hex digits) for make_nccl_groups' members; this process roots the
+/// group's bootstrap, so it must outlive the joining. "" with `error` set without NCCL.
+std::string make_nccl_group_id(std::string* error);
+
+/// Joins every member's rank of its NCCL group at once, waiting up to `timeout_s` seconds for
+/// the groups' other ranks, which may be in other processes. One group per member, in order, or
+/// none with `error` set (NCCL's own words: a GPU that two ranks share, a peer that never came).
+std::vector<std::unique_ptr<device_group>> join_nccl_groups(const std::vector<nccl_member>& members,
+                                                            double timeout_s, std::string* error);
 
 /// The device library's best for one GEMM shape (cuBLAS on CUDA).
 struct library_gemm_timing {

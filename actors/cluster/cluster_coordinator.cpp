@@ -15,6 +15,7 @@
 #include "actors/engine/partition.h"
 #include "actors/engine/recovery.h"
 #include "actors/hosts/actor_hosting.h"
+#include "actors/hosts/replica_groups.h"
 #include "actors/hosts/wire_format.h"
 
 namespace troupe::actors {
@@ -475,6 +476,10 @@ class cluster_coordinator {
     if (!parts) return false;
     parts->job_id = job_id_;
     parts->listener = caf::actor{self_};
+    // Fresh NCCL groups for every generation: a lost peer leaves the old ones broken.
+    std::string no_ids;
+    const std::vector<std::string> group_ids = make_replica_group_ids(config_, &no_ids);
+    if (!no_ids.empty()) return *error = no_ids, false;
     for (worker_peer& worker : workers_) {
       json assignment = {{"type", "assign"},
                          {"job_toml", options_.job_toml},
@@ -486,7 +491,8 @@ class cluster_coordinator {
                          {"coordinator_key", options_.security.own.public_key},
                          {"job_id", job_id_},
                          {"steps_per_epoch", parts->run->steps_per_epoch()},
-                         {"total_steps", parts->run->total_steps()}};
+                         {"total_steps", parts->run->total_steps()},
+                         {"group_ids", group_ids}};
       send_on(*worker.control, control_message(with_stamps(assignment, worker)));
     }
     ready_ = 0;

@@ -19,6 +19,7 @@
 #include "actors/engine/partition.h"
 #include "actors/engine/trace_recorder.h"
 #include "actors/hosts/actor_hosting.h"
+#include "actors/hosts/replica_groups.h"
 
 namespace troupe::actors {
 namespace {
@@ -200,6 +201,11 @@ std::optional<worker_stages> build_assigned_stages(const json& assignment,
     result.indices.push_back(stage);
     result.parts.push_back(std::move(parts));
   }
+  if (!join_replica_groups(result.config, result.parts,
+                           assignment.value("group_ids", std::vector<std::string>{}),
+                           replica_group_join_timeout_s, error)) {
+    return std::nullopt;
+  }
   return result;
 }
 
@@ -311,7 +317,8 @@ json serve_generation(const json& assignment, control_queue& control, coordinato
   {
     caf::actor_system_config settings;
     // Stages on threads of their own leave the scheduler nothing but the actor system's own.
-    const bool own_threads = stages_get_own_threads(stages->parts.size());
+    const bool own_threads =
+        stages_get_own_threads(stages->parts.size()) || uses_replica_groups(stages->config);
     configure_scheduler(settings, own_threads
                                       ? 1
                                       : std::min<int>(static_cast<int>(stages->parts.size()),

@@ -75,6 +75,10 @@ struct parallelism_config {
   /// Async mode with replicas: most weight versions a stage may run ahead of the slowest of
   /// its replicas (stale synchronous parallel; -1: unbounded).
   int replica_staleness = -1;
+  /// How the same stage of the replicas sums: "ring" (a ring all-reduce over troupe's own
+  /// ZeroMQ data path: any devices, CURVE between hosts), "nccl" (NCCL on the stages' GPUs, one
+  /// GPU per replica of a stage), "shared_memory" (CPU replicas in one process).
+  std::string collective = "ring";
 };
 
 struct training_config {

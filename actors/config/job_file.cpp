@@ -228,7 +228,8 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
           number_field("spin_wait_ms", &p.spin_wait_ms, kAnyNumber),
           integer_field("replicas", &p.replicas, 1),
           integer_field("replica_sync_interval", &p.replica_sync_interval, 1),
-          integer_field("replica_staleness", &p.replica_staleness, -1)};
+          integer_field("replica_staleness", &p.replica_staleness, -1),
+          string_field("collective", &p.collective, {"ring", "nccl", "shared_memory"})};
 }
 
 std::vector<field> training_fields(training_config& t) {
@@ -353,6 +354,24 @@ problem resolve_text_defaults(job_config* config) {
   return std::nullopt;
 }
 
+/// parallelism.collective against the stages' devices.
+problem check_collective(const parallelism_config& p) {
+  for (const std::string& device : p.devices) {
+    const bool cuda = device.rfind("cuda", 0) == 0;
+    if (p.collective == "nccl" && !cuda) {
+      return "parallelism.collective = \"nccl\" needs every stage on a CUDA device, but "
+             "parallelism.devices has \"" +
+             device + "\" (use \"ring\" for CPU stages)";
+    }
+    if (p.collective == "shared_memory" && cuda) {
+      return "parallelism.collective = \"shared_memory\" sums CPU stages in one process, but "
+             "parallelism.devices has \"" +
+             device + "\" (use \"nccl\" or \"ring\")";
+    }
+  }
+  return std::nullopt;
+}
+
 /// Rejects combinations no single key can, then resolves the defaults that depend on others.
 problem check_consistency(job_config* config) {
   parallelism_config& p = config->parallelism;
@@ -372,10 +391,16 @@ problem check_consistency(job_config* config) {
     return "parallelism.stages (" + stages + ") exceeds the number of layers in model.layers (" +
            std::to_string(config->model.layers.size()) + ")";
   }
-  if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages)) {
+  const size_t actors = static_cast<size_t>(p.stages) * static_cast<size_t>(p.replicas);
+  if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages) &&
+      p.devices.size() != actors) {
     return "parallelism.devices names " + std::to_string(p.devices.size()) +
-           " devices but parallelism.stages is " + stages + " (give one, or one per stage)";
+           " devices but parallelism.stages is " + stages +
+           (p.replicas > 1 ? " and parallelism.replicas " + std::to_string(p.replicas) +
+                                 " (give one, one per stage, or one per stage of every replica)"
+                           : " (give one, or one per stage)");
   }
+  if (problem error = check_collective(p)) return error;
   if (p.spin_wait_ms < 0 && p.spin_wait_ms != -1) {
     return "parallelism.spin_wait_ms must be -1 (10 ms in sync mode, 0 in async mode) or >= 0";
   }
@@ -510,7 +535,7 @@ std::string checkpoint_config_hash(const job_config& config) {
     json["training"].erase(key);
   }
   // A run may resume with another number of replicas: a checkpoint holds one copy of each stage.
-  for (const char* key : {"threads", "spin_wait_ms", "devices", "replicas"}) {
+  for (const char* key : {"threads", "spin_wait_ms", "devices", "replicas", "collective"}) {
     json["parallelism"].erase(key);
   }
   json["model"].erase("init_from");

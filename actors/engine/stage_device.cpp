@@ -87,6 +87,40 @@ void stage_device::set_weight_values(const std::vector<float>& values) {
   finish_copies(all);
 }
 
+void stage_device::sum_gradients_in_group(layers::device_group& group) {
+  const std::vector<layers::parameter*> all = parameters();
+  if (all.empty()) return;
+  layers::backend& device = all.front()->value.device();
+  const layers::stream s = device.default_stream();
+  std::vector<float> touched(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    layers::parameter& p = *all[i];
+    touched[i] = p.has_gradient ? 1.0f : 0.0f;
+    // Accumulation overwrites an untouched gradient, so its memory may hold an old one.
+    if (!p.has_gradient) device.fill(s, p.gradient.data(), 0.0f, p.value.size());
+    group.all_reduce_sum(s, p.gradient.data(), static_cast<size_t>(p.value.size()));
+  }
+  layers::tensor flags = layers::tensor::from_host(
+      device, s, layers::shape{static_cast<int64_t>(all.size())}, touched);
+  group.all_reduce_sum(s, flags.data(), all.size());
+  touched = flags.to_host(s);
+  for (size_t i = 0; i < all.size(); ++i) all[i]->has_gradient = touched[i] > 0;
+}
+
+void stage_device::average_weights_in_group(layers::device_group& group) {
+  const std::vector<layers::parameter*> all = parameters();
+  if (all.empty()) return;
+  const float share = 1.0f / static_cast<float>(group.ranks());
+  for (layers::parameter* p : all) {
+    layers::backend& device = p->value.device();
+    const layers::stream s = device.default_stream();
+    const size_t count = static_cast<size_t>(p->value.size());
+    group.all_reduce_sum(s, p->value.data(), count);
+    device.axpy(s, share - 1.0f, p->value.data(), p->value.data(), count);
+  }
+  finish_copies(all);
+}
+
 int64_t stage_device::weight_value_count() {
   int64_t count = 0;
   for (layers::parameter* p : parameters()) count += p->value.size();

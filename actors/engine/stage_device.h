@@ -14,6 +14,7 @@
 #include "actors/engine/pipeline_messages.h"
 #include "actors/engine/stage_state.h"
 #include "layers/backend.h"
+#include "layers/device_group.h"
 #include "layers/layer.h"
 
 namespace troupe::actors {
@@ -102,6 +103,13 @@ class stage_device {
   virtual void set_weight_values(const std::vector<float>& values);
   /// The length of weight_values().
   virtual int64_t weight_value_count();
+  /// Replicas whose stages sum on their devices (NCCL, shared memory): the accumulated
+  /// gradients become their sum over `group`, where a parameter no replica touched stays
+  /// without a gradient, as set_gradient_values() leaves it. Every rank calls it at the same
+  /// point of its step.
+  void sum_gradients_in_group(layers::device_group& group);
+  /// The weights become their mean over `group` (async replicas' average).
+  void average_weights_in_group(layers::device_group& group);
   /// Weights, accumulated gradients and optimizer state, copied to host memory (the version
   /// fields are the stage logic's to fill). Only meaningful with no key in flight.
   virtual stage_state save_state() = 0;

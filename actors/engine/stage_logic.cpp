@@ -247,8 +247,18 @@ void stage_logic::step_with_global_norm(key_message message, std::vector<stage_o
   outputs->push_back({stage_output::kind::to_next_stage, step});
 }
 
+void stage_logic::use_replica_group(std::shared_ptr<layers::device_group> group) {
+  replica_group_ = std::move(group);
+}
+
 void stage_logic::start_reduction(std::vector<stage_output>* outputs) {
   reduction_pending_ = true;
+  if (replica_group_) {
+    device_.sum_gradients_in_group(*replica_group_);
+    ++group_rounds_;
+    finish_reduction(outputs);
+    return;
+  }
   device_.read_gradient_values(&scratch_);
   send_chunks(ring_->start(scratch_), outputs);
   if (ring_->finished()) finish_reduction(outputs);
@@ -281,8 +291,10 @@ void stage_logic::send_chunks(const std::vector<ring_chunk>& chunks,
 }
 
 void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
-  const std::vector<float>& sum = ring_->take_result();
-  device_.set_gradient_values(sum);  // empty on a device of sizes only, which charges the time
+  if (!replica_group_) {
+    // Empty on a device of sizes only, which charges the time.
+    device_.set_gradient_values(ring_->take_result());
+  }
   reduction_pending_ = false;
   if (held_for_clipping_) {
     key_message message = std::move(*held_for_clipping_);
@@ -296,6 +308,12 @@ void stage_logic::finish_reduction(std::vector<stage_output>* outputs) {
 void stage_logic::after_replica_step(std::vector<stage_output>* outputs) {
   record(&replica_staleness_, std::max<int64_t>(0, version_ - replica_floor_));
   if (version_ % settings_.replica_sync_interval != 0) return;
+  if (replica_group_) {
+    // The group's collective is the average: every rank comes to it at the same version.
+    device_.average_weights_in_group(*replica_group_);
+    ++group_rounds_;
+    return;
+  }
   ++averages_due_;
   if (!ring_->under_way()) start_average(outputs);  // else once the one under way ends
 }

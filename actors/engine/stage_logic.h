@@ -106,7 +106,13 @@ class stage_logic {
   /// sum, and a host keeps forwards, evaluations and state requests waiting until it is taken.
   bool reducing() const { return reduction_pending_; }
   /// All-reduces finished so far.
-  int64_t reductions() const { return ring_ ? ring_->rounds() : 0; }
+  int64_t reductions() const {
+    return replica_group_ ? group_rounds_ : ring_ ? ring_->rounds() : 0;
+  }
+  /// Replicas that sum on their devices (`parallelism.collective` "nccl" or "shared_memory"):
+  /// the stage's rank among its peers, which replaces the ring. Its collectives block or queue
+  /// on the device where the ring would send chunks, at the same points of the step.
+  void use_replica_group(std::shared_ptr<layers::device_group> group);
   /// An all-reduce with the replicas is under way or waits to start (the stage's state is not
   /// final until it ends): a host answers state requests and reports after it.
   bool settling() const {
@@ -229,6 +235,8 @@ class stage_logic {
   int64_t refused_ = 0;
   /// Replicas: the ring among this stage's peers, and whether a step waits for its sum.
   std::unique_ptr<ring_all_reduce> ring_;
+  std::shared_ptr<layers::device_group> replica_group_;
+  int64_t group_rounds_ = 0;
   bool reduction_pending_ = false;
   /// Global clipping with replicas: the step's last backward message, until the sum is in.
   std::optional<key_message> held_for_clipping_;

@@ -102,4 +102,13 @@ const std::string& device_of_stage(const job_config& config, int stage) {
   return devices.size() == 1 ? devices.front() : devices[stage];
 }
 
+const std::string& device_of_actor(const job_config& config, int actor) {
+  const auto& devices = config.parallelism.devices;
+  const size_t stages = static_cast<size_t>(config.parallelism.stages);
+  if (config.parallelism.replicas > 1 && devices.size() == stages * config.parallelism.replicas) {
+    return devices[actor];
+  }
+  return device_of_stage(config, stage_of_actor(config, actor));
+}
+
 }  // namespace troupe::actors

@@ -75,5 +75,8 @@ int threads_per_stage(const job_config& config);
 
 /// The device of stage `stage` per parallelism.devices (one for all, or one per stage).
 const std::string& device_of_stage(const job_config& config, int stage);
+/// The device of stage actor `actor` (replica after replica): its own entry when
+/// parallelism.devices names one per stage actor, else its stage's.
+const std::string& device_of_actor(const job_config& config, int actor);
 
 }  // namespace troupe::actors

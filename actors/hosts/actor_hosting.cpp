@@ -409,7 +409,7 @@ std::shared_ptr<stage_parts> make_stage_parts(const job_config& config, const st
   const int stage = stage_of_actor(config, index);
   const int replica = replica_of_actor(config, index);
   parts->backend =
-      layers::create_backend(device_of_stage(config, stage), threads_per_stage(config), error);
+      layers::create_backend(device_of_actor(config, index), threads_per_stage(config), error);
   if (!parts->backend) return nullptr;
   parts->device = make_layers_stage_device(config, range, *parts->backend);
   parts->logic = std::make_unique<stage_logic>(

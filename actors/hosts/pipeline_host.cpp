@@ -11,6 +11,7 @@
 
 #include "actors/engine/partition.h"
 #include "actors/hosts/actor_hosting.h"
+#include "actors/hosts/replica_groups.h"
 #include "layers/backend_registry.h"
 
 namespace troupe::actors {
@@ -201,10 +202,21 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     parts.back()->collect_weights = options.collect_weights;
   }
 
+  if (uses_replica_groups(config)) {
+    std::string problem = replica_group_problem(config, true);
+    const std::vector<std::string> ids =
+        problem.empty() ? make_replica_group_ids(config, &problem) : std::vector<std::string>{};
+    if (!problem.empty()) return *error = problem, std::nullopt;
+    if (!join_replica_groups(config, parts, ids, replica_group_join_timeout_s, error)) {
+      return std::nullopt;
+    }
+  }
+
   caf::actor_system_config settings;
   // Stages on threads of their own leave the scheduler the coordinator; else one scheduler
-  // thread per worker (the interleaved schedule's workers run several stages).
-  const bool own_threads = stages_get_own_threads(parts.size());
+  // thread per worker (the interleaved schedule's workers run several stages). A stage whose
+  // collectives block until its peers come needs a thread that no peer waits for.
+  const bool own_threads = stages_get_own_threads(parts.size()) || uses_replica_groups(config);
   configure_scheduler(
       settings, own_threads ? 1
                             : std::min<int>(pipeline_workers(config) * config.parallelism.replicas,

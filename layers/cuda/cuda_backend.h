@@ -7,6 +7,7 @@
 
 #include "layers/backend.h"
 #include "layers/backend_registry.h"
+#include "layers/device_group.h"
 
 namespace troupe::layers {
 
@@ -26,5 +27,17 @@ library_gemm_timing cuda_best_library_gemm(int device, stream s, math_precision 
                                            transpose transpose_a, transpose transpose_b, int m,
                                            int n, int k, const float* a, int lda, const float* b,
                                            int ldb, float* c, int ldc, int repeats);
+
+/// Whether this build links NCCL (the functions below fail with a clear error when not).
+bool cuda_nccl_compiled();
+
+/// A fresh NCCL unique id as hex digits; this process roots the bootstrap of the group that
+/// joins with it. "" with `error` set when NCCL fails.
+std::string cuda_nccl_group_id(std::string* error);
+
+/// Joins every member's rank at once and waits up to `timeout_s` for their groups' other ranks
+/// (in this or other processes); one group per member, or none with `error` set.
+std::vector<std::unique_ptr<device_group>> cuda_join_nccl_groups(
+    const std::vector<nccl_member>& members, double timeout_s, std::string* error);
 
 }  // namespace troupe::layers

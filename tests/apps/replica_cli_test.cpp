@@ -50,6 +50,15 @@ TEST_F(ReplicaCliTest, BadReplicaSettingsAreOneLineWithStatusTwo) {
                          "parallelism.replica_staleness=0" +
                          out),
                   "parallelism.replica_staleness must be -1 (unbounded) or >= 1");
+  expect_one_line(troupe("train " + job +
+                         " --set parallelism.replicas=2 --set "
+                         "parallelism.collective='\"shared_memory\"' --workers 2" +
+                         out),
+                  "parallelism.collective = \"shared_memory\" sums the replicas in one process");
+  expect_one_line(
+      troupe("train " + job +
+             " --set parallelism.replicas=2 --set parallelism.collective='\"nccl\"'" + out),
+      "parallelism.collective = \"nccl\" needs every stage on a CUDA device");
 }
 
 TEST_F(ReplicaCliTest, SyncReplicasInWorkerProcessesEqualOnePipelineAndNameTheirStages) {

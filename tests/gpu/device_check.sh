@@ -93,8 +93,8 @@ test_step() {  # test_step NAME PROGRAM FILTER XML
     record "$1" passed "$took" "$counts"
   fi
 }
-test_step gpu_tests_layers troupe_layers_tests 'CudaBackendTest.*:CudaParityTest.*:GemmPrecisionTest.*' "$OUT/gpu-tests-layers.xml"
-test_step gpu_tests_actors troupe_actors_tests '*Cuda*:*Gpu*:*ReducedPrecision*' "$OUT/gpu-tests-actors.xml"
+test_step gpu_tests_layers troupe_layers_tests 'CudaBackendTest.*:CudaParityTest.*:GemmPrecisionTest.*:DeviceGroupTest.*' "$OUT/gpu-tests-layers.xml"
+test_step gpu_tests_actors troupe_actors_tests '*Cuda*:*Gpu*:*ReducedPrecision*:*Nccl*' "$OUT/gpu-tests-actors.xml"
 
 # 3. compute-sanitizer over a short 2-stage training run on the GPU.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"

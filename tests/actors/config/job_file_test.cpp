@@ -1,5 +1,7 @@
 #include "actors/config/job_file.h"
 
+#include "actors/engine/stage_settings.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -414,6 +416,32 @@ TEST(JobFileTest, DevicesAndPartitionMustMatchTheStages) {
               HasSubstr("must be increasing cut points in [1, 2]"));
 }
 
+TEST(JobFileTest, CollectiveMustSuitTheDevices) {
+  const std::string model =
+      "[model]\nlayers = [{type=\"linear\",out=8},{type=\"relu\"},{type=\"linear\",out=2}]\n"
+      "[training]\nbatch_size = 8\n";
+  std::optional<job_config> config =
+      parse(model +
+            "[parallelism]\nstages = 2\nreplicas = 2\ncollective = \"nccl\"\n"
+            "devices = [\"cuda:0\", \"cuda:1\", \"cuda:2\", \"cuda:3\"]\n");
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->parallelism.collective, "nccl");
+  EXPECT_EQ(device_of_actor(*config, 3), "cuda:3");
+  EXPECT_EQ(device_of_stage(*config, 1), "cuda:1");
+  EXPECT_EQ(parse(model)->parallelism.collective, "ring");
+  EXPECT_THAT(error_of(model + "[parallelism]\nreplicas = 2\ncollective = \"nccl\"\n"),
+              HasSubstr("parallelism.collective = \"nccl\" needs every stage on a CUDA device, "
+                        "but parallelism.devices has \"cpu\""));
+  EXPECT_THAT(error_of(model + "[parallelism]\ncollective = \"shared_memory\"\n"
+                               "devices = \"cuda\"\n"),
+              HasSubstr("parallelism.collective = \"shared_memory\" sums CPU stages"));
+  EXPECT_THAT(error_of(model + "[parallelism]\ncollective = \"gloo\"\n"),
+              HasSubstr("parallelism.collective"));
+  EXPECT_THAT(error_of(model + "[parallelism]\nstages = 2\nreplicas = 2\n"
+                               "devices = [\"cpu\", \"cpu\", \"cpu\"]\n"),
+              HasSubstr("one per stage of every replica"));
+}
+
 TEST(JobFileTest, LayerErrorsNameTheLayer) {
   auto layers = [](const std::string& list) { return "[model]\nlayers = [" + list + "]\n"; };
   EXPECT_EQ(error_of(layers("{type=\"relu\"},{type=\"conv2d\", out=4}")),
@@ -491,10 +519,26 @@ TEST(JobFileTest, JsonHasEverySectionAndKey) {
        {"dataset", "path", "shuffle", "normalize", "train_samples", "test_samples",
         "synthetic_train", "synthetic_test", "classes", "context", "validation_fraction"}},
       {"parallelism",
-       {"stages", "partition", "devices", "mode", "schedule", "micro_batches", "max_active_keys",
-        "min_update_interval", "max_staleness", "weight_stashing", "recompute", "threads",
-        "spin_wait_ms", "virtual_stages", "staleness_correction", "correction_warmup_steps",
-        "replicas", "replica_sync_interval", "replica_staleness"}},
+       {"stages",
+        "partition",
+        "devices",
+        "mode",
+        "schedule",
+        "micro_batches",
+        "max_active_keys",
+        "min_update_interval",
+        "max_staleness",
+        "weight_stashing",
+        "recompute",
+        "threads",
+        "spin_wait_ms",
+        "virtual_stages",
+        "staleness_correction",
+        "correction_warmup_steps",
+        "replicas",
+        "replica_sync_interval",
+        "replica_staleness",
+        "collective"}},
       {"training",
        {"batch_size",   "epochs",    "max_steps",       "optimizer", "lr",
         "momentum",     "nesterov",  "weight_decay",    "beta1",     "beta2",

@@ -12,6 +12,8 @@
 #include "actors/config/job_data.h"
 #include "actors/engine/trace_recorder.h"
 #include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/replica_groups.h"
+#include "layers/backend_registry.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 
@@ -55,7 +57,18 @@ weights replica_weights(const pipeline_report& report, int stages, int replica) 
   return result;
 }
 
-TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
+/// How many of `trace`'s spans are ring chunks ("reduce…").
+int64_t ring_chunk_spans(const trace_recorder& trace) {
+  int64_t chunks = 0;
+  const nlohmann::json records = trace.records();  // the loop below must not outlive it
+  for (const auto& span : records["spans"]) {
+    if (span[1].get<std::string>().rfind("reduce", 0) == 0) ++chunks;
+  }
+  return chunks;
+}
+
+/// Sync replicas that sum by `collective` against one pipeline at the same global batch.
+void expect_replicas_train_like_one_pipeline(const std::string& collective) {
   // stages, micro-batches per replica, replicas, schedule, clip_norm (global clipping)
   for (const auto& [stages, micro, replicas, schedule, clip] :
        {std::tuple{2, 2, 2, "gpipe", 0.0}, std::tuple{2, 2, 2, "1f1b", 0.0},
@@ -63,15 +76,23 @@ TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
         std::tuple{2, 2, 2, "zb-h1", 0.0}}) {
     SCOPED_TRACE(std::string(schedule) + " S=" + std::to_string(stages) +
                  " M=" + std::to_string(micro) + " R=" + std::to_string(replicas) +
-                 " clip=" + std::to_string(clip));
+                 " clip=" + std::to_string(clip) + " " + collective);
     job_config replicated = replica_job(stages, micro, replicas, schedule);
     replicated.training.clip_norm = clip;
+    replicated.parallelism.collective = collective;
     job_config single = replica_job(stages, micro * replicas, 1, schedule);
     single.training.clip_norm = clip;
-    const pipeline_report many = run(replicated);
+    trace_recorder trace(stages * replicas);
+    const pipeline_report many = run(replicated, &trace);
     const pipeline_report one = run(single);
     ASSERT_EQ(many.stages.size(), static_cast<size_t>(stages * replicas));
     ASSERT_EQ(one.stages.size(), static_cast<size_t>(stages));
+    // The ring's chunks travel as messages; a group's sums do not.
+    if (collective == "ring") {
+      EXPECT_GT(ring_chunk_spans(trace), 0);
+    } else {
+      EXPECT_EQ(ring_chunk_spans(trace), 0);
+    }
     EXPECT_LE(
         max_relative_difference(replica_weights(many, stages, 0), replica_weights(one, stages, 0)),
         1e-5);
@@ -84,6 +105,75 @@ TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
     EXPECT_EQ(many.dropped_frames, 0u);
     EXPECT_NEAR(many.summary.final_test_accuracy, one.summary.final_test_accuracy, 0.011);
   }
+}
+
+TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
+  expect_replicas_train_like_one_pipeline("ring");
+}
+
+TEST(ReplicaTest, SharedMemoryGroupsSumLikeOnePipeline) {
+  // The replica-group path of parallelism.collective (NCCL's on GPUs) with CPU ranks.
+  expect_replicas_train_like_one_pipeline("shared_memory");
+}
+
+TEST(ReplicaTest, SharedMemoryGroupsAverageAsyncReplicasAtEveryInterval) {
+  // Async replicas averaging through the group every second step: the run ends on an average
+  // (100 steps), so every replica holds the same weights, bit for bit.
+  job_config config = replica_job(2, 1, 2, "gpipe");
+  config.parallelism.mode = "async";
+  config.parallelism.max_active_keys = 2;
+  config.parallelism.min_update_interval = 1;
+  config.parallelism.replica_sync_interval = 2;
+  config.parallelism.replica_staleness = 2;
+  config.parallelism.collective = "shared_memory";
+  config.training.batch_size = 8;
+  trace_recorder trace(4);
+  const pipeline_report report = run(config, &trace);
+  ASSERT_EQ(report.stages.size(), 4u);
+  EXPECT_EQ(ring_chunk_spans(trace), 0);
+  for (const stage_report& stage : report.stages) EXPECT_EQ(stage.version, 100);
+  EXPECT_EQ(replica_weights(report, 2, 1), replica_weights(report, 2, 0));
+  EXPECT_GT(report.summary.final_test_accuracy, 0.5);
+}
+
+TEST(ReplicaTest, ReplicaGroupsThatCannotFormAreNamedBeforeTheRun) {
+  job_config config = replica_job(2, 1, 2, "gpipe");
+  EXPECT_EQ(replica_group_problem(config, true), "");  // the ring
+  config.parallelism.collective = "shared_memory";
+  EXPECT_EQ(replica_group_problem(config, true), "");
+  EXPECT_NE(replica_group_problem(config, false).find("sums the replicas in one process"),
+            std::string::npos);
+  config.parallelism.collective = "nccl";
+  config.parallelism.devices = {"cuda"};
+  if (!layers::nccl_compiled()) {
+    EXPECT_NE(replica_group_problem(config, true).find("has no NCCL"), std::string::npos);
+    return;
+  }
+  EXPECT_EQ(replica_group_problem(config, false), "");  // NCCL judges workers' GPUs itself
+  EXPECT_NE(replica_group_problem(config, true)
+                .find("replicas 0 and 1 of stage 0 would both run on cuda:0"),
+            std::string::npos)
+      << replica_group_problem(config, true);
+  config.parallelism.devices = {"cuda:0", "cuda:1", "cuda:1", "cuda:0"};
+  EXPECT_EQ(replica_group_problem(config, true), "");
+}
+
+TEST(ReplicaTest, NcclGroupsOnTwoGpusSumLikeOnePipeline) {
+  if (!layers::nccl_compiled() || layers::cuda_device_count() < 2) {
+    GTEST_SKIP() << "needs NCCL and 2 GPUs (NCCL refuses two ranks on one GPU)";
+  }
+  job_config grouped = replica_job(2, 2, 2, "1f1b");
+  grouped.parallelism.collective = "nccl";
+  grouped.parallelism.devices = {"cuda:0", "cuda:0", "cuda:1", "cuda:1"};
+  job_config single = replica_job(2, 4, 1, "1f1b");
+  single.parallelism.devices = {"cuda:0"};
+  trace_recorder trace(4);
+  const pipeline_report many = run(grouped, &trace);
+  const pipeline_report one = run(single);
+  ASSERT_EQ(many.stages.size(), 4u);
+  EXPECT_EQ(ring_chunk_spans(trace), 0);
+  EXPECT_LE(max_relative_difference(replica_weights(many, 2, 0), replica_weights(one, 2, 0)), 1e-4);
+  EXPECT_EQ(replica_weights(many, 2, 1), replica_weights(many, 2, 0));
 }
 
 TEST(ReplicaTest, AsyncAveragesKeepPaceWithTheSteps) {

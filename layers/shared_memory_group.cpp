@@ -1,0 +1,90 @@
+// The shared-memory group: a round is two barriers. At the first every rank has published its
+// buffer; each then adds all buffers in rank order into its own scratch (so every rank gets the
+// same bits), and at the second every rank has finished reading the others' buffers and may
+// overwrite its own.
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include "layers/device_group.h"
+
+namespace troupe::layers {
+namespace {
+
+class barrier {
+ public:
+  explicit barrier(int parties) : parties_(parties) {}
+
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.notify_all();
+      return;
+    }
+    all_arrived_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+  const int parties_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+struct shared_round {
+  explicit shared_round(int ranks) : buffers(ranks), counts(ranks), arrived(ranks) {}
+  std::vector<const float*> buffers;
+  std::vector<size_t> counts;
+  barrier arrived;
+};
+
+class shared_memory_rank final : public device_group {
+ public:
+  shared_memory_rank(std::shared_ptr<shared_round> round, int rank)
+      : round_(std::move(round)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int ranks() const override { return static_cast<int>(round_->buffers.size()); }
+  std::string kind() const override { return "shared memory"; }
+
+  void all_reduce_sum(stream, float* data, size_t count) override {
+    round_->buffers[rank_] = data;
+    round_->counts[rank_] = count;
+    round_->arrived.arrive_and_wait();
+    for (size_t other : round_->counts) {
+      // A rank that called with another count broke the contract: its buffer is not read.
+      if (other != count) std::abort();
+    }
+    sum_.assign(count, 0.0f);
+    for (const float* buffer : round_->buffers) {
+      for (size_t i = 0; i < count; ++i) sum_[i] += buffer[i];
+    }
+    round_->arrived.arrive_and_wait();
+    std::copy(sum_.begin(), sum_.end(), data);
+  }
+
+ private:
+  std::shared_ptr<shared_round> round_;
+  const int rank_;
+  std::vector<float> sum_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<device_group>> make_shared_memory_group(int ranks) {
+  auto round = std::make_shared<shared_round>(ranks);
+  std::vector<std::unique_ptr<device_group>> group;
+  for (int rank = 0; rank < ranks; ++rank) {
+    group.push_back(std::make_unique<shared_memory_rank>(round, rank));
+  }
+  return group;
+}
+
+}  // namespace troupe::layers
