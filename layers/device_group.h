@@ -15,6 +15,12 @@
 
 namespace troupe::layers {
 
+/// `count` floats at `data`, memory of the backend a rank joined with.
+struct device_span {
+  float* data = nullptr;
+  size_t count = 0;
+};
+
 class device_group {
  public:
   virtual ~device_group() = default;
@@ -22,14 +28,16 @@ class device_group {
   virtual int ranks() const = 0;
   /// "nccl" or "shared memory".
   virtual std::string kind() const = 0;
-  /// Queues on `s` the sum over the ranks of the `count` floats at `data` (memory of the
-  /// backend the rank joined with) into `data`. Every rank ends with the same bits.
-  virtual void all_reduce_sum(stream s, float* data, size_t count) = 0;
+  /// Queues on `s` the sum over the ranks of each of `buffers` into itself, as one collective
+  /// (NCCL fuses them into one launch). Every rank passes the same counts in the same order and
+  /// ends with the same bits.
+  virtual void all_reduce_sum(stream s, const std::vector<device_span>& buffers) = 0;
 };
 
 /// `ranks` ranks that are threads of one process, on CPU backends; rank r is element r. Each
 /// all_reduce_sum blocks its caller until every rank has called it (so each rank needs a thread
-/// of its own) and adds the ranks' buffers in rank order.
+/// of its own) and adds the ranks' buffers in rank order. A rank whose counts differ from the
+/// others' aborts the process: the group's contract is broken, and no buffer is safe to read.
 std::vector<std::unique_ptr<device_group>> make_shared_memory_group(int ranks);
 
 /// One rank of an NCCL group to join (backend_registry.h's join_nccl_groups).

@@ -39,11 +39,19 @@ class barrier {
 };
 
 struct shared_round {
-  explicit shared_round(int ranks) : buffers(ranks), counts(ranks), arrived(ranks) {}
-  std::vector<const float*> buffers;
-  std::vector<size_t> counts;
+  explicit shared_round(int ranks) : buffers(ranks), arrived(ranks) {}
+  /// Each rank's buffers of the round under way.
+  std::vector<const std::vector<device_span>*> buffers;
   barrier arrived;
 };
+
+bool same_counts(const std::vector<device_span>& a, const std::vector<device_span>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].count != b[i].count) return false;
+  }
+  return true;
+}
 
 class shared_memory_rank final : public device_group {
  public:
@@ -54,26 +62,31 @@ class shared_memory_rank final : public device_group {
   int ranks() const override { return static_cast<int>(round_->buffers.size()); }
   std::string kind() const override { return "shared memory"; }
 
-  void all_reduce_sum(stream, float* data, size_t count) override {
-    round_->buffers[rank_] = data;
-    round_->counts[rank_] = count;
+  void all_reduce_sum(stream, const std::vector<device_span>& buffers) override {
+    round_->buffers[rank_] = &buffers;
     round_->arrived.arrive_and_wait();
-    for (size_t other : round_->counts) {
-      // A rank that called with another count broke the contract: its buffer is not read.
-      if (other != count) std::abort();
+    for (const std::vector<device_span>* other : round_->buffers) {
+      if (!same_counts(*other, buffers)) std::abort();
     }
-    sum_.assign(count, 0.0f);
-    for (const float* buffer : round_->buffers) {
-      for (size_t i = 0; i < count; ++i) sum_[i] += buffer[i];
+    sums_.resize(buffers.size());
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      std::vector<float>& sum = sums_[b];
+      sum.assign(buffers[b].count, 0.0f);
+      for (const std::vector<device_span>* rank_buffers : round_->buffers) {
+        const float* values = (*rank_buffers)[b].data;
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += values[i];
+      }
     }
-    round_->arrived.arrive_and_wait();
-    std::copy(sum_.begin(), sum_.end(), data);
+    round_->arrived.arrive_and_wait();  // every rank has read every buffer
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      std::copy(sums_[b].begin(), sums_[b].end(), buffers[b].data);
+    }
   }
 
  private:
   std::shared_ptr<shared_round> round_;
   const int rank_;
-  std::vector<float> sum_;
+  std::vector<std::vector<float>> sums_;
 };
 
 }  // namespace

@@ -93,16 +93,19 @@ void stage_device::sum_gradients_in_group(layers::device_group& group) {
   layers::backend& device = all.front()->value.device();
   const layers::stream s = device.default_stream();
   std::vector<float> touched(all.size());
+  std::vector<layers::device_span> buffers;
   for (size_t i = 0; i < all.size(); ++i) {
     layers::parameter& p = *all[i];
     touched[i] = p.has_gradient ? 1.0f : 0.0f;
     // Accumulation overwrites an untouched gradient, so its memory may hold an old one.
     if (!p.has_gradient) device.fill(s, p.gradient.data(), 0.0f, p.value.size());
-    group.all_reduce_sum(s, p.gradient.data(), static_cast<size_t>(p.value.size()));
+    buffers.push_back({p.gradient.data(), static_cast<size_t>(p.value.size())});
   }
+  // The flags ride along: a parameter that any replica touched steps.
   layers::tensor flags = layers::tensor::from_host(
       device, s, layers::shape{static_cast<int64_t>(all.size())}, touched);
-  group.all_reduce_sum(s, flags.data(), all.size());
+  buffers.push_back({flags.data(), all.size()});
+  group.all_reduce_sum(s, buffers);
   touched = flags.to_host(s);
   for (size_t i = 0; i < all.size(); ++i) all[i]->has_gradient = touched[i] > 0;
 }
@@ -110,13 +113,16 @@ void stage_device::sum_gradients_in_group(layers::device_group& group) {
 void stage_device::average_weights_in_group(layers::device_group& group) {
   const std::vector<layers::parameter*> all = parameters();
   if (all.empty()) return;
-  const float share = 1.0f / static_cast<float>(group.ranks());
+  layers::backend& device = all.front()->value.device();
+  const layers::stream s = device.default_stream();
+  std::vector<layers::device_span> buffers;
   for (layers::parameter* p : all) {
-    layers::backend& device = p->value.device();
-    const layers::stream s = device.default_stream();
-    const size_t count = static_cast<size_t>(p->value.size());
-    group.all_reduce_sum(s, p->value.data(), count);
-    device.axpy(s, share - 1.0f, p->value.data(), p->value.data(), count);
+    buffers.push_back({p->value.data(), static_cast<size_t>(p->value.size())});
+  }
+  group.all_reduce_sum(s, buffers);
+  const float share = 1.0f / static_cast<float>(group.ranks());
+  for (const layers::device_span& weights : buffers) {
+    device.axpy(s, share - 1.0f, weights.data, weights.data, weights.count);
   }
   finish_copies(all);
 }

@@ -55,12 +55,19 @@ class nccl_rank final : public device_group {
   int ranks() const override { return ranks_; }
   std::string kind() const override { return "nccl"; }
 
-  void all_reduce_sum(stream s, float* data, size_t count) override {
+  void all_reduce_sum(stream s, const std::vector<device_span>& buffers) override {
     cudaSetDevice(device_);
-    ncclResult_t result = ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_,
-                                        static_cast<cudaStream_t>(s.handle));
-    // A non-blocking communicator may still be queuing the call; it has no deadline: the
-    // peers are in the same step, and the stream waits for them as it would for any kernel.
+    const cudaStream_t on = static_cast<cudaStream_t>(s.handle);
+    ncclResult_t result = ncclGroupStart();
+    for (const device_span& buffer : buffers) {
+      if (result != ncclSuccess && result != ncclInProgress) break;
+      result =
+          ncclAllReduce(buffer.data, buffer.data, buffer.count, ncclFloat32, ncclSum, comm_, on);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    if (result == ncclSuccess || result == ncclInProgress) result = ended;
+    // A non-blocking communicator may still be queuing the calls; no deadline: the peers are in
+    // the same step, and the stream waits for them as it would for any kernel.
     if (result == ncclInProgress) result = settle(comm_, clock_type::time_point::max());
     if (result != ncclSuccess) {
       std::fprintf(stderr, "troupe: NCCL all-reduce of rank %d of %d failed: %s\n", rank_, ranks_,

@@ -47,7 +47,9 @@ TEST(DeviceGroupTest, SharedMemoryRanksEndWithTheSameSumRoundAfterRound) {
     threads.emplace_back([&, r] {
       for (int round = 0; round < kRounds; ++round) {
         std::vector<float> buffer = contribution(r, round, kCount);
-        group[r]->all_reduce_sum(stream{}, buffer.data(), buffer.size());
+        std::vector<float> small = contribution(r, round + 10, 3);
+        group[r]->all_reduce_sum(stream{}, {{buffer.data(), buffer.size()}, {small.data(), 3}});
+        EXPECT_EQ(small, rank_order_sum(kRanks, round + 10, 3));
         results[r].push_back(buffer);
       }
     });
@@ -71,7 +73,7 @@ TEST(DeviceGroupTest, NcclIsRefusedWithoutCudaDevices) {
   EXPECT_NE(error.find("CUDA"), std::string::npos) << error;
 }
 
-/// Every GPU of this machine as one rank of one NCCL group (one process, one thread).
+/// Every GPU of this machine as one rank of one NCCL group, joined from one thread.
 TEST(DeviceGroupTest, NcclRanksOnEveryGpuSumInPlace) {
   if (!nccl_compiled() || cuda_device_count() == 0) GTEST_SKIP() << "no NCCL or no GPU";
   const int ranks = cuda_device_count();
@@ -96,11 +98,16 @@ TEST(DeviceGroupTest, NcclRanksOnEveryGpuSumInPlace) {
                                         contribution(r, 0, kCount)));
     device.synchronize(device.default_stream());
   }
-  // One thread queues every rank's part, as a worker hosting several stages would.
+  // A thread per rank, as each stage actor has one (NCCL's calls for several GPUs from one
+  // thread would have to share one group call).
+  std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     EXPECT_EQ(groups[r]->kind(), "nccl");
-    groups[r]->all_reduce_sum(devices[r]->default_stream(), buffers[r].data(), kCount);
+    threads.emplace_back([&, r] {
+      groups[r]->all_reduce_sum(devices[r]->default_stream(), {{buffers[r].data(), kCount}});
+    });
   }
+  for (std::thread& thread : threads) thread.join();
   const std::vector<float> expected = rank_order_sum(ranks, 0, kCount);
   std::vector<float> first;
   for (int r = 0; r < ranks; ++r) {
