@@ -4,45 +4,20 @@
 // overwrite its own.
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 
 #include "layers/device_group.h"
+#include "layers/thread_barrier.h"
 
 namespace troupe::layers {
 namespace {
-
-class barrier {
- public:
-  explicit barrier(int parties) : parties_(parties) {}
-
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const int64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      all_arrived_.notify_all();
-      return;
-    }
-    all_arrived_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable all_arrived_;
-  const int parties_;
-  int arrived_ = 0;
-  int64_t generation_ = 0;
-};
 
 struct shared_round {
   explicit shared_round(int ranks) : buffers(ranks), arrived(ranks) {}
   /// Each rank's buffers of the round under way.
   std::vector<const std::vector<device_span>*> buffers;
-  barrier arrived;
+  thread_barrier arrived;
 };
 
 bool same_counts(const std::vector<device_span>& a, const std::vector<device_span>& b) {

@@ -18,13 +18,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -33,6 +31,7 @@
 #include "actors/engine/ring_all_reduce.h"
 #include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
+#include "layers/thread_barrier.h"
 #include "transport/curve.h"
 #include "transport/endpoint.h"
 
@@ -47,30 +46,6 @@ double now_s() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-/// Holds threads until `count` have arrived, again and again.
-class thread_barrier {
- public:
-  explicit thread_barrier(int count) : count_(count) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const int64_t generation = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      ++generation_;
-      all_.notify_all();
-      return;
-    }
-    all_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable all_;
-  const int count_;
-  int arrived_ = 0;
-  int64_t generation_ = 0;
-};
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -81,7 +56,7 @@ double median(std::vector<double> values) {
 std::vector<double> time_rounds(int ranks, int rounds, const std::function<void(int rank)>& setup,
                                 const std::function<void(int rank)>& round) {
   std::vector<std::vector<double>> seconds(ranks, std::vector<double>(rounds));
-  thread_barrier together(ranks);
+  troupe::layers::thread_barrier together(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {

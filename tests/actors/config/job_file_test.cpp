@@ -1,7 +1,5 @@
 #include "actors/config/job_file.h"
 
-#include "actors/engine/stage_settings.h"
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +11,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "actors/engine/stage_settings.h"
 
 namespace troupe::actors {
 namespace {
