@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/config/job_file.h"
+#include "actors/config/layer_cuts.h"
+#include "actors/engine/layer_cut_search.h"
 #include "actors/engine/partition.h"
 #include "sim/calibration/block_timing.h"
 
@@ -29,10 +31,52 @@ std::string previous_cut_points(const actors::job_config& config, const std::str
   }
   std::string cuts;
   for (const nlohmann::json& cut : partition) {
-    if (!cut.is_number_integer()) return {};
-    cuts += (cuts.empty() ? "" : ",") + std::to_string(cut.get<int64_t>());
+    // A block index, or "4:736" for a cut inside a linear layer.
+    if (!cut.is_number_integer() && !cut.is_string()) return {};
+    cuts += (cuts.empty() ? "" : ",") +
+            (cut.is_string() ? cut.get<std::string>() : std::to_string(cut.get<int64_t>()));
   }
-  return cuts;
+  std::vector<actors::cut_point> parsed;
+  return actors::parse_cut_points(cuts, &parsed) ? cuts : std::string();
+}
+
+/// Sets `config`'s partition to the cut points `text` (as a job file spells them), cutting the
+/// layers they cut inside.
+bool set_cut_points(actors::job_config* config, const std::string& text, std::string* error) {
+  config->parallelism.partition = text;
+  *error = actors::expand_cut_points(config);
+  return error->empty();
+}
+
+/// A job whose partition cuts inside linear layers, and its plan; no plan where cutting whole
+/// blocks was as good.
+struct layer_cut {
+  actors::job_config config;
+  std::optional<actors::partition_plan> plan;
+};
+
+/// Cuts inside layers where they make the most costly stage of `whole` (the plan `measured`
+/// chose over whole blocks of `config`) cheaper, checked by timing the cut model's blocks. The
+/// two timings are compared by the largest share, which the machine's speed between them does
+/// not change.
+std::optional<layer_cut> cut_inside_layers(const actors::job_config& config,
+                                           const actors::partition_plan& whole,
+                                           const std::vector<actors::block_cost>& measured,
+                                           std::string* error) {
+  layer_cut result{config, std::nullopt};
+  const std::string cuts = actors::cheapest_cut_points(config, measured);
+  if (cuts.find(':') == std::string::npos) return result;
+  actors::job_config cut = config;
+  if (!set_cut_points(&cut, cuts, error)) return std::nullopt;
+  auto timed = sim::measure_block_costs(cut, measured_seconds_per_block, stderr, error);
+  if (!timed) return std::nullopt;
+  auto plan = actors::plan_partition(cut, &*timed, error);
+  if (!plan) return std::nullopt;
+  if (actors::largest_share(*plan) < actors::largest_share(whole)) {
+    result.config = std::move(cut);
+    result.plan = std::move(plan);
+  }
+  return result;
 }
 
 }  // namespace
@@ -44,8 +88,8 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
   if (mode == "measured" && config->parallelism.stages > 1) {
     const std::string cuts = previous_cut_points(*config, previous);
     if (!cuts.empty()) {
-      config->parallelism.partition = cuts;
       mode = "measured, as in " + previous;
+      if (!set_cut_points(config, cuts, error)) return std::nullopt;
     } else {
       measured = sim::measure_block_costs(*config, measured_seconds_per_block, stderr, error);
       if (!measured) return std::nullopt;
@@ -55,8 +99,18 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
   }
   auto plan = actors::plan_partition(*config, measured ? &*measured : nullptr, error);
   if (!plan) return std::nullopt;
-  if (measured) config->parallelism.partition = actors::cut_points_text(plan->ranges);
-  return "partition (" + mode + "): " + actors::describe_plan(*plan);
+  std::string whole_blocks;
+  if (measured) {
+    config->parallelism.partition = actors::cut_points_text(plan->ranges);
+    auto cut = cut_inside_layers(*config, *plan, *measured, error);
+    if (!cut) return std::nullopt;
+    if (cut->plan) {
+      whole_blocks = " (whole blocks: " + actors::predicted_shares(*plan) + ")";
+      *config = std::move(cut->config);
+      plan = std::move(cut->plan);
+    }
+  }
+  return "partition (" + mode + "): " + actors::describe_plan(*config, *plan) + whole_blocks;
 }
 
 }  // namespace troupe::apps

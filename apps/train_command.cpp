@@ -8,6 +8,7 @@
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
+#include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/stage_settings.h"
@@ -272,7 +273,9 @@ int run_train(const train_options& given) {
       choose_partition(&*config, options.resume ? out + "/config.json" : "", &error);
   if (!partition_line) return bad_input(options.job_file + ": " + error);
   if (config->parallelism.partition != partition) {
-    options.overrides.push_back("parallelism.partition=[" + config->parallelism.partition + "]");
+    // As the job file spells it: "4:736" cuts inside block 4 (actors/config/layer_cuts.h).
+    const std::string cuts = actors::written_job(*config).parallelism.partition;
+    options.overrides.push_back("parallelism.partition=\"" + cuts + "\"");
   }
   auto data = actors::load_job_data(*config, &error);
   if (!data) return bad_input(error);

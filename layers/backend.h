@@ -217,6 +217,10 @@ class backend {
   /// out[b][c][r] = in[b][r][c] for `batch` row-major rows×cols matrices (NHWC <-> NCHW).
   virtual void transpose_batched(stream s, const float* in, float* out, int batch, int rows,
                                  int cols) = 0;
+  /// target[r][c] = source[r][c] for a rows×cols block of two row-major matrices whose rows are
+  /// `source_stride` and `target_stride` floats apart (a block of columns copied out or in).
+  virtual void copy_matrix(stream s, const float* source, int source_stride, float* target,
+                           int target_stride, int rows, int cols) = 0;
   /// y[i] += alpha * x[i].
   virtual void axpy(stream s, float alpha, const float* x, float* y, size_t count) = 0;
   /// out[i] = a[i] * b[i]; out may alias a or b.

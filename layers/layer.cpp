@@ -63,6 +63,21 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     output->back() = out;
     return true;
   }
+  if (t == "linear_head" || t == "linear_tail") {
+    const int64_t inputs = input.empty() ? 0 : input.back() - (t == "linear_tail" ? spec.split : 0);
+    if ((input.size() != 1 && input.size() != 2) || inputs < 1) {
+      return fail(error,
+                  "needs an input [features] or [tokens, features], got " + to_string(input));
+    }
+    if (spec.split < 1 || spec.split >= spec.out) {
+      return fail(error, "split " + std::to_string(spec.split) + " must be in [1, " +
+                             std::to_string(spec.out - 1) + "] (out = " + std::to_string(spec.out) +
+                             ")");
+    }
+    *output = input;
+    output->back() = t == "linear_head" ? inputs + spec.split : spec.out;
+    return true;
+  }
   if (t == "embedding") {
     if (input.size() != 1) {
       return fail(error, "needs an input of token ids [context], got " + to_string(input) +
@@ -113,6 +128,11 @@ int64_t parameter_count(const layer_spec& spec, const shape& input) {
   const int64_t bias = spec.bias ? spec.out : 0;
   const int64_t width = input.empty() ? 0 : input.back();
   if (spec.type == "linear") return width * spec.out + bias;
+  if (spec.type == "linear_head") return width * spec.split + (spec.bias ? spec.split : 0);
+  if (spec.type == "linear_tail") {
+    const int64_t rows = spec.out - spec.split;
+    return (width - spec.split) * rows + (spec.bias ? rows : 0);
+  }
   if (spec.type == "lm_head") return width * spec.vocab + (spec.bias ? spec.vocab : 0);
   if (spec.type == "embedding") {
     const int64_t positions = spec.positions > 0 ? spec.positions : (input.empty() ? 0 : input[0]);
@@ -140,6 +160,8 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
   const std::string& t = spec.type;
   if (t == "linear" || t == "lm_head")
     return make_linear_layer(device, s, spec, input, output, seed);
+  if (t == "linear_head" || t == "linear_tail")
+    return make_split_linear_layer(device, s, spec, input, output, seed);
   if (t == "embedding") return make_embedding_layer(device, s, spec, input, output, seed);
   if (t == "layernorm") return make_layer_norm_layer(device, s, input);
   if (t == "transformer_block")

@@ -10,6 +10,10 @@ namespace troupe::layers {
 
 std::unique_ptr<layer> make_linear_layer(backend& device, stream s, const layer_spec& spec,
                                          const shape& input, const shape& output, uint64_t seed);
+/// One part of a linear layer that a partition cuts (spec.type linear_head or linear_tail).
+std::unique_ptr<layer> make_split_linear_layer(backend& device, stream s, const layer_spec& spec,
+                                               const shape& input, const shape& output,
+                                               uint64_t seed);
 std::unique_ptr<layer> make_convolution_layer(backend& device, stream s, const layer_spec& spec,
                                               const shape& input, const shape& output,
                                               uint64_t seed);

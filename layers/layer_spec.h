@@ -10,7 +10,8 @@ namespace troupe::layers {
 /// One block of `model.layers`. Fields a type does not use keep their defaults.
 struct layer_spec {
   /// linear, relu, tanh, gelu, conv2d, maxpool2d, flatten, dropout, embedding, layernorm,
-  /// transformer_block, lm_head
+  /// transformer_block, lm_head; linear_head and linear_tail where a partition cuts a linear
+  /// layer (never written in a job file)
   std::string type;
   int out = 0;            ///< linear: output features; conv2d: output channels
   int kernel = 0;         ///< conv2d, maxpool2d: window size (maxpool2d default 2)
@@ -24,6 +25,13 @@ struct layer_spec {
   int heads = 0;          ///< transformer_block: attention heads (must divide the width)
   int mlp_ratio = 4;      ///< transformer_block: MLP width over model width
   float dropout = 0;      ///< transformer_block: residual dropout probability
+  /// linear_head, linear_tail: the two parts of a linear layer of `out` outputs that a partition
+  /// cuts (actors/engine/partition.h); the head computes outputs [0, split), the tail the rest.
+  int split = 0;
+  /// The block's index in model.layers as the job file writes it, where a cut linear layer's two
+  /// parts moved it (its weights, dropout stream and parameter names keep that index); -1: its
+  /// own index.
+  int origin = -1;
   /// A registered layer type's own keys (layers/layer_registry.h), by name.
   std::map<std::string, double> options;
 };

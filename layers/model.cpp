@@ -31,7 +31,9 @@ sequential::sequential(backend& device, stream s, const std::vector<layer_spec>&
   input_shape_ = first == 0 ? input : (*shapes)[first - 1];
   shape current = input_shape_;
   for (size_t i = first; i < last; ++i) {
-    layers_.push_back(make_layer(device, s, specs[i], current, derive_seed(seed, i), i));
+    // A cut linear layer's parts and the blocks after them draw what the uncut model's would.
+    const uint64_t index = specs[i].origin >= 0 ? static_cast<uint64_t>(specs[i].origin) : i;
+    layers_.push_back(make_layer(device, s, specs[i], current, derive_seed(seed, index), index));
     current = (*shapes)[i];
   }
   output_shape_ = current;

@@ -97,7 +97,26 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
     work.backward_input = {10 * out, float_bytes * 4 * out, 0, 1};
     return work;
   }
-  if (spec.type == "linear" || spec.type == "conv2d" || spec.type == "lm_head") {
+  if (spec.type == "linear_head" || spec.type == "linear_tail") {
+    // One part of a cut linear layer: a GEMM over its rows of the weights, and copies of the
+    // rows it passes on (layers/split_linear_layer.cpp).
+    const bool head = spec.type == "linear_head";
+    const double fan_in = static_cast<double>(input.back() - (head ? 0 : spec.split));
+    const double rows = head ? spec.split : spec.out - spec.split;
+    const double positions = in / static_cast<double>(input.back());
+    const double weights = fan_in * rows;
+    work.parameters = static_cast<int64_t>(weights + (spec.bias ? rows : 0));
+    const double parameter_bytes = float_bytes * work.parameters;
+    const double gemm_flops = 2 * weights * positions;
+    const double own = rows * positions;  // this part's outputs per sample
+    const int bias = spec.bias ? 1 : 0;
+    work.forward = {gemm_flops, float_bytes * (in + 3 * own + 2 * (out - own)), parameter_bytes,
+                    3 + bias};
+    work.backward_weights = {gemm_flops, float_bytes * (own + fan_in * positions),
+                             2 * parameter_bytes, 1 + bias};
+    work.backward_input = {gemm_flops, float_bytes * (2 * out + 2 * in), parameter_bytes, 3};
+    charge_parameters(&work, static_cast<double>(work.parameters), spec.bias ? 2 : 1, training);
+  } else if (spec.type == "linear" || spec.type == "conv2d" || spec.type == "lm_head") {
     // A convolution is a GEMM over unfolded patches: (channels × k × k) inputs per output.
     // A linear layer over [T, D] tokens is a GEMM of T rows of D features.
     const bool convolution = spec.type == "conv2d";
@@ -236,7 +255,8 @@ double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
 
 /// Blocks whose layers split their backward pass (layers::layer::splits_backward).
 static bool splits_backward(const std::string& type) {
-  return type == "linear" || type == "conv2d" || type == "lm_head";
+  return type == "linear" || type == "conv2d" || type == "lm_head" || type == "linear_head" ||
+         type == "linear_tail";
 }
 
 double stage_cost::deferred_weights_s(int64_t batch) const {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "actors/config/layer_cuts.h"
 #include "actors/config/toml_fields.h"
 #include "layers/layer_registry.h"
 
@@ -141,22 +142,20 @@ problem read_devices(const toml::node& node, const std::string& label,
   return *out = {device}, std::nullopt;
 }
 
-/// Parses "3,7" into cut points; false unless every part is a positive integer.
-bool parse_cut_points(const std::string& text, std::vector<int64_t>* cuts) {
-  cuts->clear();
-  for (size_t start = 0; start <= text.size();) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string part = trim(text.substr(start, comma - start));
-    int64_t value = 0;
-    const auto result = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || result.ec != std::errc() || result.ptr != part.data() + part.size() ||
-        value < 1) {
-      return false;
-    }
-    cuts->push_back(value);
-    start = comma + 1;
+/// One cut point of an array: a block index, or "block:row" for a cut inside a linear layer.
+problem read_cut(const toml::node& node, const std::string& label, std::string* out) {
+  const std::optional<std::string> text = node.value_exact<std::string>();
+  std::vector<cut_point> cut;
+  if (text && parse_cut_points(*text, &cut) && cut.size() == 1) {
+    return *out = cut_points_text(cut), std::nullopt;
   }
-  return !cuts->empty();
+  int64_t block = 0;
+  if (!node.is_integer()) {
+    return label + " must be a block index such as 3, or \"3:512\" to cut inside a linear layer" +
+           (text ? ", got '" + *text + "'" : "");
+  }
+  if (problem error = read_positive(node, label, &block)) return error;
+  return *out = std::to_string(block), std::nullopt;
 }
 
 /// "balanced", "measured", "uniform", an array of cut points, or cut points as a string ("3,7",
@@ -165,25 +164,37 @@ problem read_partition(const toml::node& node, const std::string& label, std::st
   const std::string expected =
       "\"balanced\", \"measured\", \"uniform\" or an array of cut points such as [3, 7]";
   const std::optional<std::string> text = node.value_exact<std::string>();
-  std::vector<int64_t> cuts;
   if (node.is_array()) {
-    if (problem error = read_array(node, label, expected, read_positive, &cuts)) return error;
-  } else if (!text) {
-    return wrong_type(label, expected, node);
-  } else if (*text == "balanced" || *text == "measured" || *text == "uniform") {
+    std::vector<std::string> cuts;
+    if (problem error = read_array(node, label, expected, read_cut, &cuts)) return error;
+    std::string joined;
+    for (const std::string& cut : cuts) joined += (joined.empty() ? "" : ",") + cut;
+    return *out = joined, std::nullopt;
+  }
+  if (!text) return wrong_type(label, expected, node);
+  std::vector<cut_point> cuts;
+  if (*text == "balanced" || *text == "measured" || *text == "uniform") {
     return *out = *text, std::nullopt;
-  } else if (!parse_cut_points(*text, &cuts)) {
+  }
+  if (!parse_cut_points(*text, &cuts)) {
     return label + " must be " + expected + ", got '" + *text + "'";
   }
-  std::string joined;
-  for (int64_t cut : cuts) joined += (joined.empty() ? "" : ",") + std::to_string(cut);
-  return *out = joined, std::nullopt;
+  return *out = cut_points_text(cuts), std::nullopt;
 }
 
+/// Cut points as an array: block indices as numbers, cuts inside a layer as "block:row".
 nlohmann::json partition_json(const std::string& partition) {
-  std::vector<int64_t> cuts;
-  if (parse_cut_points(partition, &cuts)) return cuts;
-  return partition;
+  std::vector<cut_point> cuts;
+  if (!parse_cut_points(partition, &cuts)) return partition;
+  nlohmann::json json = nlohmann::json::array();
+  for (const cut_point& cut : cuts) {
+    if (cut.row > 0) {
+      json.push_back(cut_points_text({cut}));
+    } else {
+      json.push_back(cut.block);
+    }
+  }
+  return json;
 }
 
 // The schema: every job-file key and where its value goes ----------------------------------------
@@ -276,25 +287,6 @@ std::vector<section> job_schema(job_config& config) {
 }
 
 // Checks across keys, once every key is read -----------------------------------------------------
-
-problem check_partition(const job_config& config) {
-  const parallelism_config& p = config.parallelism;
-  std::vector<int64_t> cuts;
-  if (!parse_cut_points(p.partition, &cuts)) return std::nullopt;  // a named partition
-  if (cuts.size() + 1 != static_cast<size_t>(p.stages)) {
-    return "parallelism.partition [" + p.partition + "] makes " + std::to_string(cuts.size() + 1) +
-           " stages but parallelism.stages is " + std::to_string(p.stages);
-  }
-  const auto layer_count = static_cast<int64_t>(config.model.layers.size());
-  for (size_t i = 0; i < cuts.size(); ++i) {
-    if (cuts[i] >= layer_count || (i > 0 && cuts[i] <= cuts[i - 1])) {
-      return "parallelism.partition [" + p.partition + "] must be increasing cut points in [1, " +
-             std::to_string(layer_count - 1) + "] (model.layers has " +
-             std::to_string(layer_count) + " layers)";
-    }
-  }
-  return std::nullopt;
-}
 
 /// Weight prediction moves the weights along SGD's momentum buffer, and the delay-corrected
 /// Nesterov method raises SGD's momentum or Adam's β1; Nesterov's look-ahead needs one too.
@@ -413,8 +405,8 @@ problem check_consistency(job_config* config) {
   }
   if (problem error = check_schedule(*config)) return error;
   if (problem error = check_staleness_correction(*config)) return error;
-  if (problem error = check_partition(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
+  if (std::string error = expand_cut_points(config); !error.empty()) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;
   if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;
   return std::nullopt;
@@ -499,7 +491,9 @@ std::optional<job_config> load_job_file(const std::string& path,
 }
 
 nlohmann::json to_json(const job_config& config) {
-  job_config copy = config;  // the schema binds to a mutable config; writing only reads it
+  // The job as its file writes it (a cut linear layer whole); the schema binds to a mutable
+  // config, and writing only reads it.
+  job_config copy = written_job(config);
   nlohmann::json json = nlohmann::json::object();
   for (const auto& s : job_schema(copy)) {
     nlohmann::json& keys = json[s.name] = nlohmann::json::object();

@@ -34,7 +34,9 @@ std::optional<job_config> load_job_file(const std::string& path,
 
 /// The resolved configuration as JSON: one object per section with every key, named as in the
 /// job file (what `troupe train` writes to DIR/config.json). Cut points of
-/// `parallelism.partition` are written as an array of integers, as the job file spells them.
+/// `parallelism.partition` are written as an array, as the job file spells them: block indices,
+/// and "block:row" for a cut inside a linear layer, whose layer is written whole (see
+/// actors/config/layer_cuts.h).
 nlohmann::json to_json(const job_config& config);
 
 /// 16 lowercase hex digits: FNV-1a 64 of to_json(config).dump(). Stable across runs and builds

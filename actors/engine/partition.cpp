@@ -14,8 +14,7 @@ namespace {
 
 /// One core's float32 GEMM rate at a key's shapes (about 105 GFLOP/s peak, 75-90 % reached).
 constexpr double multiply_adds_per_s = 40e9;
-/// Memory traffic of element-wise work, optimizer steps and message copies (DRAM: 30-50 GB/s).
-constexpr double bytes_per_s = 40e9;
+constexpr double bytes_per_s = nominal_bytes_per_s;
 /// The CPU time one end of a message costs a stage besides its bytes (about 30 us between the
 /// threads of one process, 100 us between processes).
 constexpr double message_overhead_s = 30e-6;
@@ -32,6 +31,9 @@ block_cost estimate_block(const job_config& config, size_t index, const layers::
   double multiply_adds = parameters;
   if (spec.type == "linear" || spec.type == "conv2d") {
     multiply_adds = parameters / std::max(1, spec.out) * elements;
+  } else if (spec.type == "linear_head" || spec.type == "linear_tail") {
+    // A part of a cut linear layer: one multiply-add per weight for each row of the sample.
+    multiply_adds = parameters * static_cast<double>(layers::element_count(input) / input.back());
   }
   const double gemm_s = batch * multiply_adds / multiply_adds_per_s;
   const double elementwise_s = batch * elements * sizeof(float) / bytes_per_s;
@@ -53,17 +55,23 @@ double compute_cost(const std::vector<block_cost>& costs, size_t index) {
 
 bool starts_stage_well(const job_config& config, size_t block) {
   const std::string& type = config.model.layers[block].type;
-  if (type == "linear" || type == "conv2d" || type == "flatten") return true;
+  if (type == "linear" || type == "linear_tail" || type == "conv2d" || type == "flatten") {
+    return true;
+  }
   return layers::find_custom_layer_type(type) != nullptr;
 }
 
-std::vector<bool> good_starts(const job_config& config) {
+}  // namespace
+
+std::vector<bool> good_stage_starts(const job_config& config) {
   std::vector<bool> starts;
   for (size_t i = 0; i < config.model.layers.size(); ++i) {
     starts.push_back(starts_stage_well(config, i));
   }
   return starts;
 }
+
+namespace {
 
 std::vector<size_t> uniform_cuts(size_t blocks, int stages) {
   std::vector<size_t> cuts;
@@ -212,7 +220,7 @@ std::optional<partition_plan> plan_partition(const job_config& config,
   partition_plan plan;
   std::vector<size_t> cuts;
   if (mode == "balanced" || mode == "measured") {
-    plan.ranges = cheapest_ranges(costs, stages, good_starts(config));
+    plan.ranges = cheapest_ranges(costs, stages, good_stage_starts(config));
   } else if (mode == "uniform") {
     cuts = uniform_cuts(blocks, stages);
   } else if (!parse_cuts(mode, &cuts) || cuts.size() != static_cast<size_t>(stages - 1)) {
@@ -245,20 +253,44 @@ std::string cut_points_text(const std::vector<stage_range>& ranges) {
   return text;
 }
 
-std::string describe_plan(const partition_plan& plan) {
+std::string predicted_shares(const partition_plan& plan) {
   double total = 0;
   for (double cost : plan.stage_costs) total += cost;
-  std::string stages, shares;
-  for (size_t s = 0; s < plan.ranges.size(); ++s) {
-    char text[48];
-    std::snprintf(text, sizeof text, "%s[%zu,%zu)", s == 0 ? "" : " ", plan.ranges[s].first,
-                  plan.ranges[s].last);
-    stages += text;
+  std::string shares;
+  for (size_t s = 0; s < plan.stage_costs.size(); ++s) {
+    char text[32];
     const double share = total > 0 ? 100 * plan.stage_costs[s] / total : 0;
     std::snprintf(text, sizeof text, "%s%.1f%%", s == 0 ? "" : ", ", share);
     shares += text;
   }
-  return "stages " + stages + "; predicted share " + shares;
+  return shares;
+}
+
+double largest_share(const partition_plan& plan) {
+  double total = 0, most = 0;
+  for (double cost : plan.stage_costs) total += cost, most = std::max(most, cost);
+  return total > 0 ? most / total : 0;
+}
+
+std::string describe_plan(const job_config& config, const partition_plan& plan) {
+  // Stage bounds as the job file numbers its blocks: "4:736" inside a cut linear layer.
+  const std::vector<layers::layer_spec>& blocks = config.model.layers;
+  const auto bound = [&blocks](size_t index) -> std::string {
+    size_t written = index;
+    for (size_t i = 0; i < index && i < blocks.size(); ++i) {
+      if (blocks[i].type == "linear_tail") --written;
+    }
+    if (index < blocks.size() && blocks[index].type == "linear_tail") {
+      return std::to_string(written - 1) + ":" + std::to_string(blocks[index].split);
+    }
+    return std::to_string(written);
+  };
+  std::string stages;
+  for (size_t s = 0; s < plan.ranges.size(); ++s) {
+    stages += (s == 0 ? "[" : " [") + bound(plan.ranges[s].first) + "," +
+              bound(plan.ranges[s].last) + ")";
+  }
+  return "stages " + stages + "; predicted share " + predicted_shares(plan);
 }
 
 }  // namespace troupe::actors

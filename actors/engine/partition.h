@@ -38,6 +38,15 @@ struct block_cost {
 /// input gradient); all of them when none has parameters, 0 when the shapes do not chain.
 size_t blocks_without_input_gradient(const job_config& config);
 
+/// Memory traffic of element-wise work, optimizer steps and copies in the estimates, bytes per
+/// second (DRAM: 30-50 GB/s).
+inline constexpr double nominal_bytes_per_s = 40e9;
+
+/// Per block of `config`'s model, whether a stage may well begin there: in front of a block with
+/// weights or a flatten, not in front of an activation, pooling or dropout (a boundary there
+/// sends the same tensor as one a block earlier or later, or a larger one).
+std::vector<bool> good_stage_starts(const job_config& config);
+
 /// A partition and what the costs it was chosen by predict for each stage.
 struct partition_plan {
   std::vector<stage_range> ranges;
@@ -86,8 +95,16 @@ std::optional<std::vector<stage_range>> partition_model(const job_config& config
 /// The cut points of `ranges` as parallelism.partition spells them: "3,7" (empty for one stage).
 std::string cut_points_text(const std::vector<stage_range>& ranges);
 
-/// One line that names the partition's stages and each one's share of the predicted cost, e.g.
-/// "stages [0,3) [3,7); predicted share 49.8%, 50.2%".
-std::string describe_plan(const partition_plan& plan);
+/// Each stage's share of the plan's predicted cost: "49.8%, 50.2%".
+std::string predicted_shares(const partition_plan& plan);
+
+/// The most costly stage's share of the plan's predicted cost, in [0, 1].
+double largest_share(const partition_plan& plan);
+
+/// One line that names the partition's stages by the blocks of `config`'s model as its job file
+/// numbers them and each one's share of the predicted cost, e.g. "stages [0,3) [3,7); predicted
+/// share 49.8%, 50.2%", or "stages [0,4:736) [4:736,11); ..." where a stage begins inside
+/// block 4 (actors/config/layer_cuts.h).
+std::string describe_plan(const job_config& config, const partition_plan& plan);
 
 }  // namespace troupe::actors

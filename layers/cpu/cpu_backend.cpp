@@ -150,6 +150,13 @@ class cpu_backend final : public backend {
                          int cols) override {
     cpu::transpose_batched(in, out, batch, rows, cols);
   }
+  void copy_matrix(stream, const float* source, int source_stride, float* target, int target_stride,
+                   int rows, int cols) override {
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(target + int64_t(r) * target_stride, source + int64_t(r) * source_stride,
+                  sizeof(float) * static_cast<size_t>(cols));
+    }
+  }
   void axpy(stream, float alpha, const float* x, float* y, size_t count) override {
     cpu::axpy(alpha, x, y, count);
   }

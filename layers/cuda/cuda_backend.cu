@@ -275,6 +275,15 @@ void cuda_backend::transpose_batched(stream s, const float* in, float* out, int 
   cuda_kernels::transpose_batched(enter(s), in, out, batch, rows, cols);
 }
 
+void cuda_backend::copy_matrix(stream s, const float* source, int source_stride, float* target,
+                               int target_stride, int rows, int cols) {
+  TROUPE_CHECK(rows >= 0 && cols >= 0 && source_stride >= cols && target_stride >= cols);
+  if (rows == 0 || cols == 0) return;
+  TROUPE_CUDA_CHECK(cudaMemcpy2DAsync(target, sizeof(float) * target_stride, source,
+                                      sizeof(float) * source_stride, sizeof(float) * cols, rows,
+                                      cudaMemcpyDeviceToDevice, enter(s)));
+}
+
 void cuda_backend::axpy(stream s, float alpha, const float* x, float* y, size_t count) {
   cuda_kernels::axpy(enter(s), alpha, x, y, count);
 }

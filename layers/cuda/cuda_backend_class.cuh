@@ -83,6 +83,8 @@ class cuda_backend final : public backend {
                     float* out) override;
   void transpose_batched(stream s, const float* in, float* out, int batch, int rows,
                          int cols) override;
+  void copy_matrix(stream s, const float* source, int source_stride, float* target,
+                   int target_stride, int rows, int cols) override;
   void axpy(stream s, float alpha, const float* x, float* y, size_t count) override;
   void multiply(stream s, const float* a, const float* b, float* out, size_t count) override;
   void sum(stream s, const float* x, size_t count, float* out) override;

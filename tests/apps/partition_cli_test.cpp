@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -59,6 +60,60 @@ TEST_F(PartitionCliTest, MeasuredResolvesToCutPointsThatTheRunAndItsConfigShow) 
     EXPECT_EQ(config["parallelism"]["partition"], nlohmann::json::array({std::stoi(match[1])}))
         << config["parallelism"].dump();
     auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    EXPECT_EQ(summary["steps"], 8) << workers;
+  }
+}
+
+TEST_F(PartitionCliTest, MeasuredCutsInsideALayerWhereWholeBlocksCannotBalanceTwoStages) {
+  // 784-1024x3-4: whole blocks leave one stage two of the three large layers (about 60 %).
+  const std::string job = write("wide.toml", R"(
+[model]
+input_shape = [784]
+layers = [{ type = "linear", out = 1024 }, { type = "relu" }, { type = "linear", out = 1024 },
+          { type = "relu" }, { type = "linear", out = 1024 }, { type = "relu" },
+          { type = "linear", out = 4 }]
+)" + synthetic_data(256, 64) + R"(
+[parallelism]
+stages = 2
+partition = "measured"
+[training]
+batch_size = 64
+epochs = 1
+lr = 0.05
+[checkpoint]
+interval_steps = 2
+)")
+                              .string();
+  const std::regex chosen(R"(partition \(measured\): stages \[0,([0-9]+:[0-9]+)\) \[\1,7\); )"
+                          R"(predicted share ([0-9.]+)%, ([0-9.]+)% \(whole blocks: ([0-9.]+)%, )"
+                          R"(([0-9.]+)%\))");
+  for (const std::string workers : {"", " --workers 2"}) {
+    const fs::path out = directory_ / ("wide" + std::to_string(workers.size()));
+    run_result result = troupe("train " + job + " --quiet --out " + out.string() + workers);
+    ASSERT_EQ(result.status, 0) << workers << "\n" << result.errors;
+    const std::string line = partition_line(result.output);
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, chosen)) << result.output;
+    EXPECT_LE(std::max(std::stod(match[2]), std::stod(match[3])), 55.0) << line;
+    EXPECT_GT(std::max(std::stod(match[4]), std::stod(match[5])), 55.0) << line;
+    // The saved job writes the layer whole and the cut as "block:row".
+    auto config = nlohmann::json::parse(read_file(out / "config.json"));
+    EXPECT_EQ(config["parallelism"]["partition"], nlohmann::json::array({match[1].str()}));
+    ASSERT_EQ(config["model"]["layers"].size(), 7u);
+    const size_t block = std::stoul(match[1].str());
+    EXPECT_EQ(config["model"]["layers"][block]["out"], 1024) << config["model"].dump();
+    auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    EXPECT_EQ(summary["steps"], 4) << workers;
+    // A resumed run keeps the cut, so that its checkpoints fit.
+    result = troupe("train " + job + " --set training.epochs=2 --resume --quiet --out " +
+                    out.string() + workers);
+    ASSERT_EQ(result.status, 0) << workers << "\n" << result.errors;
+    EXPECT_NE(result.errors.find("resuming from"), std::string::npos) << result.errors;
+    EXPECT_NE(partition_line(result.output).find("measured, as in"), std::string::npos)
+        << result.output;
+    EXPECT_NE(partition_line(result.output).find("[0," + match[1].str() + ")"), std::string::npos)
+        << result.output;
+    summary = nlohmann::json::parse(read_file(out / "summary.json"));
     EXPECT_EQ(summary["steps"], 8) << workers;
   }
 }

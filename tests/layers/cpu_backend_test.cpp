@@ -196,6 +196,21 @@ TEST(CpuBackendTest, ChannelVectorOpsMatchNaive) {
   EXPECT_EQ(dd.host(), added);
 }
 
+TEST(CpuBackendTest, CopyMatrixCopiesABlockOfColumnsAndNothingElse) {
+  const int rows = 7;
+  const std::vector<float> in = random_values(size_t(rows) * 9, 52);
+  floats source(in), target(std::vector<float>(size_t(rows) * 6, -1.0f));
+  // Columns [3, 7) of a 7 x 9 matrix into columns [1, 5) of a 7 x 6 one.
+  cpu().copy_matrix(s(), source.data() + 3, 9, target.data() + 1, 6, rows, 4);
+  const std::vector<float> out = target.host();
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < 6; ++c) {
+      const float expected = c >= 1 && c < 5 ? in[size_t(r) * 9 + 3 + c - 1] : -1.0f;
+      ASSERT_EQ(out[size_t(r) * 6 + c], expected) << r << " " << c;
+    }
+  }
+}
+
 TEST(CpuBackendTest, TransposeBatchedMatchesNaive) {
   const int batch = 3, rows = 37, cols = 45;
   const std::vector<float> in = random_values(size_t(batch) * rows * cols, 51);

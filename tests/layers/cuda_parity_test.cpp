@@ -270,6 +270,24 @@ TEST(CudaParityTest, TransposeBatched) {
   }
 }
 
+TEST(CudaParityTest, CopyMatrix) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  // Columns [5, 5 + 30) of a 37 x 45 matrix into columns [2, 32) of a 37 x 40 one.
+  const int rows = 37, cols = 30;
+  const auto source = random_floats(size_t(rows) * 45, 52);
+  const auto target = random_floats(size_t(rows) * 40, 53);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        device_array<float> from(device, source), to(device, target);
+        device.copy_matrix(device.default_stream(), from.data() + 5, 45, to.data() + 2, 40, rows,
+                           cols);
+        return outputs{to.download()};
+      },
+      exact, "copy_matrix");
+}
+
 TEST(CudaParityTest, AxpyAndMultiply) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);

@@ -61,6 +61,24 @@ TEST(GradientCheckTest, LinearWithoutBias) {
   checker.check_parameter_gradients();
 }
 
+TEST(GradientCheckTest, LinearCutIntoHeadAndTail) {
+  // The two parts of a linear layer of 5 outputs cut at output 2, on samples and on tokens.
+  for (const shape& sample : {shape{7}, shape{3, 7}}) {
+    layer_spec head = spec_of("linear_head", 5);
+    head.split = 2;
+    gradient_checker head_checker = checker_for(head, sample);
+    head_checker.check_input_gradient();
+    head_checker.check_parameter_gradients();
+    layer_spec tail = head;
+    tail.type = "linear_tail";
+    shape tail_sample = sample;
+    tail_sample.back() += 2;  // the input, then the head's two outputs
+    gradient_checker tail_checker = checker_for(tail, tail_sample);
+    tail_checker.check_input_gradient();
+    tail_checker.check_parameter_gradients();
+  }
+}
+
 TEST(GradientCheckTest, Conv2dPadded) {
   gradient_checker checker = checker_for(spec_of("conv2d", 3, 3, 1, 1), {2, 5, 5});
   checker.check_input_gradient();

@@ -130,12 +130,6 @@ job_config fashion_mlp(int stages, const std::string& partition) {
   return config;
 }
 
-double largest_share(const partition_plan& plan) {
-  double total = 0;
-  for (double cost : plan.stage_costs) total += cost;
-  return *std::max_element(plan.stage_costs.begin(), plan.stage_costs.end()) / total;
-}
-
 TEST(PartitionTest, BalancedCountsTheBackwardPassOfTheFashionMlp) {
   std::string error;
   auto costs = estimated_block_costs(fashion_mlp(2, "balanced"), &error);
@@ -174,8 +168,8 @@ TEST(PartitionTest, BalancedFashionMlpOnTwoStagesIsTheBestContiguousCut) {
   }
   EXPECT_DOUBLE_EQ(largest_share(*plan), best);
   EXPECT_LT(largest_share(*plan), 0.61);
-  EXPECT_EQ(describe_plan(*plan).rfind("stages [0,5) [5,11); predicted share 5", 0), 0u)
-      << describe_plan(*plan);
+  EXPECT_EQ(describe_plan(config, *plan).rfind("stages [0,5) [5,11); predicted share 5", 0), 0u)
+      << describe_plan(config, *plan);
 }
 
 TEST(PartitionTest, MeasuredCostsChooseTheCutsAndPredictTheShares) {
@@ -192,12 +186,12 @@ TEST(PartitionTest, MeasuredCostsChooseTheCutsAndPredictTheShares) {
   ASSERT_TRUE(plan) << error;
   EXPECT_EQ(pairs(plan->ranges), (std::vector<std::pair<size_t, size_t>>{{0, 6}, {6, 7}}));
   EXPECT_EQ(cut_points_text(plan->ranges), "6");
-  EXPECT_EQ(describe_plan(*plan), "stages [0,6) [6,7); predicted share 50.0%, 50.0%");
+  EXPECT_EQ(describe_plan(config, *plan), "stages [0,6) [6,7); predicted share 50.0%, 50.0%");
   // Cut points keep their cuts and get the measured shares.
   config.parallelism.partition = "4";
   plan = plan_partition(config, &measured, &error);
   ASSERT_TRUE(plan) << error;
-  EXPECT_EQ(describe_plan(*plan), "stages [0,4) [4,7); predicted share 33.3%, 66.7%");
+  EXPECT_EQ(describe_plan(config, *plan), "stages [0,4) [4,7); predicted share 33.3%, 66.7%");
   measured.pop_back();
   EXPECT_FALSE(plan_partition(config, &measured, &error));
   EXPECT_NE(error.find("6 measured block costs for the 7 blocks"), std::string::npos) << error;

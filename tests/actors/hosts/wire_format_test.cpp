@@ -79,6 +79,7 @@ class device_like_backend final : public backend {
   void add_channel_vector(stream, float*, const float*, int, int, int) override { FAIL(); }
   void sum_channels(stream, const float*, int, int, int, float, float*) override { FAIL(); }
   void transpose_batched(stream, const float*, float*, int, int, int) override { FAIL(); }
+  void copy_matrix(stream, const float*, int, float*, int, int, int) override { FAIL(); }
   void axpy(stream, float, const float*, float*, size_t) override { FAIL(); }
   void multiply(stream, const float*, const float*, float*, size_t) override { FAIL(); }
   void sum(stream, const float*, size_t, float*) override { FAIL(); }

@@ -1,0 +1,42 @@
+#pragma once
+
+// Cut points of parallelism.partition, including cuts inside a linear layer. "3,7" starts
+// stages at blocks 3 and 7; "3:740" starts a stage inside block 3, a linear layer, at its output
+// 740: the stage before computes outputs [0, 740) and sends them with the layer's input, the
+// stage after computes the rest (layers/split_linear_layer.cpp). A job_config holds such a
+// model expanded: the cut layer becomes a linear_head and a linear_tail block and the partition
+// whole-block cut points of the expanded model, so that every stage, the simulator and the
+// partitioner see ordinary blocks. written_job() turns it back into the job as a file writes it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/config/job_config.h"
+
+namespace troupe::actors {
+
+/// Where a stage begins: at block `block` of model.layers as the job file writes it, or inside
+/// it at output `row` (> 0) of that linear layer.
+struct cut_point {
+  int64_t block = 0;
+  int64_t row = 0;
+};
+
+/// Parses "3,7" or "3:740,7" (blocks >= 1, rows >= 1); false when a part is neither.
+bool parse_cut_points(const std::string& text, std::vector<cut_point>* cuts);
+
+/// "3:740,7".
+std::string cut_points_text(const std::vector<cut_point>& cuts);
+
+/// Checks the cut points in `config`'s parallelism.partition against its model (one per stage
+/// boundary, increasing, within the model, a cut inside a block only inside a linear layer's
+/// outputs) and expands every cut inside a layer as described above. Named partitions pass
+/// unchanged. An empty string when they fit, else one line naming the key.
+std::string expand_cut_points(job_config* config);
+
+/// `config` as its job file writes it: each cut linear layer whole again, and the cut points
+/// with "block:row" for the cuts inside one.
+job_config written_job(const job_config& config);
+
+}  // namespace troupe::actors

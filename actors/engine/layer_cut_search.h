@@ -1,0 +1,30 @@
+#pragma once
+
+// Cutting inside a linear layer (actors/config/layer_cuts.h) where whole blocks cannot balance
+// the stages: a model whose cost sits in a few large layers, such as an MLP of 1024-wide layers
+// on two stages, cannot come closer than one layer's cost to an even split by cuts between
+// blocks alone.
+
+#include <string>
+#include <vector>
+
+#include "actors/config/job_config.h"
+#include "actors/engine/partition.h"
+
+namespace troupe::actors {
+
+/// The costs of `costs` (one per block of `config`'s model) with block `block`, a linear layer,
+/// cut at output `row`: its head and tail share its GEMMs and its step in proportion to their
+/// outputs, each pays its copies of what it passes on, and the head's message is as wide as its
+/// output (the layer's input beside its rows).
+std::vector<block_cost> costs_with_layer_cut(const job_config& config,
+                                             const std::vector<block_cost>& costs, size_t block,
+                                             int row);
+
+/// The cut points, as parallelism.partition spells them ("3,7", or "3:512" for a cut inside
+/// block 3), of the partition of `config` into parallelism.stages stages whose most costly stage
+/// costs least by `costs`, cutting inside up to stages - 1 linear layers at multiples of 16
+/// outputs where each such cut lowers that cost by more than 1 %. `config` holds no cut layer.
+std::string cheapest_cut_points(const job_config& config, const std::vector<block_cost>& costs);
+
+}  // namespace troupe::actors

@@ -1,0 +1,182 @@
+// A linear layer whose outputs two stages share, for partitions that cut inside a large layer
+// (actors/engine/partition.h): the head computes outputs [0, split) and sends its input on
+// beside them; the tail computes outputs [split, out) from that input and puts the head's in
+// front of them. Together they compute y = x W^T + b as one linear layer does, with the same
+// weights: both draw the whole layer's values from the layer's seed and keep their rows.
+// The head's output row is [x | its outputs], the tail's input row the same.
+
+#include <cmath>
+
+#include "layers/check.h"
+#include "layers/layer_kinds.h"
+#include "layers/random.h"
+
+namespace troupe::layers {
+namespace {
+
+struct split_linear_context final : layer_context {
+  tensor input;            ///< the head's x; the tail's whole input (x, then the head's rows)
+  tensor output_gradient;  ///< kept by backward_input() for backward_weights()
+};
+
+class split_linear_layer final : public layer {
+ public:
+  split_linear_layer(backend& device, stream s, const layer_spec& spec, const shape& input,
+                     const shape& output, uint64_t seed)
+      : layer(input, output),
+        head_(spec.type == "linear_head"),
+        outputs_(spec.out),
+        split_(spec.split),
+        inputs_(static_cast<int>(head_ ? input.back() : input.back() - spec.split)),
+        first_row_(head_ ? 0 : spec.split),
+        rows_(head_ ? spec.split : spec.out - spec.split),
+        rows_per_sample_(element_count(input) / input.back()) {
+    // The whole layer's values in the order linear_layer draws them; this part keeps its rows.
+    random_generator generator(seed);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(inputs_));
+    std::vector<float> weights(static_cast<size_t>(outputs_) * inputs_);
+    for (float& v : weights) v = generator.uniform(-bound, bound);
+    weight_ = part_of(device, s, "weight", weights, inputs_);
+    if (spec.bias) {
+      std::vector<float> bias(static_cast<size_t>(outputs_));
+      for (float& v : bias) v = generator.uniform(-bound, bound);
+      bias_ = part_of(device, s, "bias", bias, 1);
+    }
+  }
+
+  const char* type() const override { return head_ ? "linear_head" : "linear_tail"; }
+
+  forward_result forward(const run_options& options, const tensor& input) override {
+    backend& device = input.device();
+    const stream s = options.work_stream;
+    const int batch = batch_of(input);
+    const int width = output_shape().back();
+    tensor output(device, batched(input.rows(), output_shape()));
+    tensor rows(device, {batch, rows_});
+    device.gemm(s, transpose::no, transpose::yes, batch, rows_, inputs_, 1.0f, input.data(),
+                input_stride(), weight_.value.data(), inputs_, 0.0f, rows.data(), rows_);
+    if (!bias_.value.empty()) {
+      device.add_row_vector(s, rows.data(), bias_.value.data(), batch, rows_);
+    }
+    if (head_) {
+      // [x | x Wa^T + ba]
+      device.copy_matrix(s, input.data(), inputs_, output.data(), width, batch, inputs_);
+      device.copy_matrix(s, rows.data(), rows_, output.data() + inputs_, width, batch, rows_);
+    } else {
+      // [ya | x Wb^T + bb] from [x | ya]
+      device.copy_matrix(s, input.data() + inputs_, input_stride(), output.data(), width, batch,
+                         split_);
+      device.copy_matrix(s, rows.data(), rows_, output.data() + split_, width, batch, rows_);
+    }
+    auto context = std::make_unique<split_linear_context>();
+    if (options.mode == pass_mode::training) context->input = input;
+    return {output, std::move(context)};
+  }
+
+  tensor backward(const run_options& options, layer_context& context, const tensor& output_gradient,
+                  bool need_input_gradient) override {
+    tensor result = backward_input(options, context, output_gradient, need_input_gradient);
+    backward_weights(options, context);
+    return result;
+  }
+
+  tensor backward_input(const run_options& options, layer_context& context,
+                        const tensor& output_gradient, bool need_input_gradient) override {
+    auto& saved = static_cast<split_linear_context&>(context);
+    backend& device = output_gradient.device();
+    const stream s = options.work_stream;
+    const int batch = batch_of(saved.input);
+    const int width = output_shape().back();
+    // This part's rows of the gradient, contiguous.
+    tensor rows(device, {batch, rows_});
+    device.copy_matrix(s, output_gradient.data() + (head_ ? inputs_ : split_), width, rows.data(),
+                       rows_, batch, rows_);
+    saved.output_gradient = rows;
+    if (!need_input_gradient) return tensor();
+    tensor result(device, saved.input.dims());
+    if (head_) {
+      // The gradient arrives as [dx from the tail | d rows]: dx = that + d rows · Wa.
+      device.copy_matrix(s, output_gradient.data(), width, result.data(), inputs_, batch, inputs_);
+      device.gemm(s, transpose::no, transpose::no, batch, inputs_, rows_, 1.0f, rows.data(), rows_,
+                  weight_.value.data(), inputs_, 1.0f, result.data(), inputs_);
+    } else {
+      // [d rows · Wb | the head's rows of the gradient], back to the head.
+      device.gemm(s, transpose::no, transpose::no, batch, inputs_, rows_, 1.0f, rows.data(), rows_,
+                  weight_.value.data(), inputs_, 0.0f, result.data(), input_stride());
+      device.copy_matrix(s, output_gradient.data(), width, result.data() + inputs_, input_stride(),
+                         batch, split_);
+    }
+    return result;
+  }
+
+  bool splits_backward() const override { return true; }
+
+  void backward_weights(const run_options& options, layer_context& context) override {
+    auto& saved = static_cast<split_linear_context&>(context);
+    backend& device = saved.input.device();
+    const stream s = options.work_stream;
+    const int batch = batch_of(saved.input);
+    const float* gradient = saved.output_gradient.data();
+    device.gemm(s, transpose::yes, transpose::no, rows_, inputs_, batch, 1.0f, gradient, rows_,
+                saved.input.data(), input_stride(), weight_.accumulate_beta(),
+                weight_.gradient.data(), inputs_);
+    weight_.has_gradient = true;
+    if (!bias_.value.empty()) {
+      device.sum_rows(s, gradient, batch, rows_, bias_.accumulate_beta(), bias_.gradient.data());
+      bias_.has_gradient = true;
+    }
+    saved.input = tensor();
+    saved.output_gradient = tensor();
+  }
+
+  std::vector<parameter*> parameters() override {
+    if (bias_.value.empty()) return {&weight_};
+    return {&weight_, &bias_};
+  }
+
+  double forward_flops(int64_t batch) const override {
+    return 2.0 * static_cast<double>(batch) * rows_per_sample_ * inputs_ * rows_;
+  }
+
+ private:
+  /// Floats between two rows of x in the input: the tail's rows hold the head's outputs too.
+  int input_stride() const { return head_ ? inputs_ : inputs_ + split_; }
+  /// Rows of x in `input` (samples times rows per sample).
+  int batch_of(const tensor& input) const {
+    return static_cast<int>(input.size() / input_stride());
+  }
+
+  /// Rows [first_row_, first_row_ + rows_) of the whole layer's `values` (`width` per row).
+  parameter part_of(backend& device, stream s, const char* name, const std::vector<float>& values,
+                    int width) {
+    const auto begin = values.begin() + int64_t(first_row_) * width;
+    std::vector<float> part(begin, begin + int64_t(rows_) * width);
+    parameter result;
+    result.name = name;
+    shape dims = width == 1 ? shape{rows_} : shape{rows_, width};
+    result.value = tensor::from_host(device, s, dims, part);
+    result.gradient = tensor(device, std::move(dims));
+    return result;
+  }
+
+  bool head_;
+  int outputs_;  ///< the whole layer's
+  int split_;    ///< outputs the head computes
+  int inputs_;
+  int first_row_;
+  int rows_;  ///< outputs this part computes
+  int64_t rows_per_sample_;
+  parameter weight_;
+  parameter bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<layer> make_split_linear_layer(backend& device, stream s, const layer_spec& spec,
+                                               const shape& input, const shape& output,
+                                               uint64_t seed) {
+  TROUPE_CHECK(spec.split > 0 && spec.split < spec.out);
+  return std::make_unique<split_linear_layer>(device, s, spec, input, output, seed);
+}
+
+}  // namespace troupe::layers
