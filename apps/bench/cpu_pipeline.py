@@ -10,7 +10,8 @@ Two comparisons, each printing every round's figures, the medians and the ratios
             and the seconds until the first evaluation at or above 0.85 test accuracy
             (wall time, evaluations included, as troupe's time_to_target_s counts it).
   pipeline  The MLP 784-2048-2048-2048-2048-10 on synthetic data, batch 64: one stage on one
-            core, one stage on both cores, and two asynchronous stages with one core each.
+            core, one stage on both cores, and two asynchronous stages with one core each, cut
+            between whole blocks ("balanced") and where "measured" cuts (inside a layer).
   schedules apps/examples/fashion_mlp_sync.toml (4 stages, M = 4) under the sync schedules
             gpipe, 1f1b and zb-h1, --steps steps each.
 
@@ -91,6 +92,9 @@ FASHION_CONFIGS = {
     "troupe 1 stage": ["parallelism.stages=1"],
     "troupe 2 stages async": ["parallelism.stages=2", "parallelism.mode=\"async\"",
                               "parallelism.max_active_keys=2"],
+    "troupe 2 stages async, measured cut": ["parallelism.stages=2", "parallelism.mode=\"async\"",
+                                            "parallelism.max_active_keys=2",
+                                            "parallelism.partition=\"measured\""],
     "troupe 2 stages sync 1f1b M=2": ["parallelism.stages=2", "parallelism.schedule=\"1f1b\"",
                                       "parallelism.micro_batches=2"],
 }
@@ -100,6 +104,9 @@ PIPELINE_CONFIGS = {
     "1 stage, 2 cores": ["parallelism.stages=1", "parallelism.threads=2"],
     "2 stages async, 1 core each": ["parallelism.stages=2", "parallelism.threads=2",
                                     "parallelism.mode=\"async\""],
+    "2 stages async, measured cut, 1 core each": ["parallelism.stages=2", "parallelism.threads=2",
+                                                  "parallelism.mode=\"async\"",
+                                                  "parallelism.partition=\"measured\""],
 }
 
 
@@ -249,6 +256,9 @@ def pipeline(args):
     two = median_of([r["samples_per_s"] for r in results["2 stages async, 1 core each"]])
     both = median_of([r["samples_per_s"] for r in results["1 stage, 2 cores"]])
     print("  2 stages async / 1 stage on both cores: %.2fx" % (two / both))
+    cut = median_of([r["samples_per_s"] for r in
+                     results["2 stages async, measured cut, 1 core each"]])
+    print("  2 stages async, measured cut / 1 stage on both cores: %.2fx" % (cut / both))
 
 
 def schedules(args):
