@@ -81,6 +81,13 @@ std::optional<layer_cut> cut_inside_layers(const actors::job_config& config,
 
 }  // namespace
 
+bool estimate_measured_partition(actors::job_config* config, std::string* error) {
+  if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
+  auto costs = actors::estimated_block_costs(*config, error);
+  if (!costs) return false;
+  return set_cut_points(config, actors::cheapest_cut_points(*config, *costs), error);
+}
+
 std::optional<std::string> choose_partition(actors::job_config* config, const std::string& previous,
                                             std::string* error) {
   std::string mode = config->parallelism.partition;

@@ -23,4 +23,10 @@ inline constexpr double measured_seconds_per_block = 0.05;
 std::optional<std::string> choose_partition(actors::job_config* config, const std::string& previous,
                                             std::string* error);
 
+/// For the commands that predict rather than train (`troupe simulate`): parallelism.partition =
+/// "measured" in `config` becomes the cut points that the cost model's estimate chooses, cuts
+/// inside linear layers included, as `troupe train` would choose them by timing. Other
+/// partitions stay. False, with `error` naming the key, when the model cannot be cut.
+bool estimate_measured_partition(actors::job_config* config, std::string* error);
+
 }  // namespace troupe::apps

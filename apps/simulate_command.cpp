@@ -15,6 +15,7 @@
 #include "actors/config/job_file.h"
 #include "actors/storage/file_system.h"
 #include "apps/commands.h"
+#include "apps/partition_choice.h"
 #include "apps/run_output.h"
 #include "apps/sweep_option.h"
 #include "sim/calibration/calibrate.h"
@@ -319,6 +320,9 @@ int run_simulate(const simulate_options& options) {
     actors::job_error problem;
     auto config = actors::load_job_file(options.job_file, overrides, &problem);
     if (!config) return bad_input(problem.message);
+    if (!estimate_measured_partition(&*config, &error)) {
+      return bad_input(options.job_file + ": " + error);
+    }
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);
     const auto start = std::chrono::steady_clock::now();

@@ -32,6 +32,28 @@ lr = 0.1
 )");
   }
 
+  /// 784-1024x3-4 on 2 stages, partition "measured": whole blocks leave one stage two of the
+  /// three large layers (about 60 %).
+  fs::path wide_job() {
+    return write("wide.toml", R"(
+[model]
+input_shape = [784]
+layers = [{ type = "linear", out = 1024 }, { type = "relu" }, { type = "linear", out = 1024 },
+          { type = "relu" }, { type = "linear", out = 1024 }, { type = "relu" },
+          { type = "linear", out = 4 }]
+)" + synthetic_data(256, 64) + R"(
+[parallelism]
+stages = 2
+partition = "measured"
+[training]
+batch_size = 64
+epochs = 1
+lr = 0.05
+[checkpoint]
+interval_steps = 2
+)");
+  }
+
   /// The one line of `output` that starts with "partition (".
   static std::string partition_line(const std::string& output) {
     const size_t start = output.find("partition (");
@@ -65,25 +87,7 @@ TEST_F(PartitionCliTest, MeasuredResolvesToCutPointsThatTheRunAndItsConfigShow) 
 }
 
 TEST_F(PartitionCliTest, MeasuredCutsInsideALayerWhereWholeBlocksCannotBalanceTwoStages) {
-  // 784-1024x3-4: whole blocks leave one stage two of the three large layers (about 60 %).
-  const std::string job = write("wide.toml", R"(
-[model]
-input_shape = [784]
-layers = [{ type = "linear", out = 1024 }, { type = "relu" }, { type = "linear", out = 1024 },
-          { type = "relu" }, { type = "linear", out = 1024 }, { type = "relu" },
-          { type = "linear", out = 4 }]
-)" + synthetic_data(256, 64) + R"(
-[parallelism]
-stages = 2
-partition = "measured"
-[training]
-batch_size = 64
-epochs = 1
-lr = 0.05
-[checkpoint]
-interval_steps = 2
-)")
-                              .string();
+  const std::string job = wide_job().string();
   const std::regex chosen(R"(partition \(measured\): stages \[0,([0-9]+:[0-9]+)\) \[\1,7\); )"
                           R"(predicted share ([0-9.]+)%, ([0-9.]+)% \(whole blocks: ([0-9.]+)%, )"
                           R"(([0-9.]+)%\))");
@@ -116,6 +120,29 @@ interval_steps = 2
     summary = nlohmann::json::parse(read_file(out / "summary.json"));
     EXPECT_EQ(summary["steps"], 8) << workers;
   }
+}
+
+TEST_F(PartitionCliTest, SimulateCutsMeasuredInsideALayerByTheEstimate) {
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_this_machine.toml";
+  const fs::path out = directory_ / "simulated";
+  run_result result = troupe("simulate " + wide_job().string() + " --cluster " + cluster +
+                             " --sweep parallelism.partition=balanced,measured --set "
+                             "parallelism.mode=async --set data.synthetic_train=12800 --set "
+                             "checkpoint.interval_steps=0 --out " +
+                             out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  const nlohmann::json runs = summary["sweep"]["runs"];
+  ASSERT_EQ(runs.size(), 2u) << summary.dump();
+  // Balanced async stages keep both cores busier: the same job in less simulated time.
+  const auto least_used = [](const nlohmann::json& run) {
+    const std::vector<double> use = run["stage_utilization"].get<std::vector<double>>();
+    return *std::min_element(use.begin(), use.end());
+  };
+  EXPECT_GT(runs[1]["samples_per_s"].get<double>(), 1.05 * runs[0]["samples_per_s"].get<double>())
+      << runs.dump();
+  EXPECT_GT(least_used(runs[1]), least_used(runs[0])) << runs.dump();
 }
 
 TEST_F(PartitionCliTest, EveryPartitionPrintsItsStagesAndShares) {
