@@ -17,8 +17,10 @@
 
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
+#include "actors/config/layer_cuts.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"
+#include "apps/partition_choice.h"
 #include "apps/run_output.h"
 #include "apps/statistics.h"
 #include "sim/calibration/calibrate.h"
@@ -138,6 +140,18 @@ int run_validate(const validate_options& options) {
         if (!config) {
           std::fprintf(stderr, "troupe validate: %s\n", problem.message.c_str());
           return 2;
+        }
+        // "measured" is timed once here, so that the real runs and the calibrations cut alike.
+        if (config->parallelism.partition == "measured" && stages > 1) {
+          auto line = choose_partition(&*config, "", &error);
+          if (!line) {
+            std::fprintf(stderr, "troupe validate: %s: %s\n", options.job_file.c_str(),
+                         error.c_str());
+            return 2;
+          }
+          std::fprintf(stderr, "troupe validate: %s\n", line->c_str());
+          overrides.push_back("parallelism.partition=\"" +
+                              actors::written_job(*config).parallelism.partition + "\"");
         }
         auto data = actors::load_job_data(*config, &error);
         if (!data) {
