@@ -67,6 +67,8 @@ TEST(CustomLayerTypeTest, TheRegistryRefusesTakenNamesAndIncompleteTypes) {
   std::string error;
   EXPECT_FALSE(layers::register_layer_type("linear", doubled_relu(), &error));
   EXPECT_EQ(error, "layer type 'linear' is built in");
+  EXPECT_FALSE(layers::register_layer_type("linear_tail", doubled_relu(), &error));
+  EXPECT_EQ(error, "layer type 'linear_tail' is built in");
   EXPECT_FALSE(layers::register_layer_type("doubled_relu", doubled_relu(), &error));
   EXPECT_EQ(error, "layer type 'doubled_relu' is already registered");
   EXPECT_FALSE(layers::register_layer_type("half", layers::custom_layer_type{}, &error));
