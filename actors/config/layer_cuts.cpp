@@ -119,6 +119,18 @@ std::string expand_cut_points(job_config* config) {
   return {};
 }
 
+std::map<std::string, std::pair<int64_t, int64_t>> cut_layer_rows(const job_config& config,
+                                                                  size_t first, size_t last) {
+  std::map<std::string, std::pair<int64_t, int64_t>> rows;
+  const std::vector<layer_spec>& blocks = config.model.layers;
+  for (size_t i = first; i < last && i < blocks.size(); ++i) {
+    if (!is_part(blocks[i])) continue;
+    const int64_t from = blocks[i].type == "linear_head" ? 0 : blocks[i].split;
+    rows["linear" + std::to_string(blocks[i].origin)] = {from, blocks[i].out};
+  }
+  return rows;
+}
+
 job_config written_job(const job_config& config) {
   const std::vector<layer_spec>& expanded = config.model.layers;
   if (std::none_of(expanded.begin(), expanded.end(), is_part)) return config;

@@ -9,7 +9,9 @@
 // partitioner see ordinary blocks. written_job() turns it back into the job as a file writes it.
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/config/job_config.h"
@@ -34,6 +36,14 @@ std::string cut_points_text(const std::vector<cut_point>& cuts);
 /// outputs) and expands every cut inside a layer as described above. Named partitions pass
 /// unchanged. An empty string when they fit, else one line naming the key.
 std::string expand_cut_points(job_config* config);
+
+/// Where the parts of cut linear layers among blocks [first, last) of `config`'s (expanded) model
+/// lie in their layers' whole tensors: by the layer's parameter name prefix ("linear4", the
+/// layer's written index, as a stage names its parameters), the first row of the part and the
+/// whole layer's rows (its `out`). A whole-layer weight [out, in] or bias [out] gives the part
+/// its rows from there.
+std::map<std::string, std::pair<int64_t, int64_t>> cut_layer_rows(const job_config& config,
+                                                                  size_t first, size_t last);
 
 /// `config` as its job file writes it: each cut linear layer whole again, and the cut points
 /// with "block:row" for the cuts inside one.

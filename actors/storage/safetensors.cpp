@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_device.h"
 #include "layers/backend_registry.h"
@@ -367,10 +368,21 @@ class tensor_lookup {
 
 /// Each stage's freshly initialized state, which names the parameters and their shapes.
 
+/// `parameter` from `lookup`; a part of a cut linear layer (`rows`: its first row and the whole
+/// layer's rows, or null) takes its rows of a whole-layer tensor.
 bool fill_parameter(tensor_lookup& lookup, int32_t stage, named_tensor* parameter,
-                    std::string* error) {
+                    const std::pair<int64_t, int64_t>* rows, std::string* error) {
   const named_tensor* source = lookup.find(stage, parameter->name, error);
   if (source == nullptr) return false;
+  layers::shape whole = parameter->dims;
+  if (rows != nullptr && !whole.empty()) whole[0] = rows->second;
+  if (rows != nullptr && source->dims == whole &&
+      static_cast<int64_t>(source->values.size()) == layers::element_count(whole)) {
+    const int64_t width = layers::element_count(whole) / whole[0];
+    const auto begin = source->values.begin() + rows->first * width;
+    parameter->values.assign(begin, begin + layers::element_count(parameter->dims));
+    return true;
+  }
   if (source->dims != parameter->dims) {
     *error = "tensor " + source->name + " has shape " + layers::to_string(source->dims) +
              " but the model's is " + layers::to_string(parameter->dims);
@@ -490,8 +502,12 @@ std::optional<std::vector<stage_state>> stage_states_from_tensors(
   if (!states) return std::nullopt;
   tensor_lookup lookup(tensors);
   for (stage_state& state : *states) {
+    const auto cut_rows = cut_layer_rows(config, static_cast<size_t>(state.first_block),
+                                         static_cast<size_t>(state.last_block));
     for (named_tensor& parameter : state.parameters) {
-      if (!fill_parameter(lookup, state.stage, &parameter, error)) return std::nullopt;
+      const auto rows = cut_rows.find(parameter.name.substr(0, parameter.name.find('.')));
+      const auto* part = rows == cut_rows.end() ? nullptr : &rows->second;
+      if (!fill_parameter(lookup, state.stage, &parameter, part, error)) return std::nullopt;
     }
   }
   const std::string unused = lookup.unused();

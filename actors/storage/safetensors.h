@@ -49,7 +49,9 @@ std::optional<std::vector<stage_state>> seeded_stage_states(const job_config& co
 
 /// One state per stage of `config`'s model with `parameters` filled from `tensors` (and nothing
 /// else: load it with weights_only). Stage i's parameter "linear2.weight" comes from the tensor
-/// "stage{i}.linear2.weight", else from "linear2.weight" bare or under another stage's prefix.
+/// "stage{i}.linear2.weight", else from "linear2.weight" bare or under another stage's prefix; the
+/// part of a linear layer that a partition cuts (actors/config/layer_cuts.h) takes its rows of a
+/// whole-layer tensor, or a tensor of its own shape.
 /// Nothing, with `error` naming the tensor, when one is missing, ambiguous, has another shape
 /// than the model's, or is left over.
 std::optional<std::vector<stage_state>> stage_states_from_tensors(

@@ -12,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_device.h"
 #include "layers/backend_registry.h"
@@ -305,6 +306,53 @@ TEST_F(SafetensorsTest, AnotherStageCountLoadsWithOrWithoutStagePrefixes) {
       EXPECT_EQ(parameters[p].values, tensors[p].values);
     }
   }
+}
+
+TEST_F(SafetensorsTest, APartitionThatCutsALayerTakesEachPartsRowsOfTheWholeTensor) {
+  // The 2-stage export (whole layers) into 3 stages that cut inside linear3 (20 outputs, at 8):
+  // the same weights, the head's rows in stage 0 and the tail's in stage 1.
+  job_config cut = testing::small_pipeline_job(3, 1, "sync", "gpipe", 64);
+  cut.parallelism.partition = "3:8,5";
+  ASSERT_EQ(expand_cut_points(&cut), "");
+  std::vector<named_tensor> tensors = two_stage_export();
+  std::vector<named_tensor> bare = tensors;
+  for (named_tensor& tensor : bare) tensor.name = tensor.name.substr(tensor.name.find('.') + 1);
+  const auto whole = [&tensors](const std::string& name) {
+    for (const named_tensor& tensor : tensors) {
+      if (tensor.name.substr(tensor.name.find('.') + 1) == name) return tensor;
+    }
+    return named_tensor{};
+  };
+  for (const auto* file : {&tensors, &bare}) {
+    std::string error;
+    auto states = stage_states_from_tensors(*file, cut, &error);
+    ASSERT_TRUE(states.has_value()) << error;
+    ASSERT_EQ(states->size(), 3u);
+    const named_tensor weight = whole("linear3.weight"), bias = whole("linear3.bias");
+    ASSERT_EQ(weight.dims, (layers::shape{20, 24}));
+    const auto& head = (*states)[0].parameters;
+    const auto& tail = (*states)[1].parameters;
+    ASSERT_EQ(head.size(), 4u);  // linear0's and linear3's first 8 rows
+    EXPECT_EQ(head[2].name, "linear3.weight");
+    EXPECT_EQ(head[2].dims, (layers::shape{8, 24}));
+    EXPECT_EQ(head[2].values,
+              std::vector<float>(weight.values.begin(), weight.values.begin() + 192));
+    EXPECT_EQ(head[3].values, std::vector<float>(bias.values.begin(), bias.values.begin() + 8));
+    EXPECT_EQ(tail[0].name, "linear3.weight");
+    EXPECT_EQ(tail[0].dims, (layers::shape{12, 24}));
+    EXPECT_EQ(tail[0].values, std::vector<float>(weight.values.begin() + 192, weight.values.end()));
+    EXPECT_EQ(tail[1].values, std::vector<float>(bias.values.begin() + 8, bias.values.end()));
+    ASSERT_EQ(tail.size(), 2u);
+    EXPECT_EQ((*states)[2].parameters.at(0).values, whole("linear5.weight").values);
+  }
+  // A tensor of neither shape is refused by name.
+  std::vector<named_tensor> odd = tensors;
+  for (named_tensor& tensor : odd) {
+    if (tensor.name == "stage0.linear3.weight") tensor.dims = {10, 48};
+  }
+  std::string error;
+  EXPECT_FALSE(stage_states_from_tensors(odd, cut, &error));
+  EXPECT_EQ(error, "tensor stage0.linear3.weight has shape [10, 48] but the model's is [8, 24]");
 }
 
 TEST_F(SafetensorsTest, InitialStageStatesLoadIntoTheStages) {
