@@ -1,6 +1,7 @@
 #include "actors/engine/layer_cut_search.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "actors/config/layer_cuts.h"
@@ -11,8 +12,10 @@ namespace {
 
 /// Outputs a cut inside a layer falls on a multiple of (whole SIMD rows of the weights).
 constexpr int row_multiple = 16;
-/// A cut inside a layer is kept when it lowers the most costly stage by more than this share.
+/// Cuts inside layers are kept when they lower the most costly stage by more than this share.
 constexpr double least_gain = 0.01;
+/// Stage boundaries tried at most (stages × places²); rows lie further apart beyond it.
+constexpr double max_pairs_searched = 2e7;
 
 /// What one cut linear layer is: features in, outputs, rows of a sample, samples per key.
 struct layer_shape {
@@ -69,33 +72,36 @@ std::pair<block_cost, block_cost> cut_costs(const block_cost& whole, const layer
   return {head, tail};
 }
 
-double costliest(const std::vector<block_cost>& costs, const std::vector<stage_range>& ranges) {
-  double most = 0;
-  for (const stage_range& range : ranges) most = std::max(most, stage_cost(costs, range));
-  return most;
+/// A place where a stage may begin: block `block`'s start (row 0), or inside that linear layer
+/// at output `row`; with its head's and tail's costs there.
+struct position {
+  size_t block = 0;
+  int row = 0;
+  block_cost head, tail;
+};
+
+/// Work of `cost` without its messages (the input gradient where the engine computes one).
+double work_of(const block_cost& cost) {
+  return cost.forward + cost.backward + cost.step +
+         (cost.input_gradient_needed ? cost.input_gradient : 0.0);
 }
 
-/// The blocks being searched: their costs, good starts, and where each came from.
-struct cut_model {
-  std::vector<block_cost> costs;
-  std::vector<bool> starts;
-  std::vector<cut_point> origin;  ///< a tail's cut; other blocks' written index, row 0
-  std::vector<std::optional<layer_shape>> cuttable;
-
-  cut_model with_cut(size_t block, int row) const {
-    cut_model cut = *this;
-    auto [head, tail] = cut_costs(costs[block], *cuttable[block], row);
-    cut.costs[block] = head;
-    cut.costs.insert(cut.costs.begin() + static_cast<std::ptrdiff_t>(block) + 1, tail);
-    cut.starts.insert(cut.starts.begin() + static_cast<std::ptrdiff_t>(block) + 1, true);
-    cut.origin.insert(cut.origin.begin() + static_cast<std::ptrdiff_t>(block) + 1,
-                      cut_point{origin[block].block, row});
-    cut.cuttable[block].reset();
-    cut.cuttable.insert(cut.cuttable.begin() + static_cast<std::ptrdiff_t>(block) + 1,
-                        std::nullopt);
-    return cut;
+/// The positions of `costs`' blocks, the rows inside cuttable layers `step` outputs apart, and
+/// the end.
+std::vector<position> positions_of(const std::vector<block_cost>& costs,
+                                   const std::vector<std::optional<layer_shape>>& cuttable,
+                                   int step) {
+  std::vector<position> result;
+  for (size_t b = 0; b <= costs.size(); ++b) {
+    result.push_back({b, 0, {}, {}});
+    if (b == costs.size() || !cuttable[b] || step <= 0) continue;
+    for (int row = step; row < static_cast<int>(cuttable[b]->outputs); row += step) {
+      auto [head, tail] = cut_costs(costs[b], *cuttable[b], row);
+      result.push_back({b, row, head, tail});
+    }
   }
-};
+  return result;
+}
 
 }  // namespace
 
@@ -113,49 +119,72 @@ std::vector<block_cost> costs_with_layer_cut(const job_config& config,
 
 std::string cheapest_cut_points(const job_config& config, const std::vector<block_cost>& costs) {
   const int stages = config.parallelism.stages;
-  cut_model model{costs, good_stage_starts(config), {}, cuttable_layers(config)};
-  if (model.costs.size() != model.cuttable.size() || stages < 2) return {};
-  const size_t skipped = std::min(costs.size(), blocks_without_input_gradient(config));
-  for (size_t i = 0; i < model.costs.size(); ++i) {
-    model.costs[i].input_gradient_needed = i >= skipped;
-    model.origin.push_back(cut_point{static_cast<int64_t>(i), 0});
+  const std::vector<std::optional<layer_shape>> cuttable = cuttable_layers(config);
+  const size_t n = costs.size();
+  if (cuttable.size() != n || stages < 2 || static_cast<size_t>(stages) > n) return {};
+  std::vector<block_cost> marked = costs;
+  const size_t skipped = std::min(n, blocks_without_input_gradient(config));
+  for (size_t i = 0; i < n; ++i) marked[i].input_gradient_needed = i >= skipped;
+  const std::vector<bool> starts = good_stage_starts(config);
+  std::vector<double> prefix(n + 1, 0.0);  // whole blocks [0, i) without messages
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + work_of(marked[i]);
+  // Rows 16 apart, coarser where the dynamic programme would take too long.
+  int step = row_multiple;
+  std::vector<position> places = positions_of(marked, cuttable, step);
+  while (static_cast<double>(stages) * places.size() * places.size() > max_pairs_searched &&
+         step < (1 << 20)) {
+    step *= 2;
+    places = positions_of(marked, cuttable, step);
   }
-  std::vector<stage_range> ranges = cheapest_ranges(model.costs, stages, model.starts);
-  for (int round = 1; round < stages; ++round) {
-    const double most = costliest(model.costs, ranges);
-    // Only a cut in or beside the most costly stage can make it cheaper.
-    size_t slowest = 0;
-    for (size_t s = 0; s < ranges.size(); ++s) {
-      if (stage_cost(model.costs, ranges[s]) >= most) slowest = s;
-    }
-    const size_t first = ranges[slowest].first > 0 ? ranges[slowest].first - 1 : 0;
-    const size_t last = std::min(ranges[slowest].last + 1, model.costs.size());
-    double best = most * (1 - least_gain);
-    std::optional<cut_model> chosen;
-    std::vector<stage_range> chosen_ranges;
-    for (size_t block = first; block < last; ++block) {
-      if (!model.cuttable[block]) continue;
-      const int outputs = static_cast<int>(model.cuttable[block]->outputs);
-      for (int row = row_multiple; row < outputs; row += row_multiple) {
-        cut_model cut = model.with_cut(block, row);
-        std::vector<stage_range> cut_ranges = cheapest_ranges(cut.costs, stages, cut.starts);
-        const bool cut_there =
-            std::any_of(cut_ranges.begin(), cut_ranges.end(),
-                        [&](const stage_range& r) { return r.first == block + 1; });
-        const double cost = costliest(cut.costs, cut_ranges);
-        if (cut_there && cost < best) {
-          best = cost;
-          chosen = std::move(cut);
-          chosen_ranges = std::move(cut_ranges);
+  const double total = prefix[n];
+  // The cost of a stage from place a to place b (a < b); infinite where both cut one layer.
+  const double infinity = std::numeric_limits<double>::infinity();
+  const auto stage_of = [&](const position& a, const position& b) {
+    if (a.row > 0 && b.row > 0 && a.block == b.block) return infinity;
+    const size_t first = a.block + (a.row > 0 ? 1 : 0);
+    double cost = prefix[b.block] - prefix[first];
+    if (a.row > 0) cost += work_of(a.tail) + a.head.message;
+    if (b.row > 0) cost += work_of(b.head) + b.head.message;
+    if (a.row == 0 && a.block > 0) cost += marked[a.block - 1].message;
+    if (b.row == 0 && b.block < n) cost += marked[b.block - 1].message;
+    // Ties prefer stages that begin at a good start (as cheapest_ranges does).
+    if (a.row == 0 && a.block > 0 && !starts[a.block]) cost += 1e-9 * total;
+    return cost;
+  };
+  const size_t count = places.size();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(count, infinity));
+  std::vector<std::vector<size_t>> from(stages + 1, std::vector<size_t>(count, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s) {
+    for (size_t j = 1; j < count; ++j) {
+      for (size_t i = 0; i < j; ++i) {
+        if (best[s - 1][i] == infinity) continue;
+        const double cost = std::max(best[s - 1][i], stage_of(places[i], places[j]));
+        if (cost < best[s][j]) {
+          best[s][j] = cost;
+          from[s][j] = i;
         }
       }
     }
-    if (!chosen) break;
-    model = std::move(*chosen);
-    ranges = std::move(chosen_ranges);
   }
   std::vector<cut_point> cuts;
-  for (size_t s = 1; s < ranges.size(); ++s) cuts.push_back(model.origin[ranges[s].first]);
+  for (size_t s = stages, j = count - 1; s > 1; --s) {
+    j = from[s][j];
+    cuts.push_back({static_cast<int64_t>(places[j].block), places[j].row});
+  }
+  std::reverse(cuts.begin(), cuts.end());
+  // Whole blocks unless cutting inside layers gains more than least_gain.
+  const std::vector<stage_range> whole = cheapest_ranges(marked, stages, starts);
+  double whole_most = 0;
+  for (const stage_range& range : whole)
+    whole_most = std::max(whole_most, stage_cost(marked, range));
+  const bool inside =
+      std::any_of(cuts.begin(), cuts.end(), [](const cut_point& c) { return c.row; });
+  if (!inside || best[stages][count - 1] >= whole_most * (1 - least_gain)) {
+    cuts.clear();
+    for (size_t s = 1; s < whole.size(); ++s)
+      cuts.push_back({static_cast<int64_t>(whole[s].first), 0});
+  }
   return cut_points_text(cuts);
 }
 

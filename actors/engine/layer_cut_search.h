@@ -23,8 +23,10 @@ std::vector<block_cost> costs_with_layer_cut(const job_config& config,
 
 /// The cut points, as parallelism.partition spells them ("3,7", or "3:512" for a cut inside
 /// block 3), of the partition of `config` into parallelism.stages stages whose most costly stage
-/// costs least by `costs`, cutting inside up to stages - 1 linear layers at multiples of 16
-/// outputs where each such cut lowers that cost by more than 1 %. `config` holds no cut layer.
+/// costs least by `costs`: exact dynamic programming over the blocks' starts and the rows inside
+/// linear layers, 16 outputs apart (further apart where that would take long), one cut per
+/// layer at most. Cuts inside layers are chosen only when they make the most costly stage more
+/// than 1 % cheaper than whole blocks can. `config` holds no cut layer.
 std::string cheapest_cut_points(const job_config& config, const std::vector<block_cost>& costs);
 
 }  // namespace troupe::actors

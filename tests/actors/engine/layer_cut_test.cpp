@@ -174,7 +174,7 @@ job_config fashion_mlp(int stages) {
   return config;
 }
 
-TEST(LayerCutTest, TheFashionMlpOnTwoStagesIsBalancedByACutInsideALayer) {
+TEST(LayerCutTest, TheFashionMlpIsBalancedByCutsInsideItsLayers) {
   for (int stages : {2, 3, 4}) {
     std::string error;
     job_config config = fashion_mlp(stages);
@@ -191,6 +191,8 @@ TEST(LayerCutTest, TheFashionMlpOnTwoStagesIsBalancedByACutInsideALayer) {
     auto plan = plan_partition(cut, &*cut_costs, &error);
     ASSERT_TRUE(plan) << error;
     EXPECT_LE(largest_share(*plan), largest_share(*whole)) << stages << ": " << cuts;
+    // Near an even split: the cuts fall on multiples of 16 outputs, and each adds its copies.
+    EXPECT_LE(largest_share(*plan), 1.0 / stages + 0.02) << describe_plan(cut, *plan);
     if (stages != 2) continue;
     // Whole blocks: one stage holds two of the three large layers, about 60 %.
     EXPECT_GT(largest_share(*whole), 0.58);
