@@ -26,7 +26,7 @@ struct layer_spec {
   int mlp_ratio = 4;      ///< transformer_block: MLP width over model width
   float dropout = 0;      ///< transformer_block: residual dropout probability
   /// linear_head, linear_tail: the two parts of a linear layer of `out` outputs that a partition
-  /// cuts (actors/engine/partition.h); the head computes outputs [0, split), the tail the rest.
+  /// cuts (actors/config/layer_cuts.h); the head computes outputs [0, split), the tail the rest.
   int split = 0;
   /// The block's index in model.layers as the job file writes it, where a cut linear layer's two
   /// parts moved it (its weights, dropout stream and parameter names keep that index); -1: its

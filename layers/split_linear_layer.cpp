@@ -1,5 +1,5 @@
 // A linear layer whose outputs two stages share, for partitions that cut inside a large layer
-// (actors/engine/partition.h): the head computes outputs [0, split) and sends its input on
+// (actors/config/layer_cuts.h): the head computes outputs [0, split) and sends its input on
 // beside them; the tail computes outputs [split, out) from that input and puts the head's in
 // front of them. Together they compute y = x W^T + b as one linear layer does, with the same
 // weights: both draw the whole layer's values from the layer's seed and keep their rows.
