@@ -160,6 +160,8 @@ void simulator::begin_work(int device, int id) {
 }
 
 double simulator::message_end_s(const key_message& message) const {
+  // A replica group (NCCL, shared memory) sums on the devices: no message to encode or take.
+  if (summed_in_group_ && message.kind == actors::key_kind::reduce) return 0;
   return options_.message_cpu_s + options_.message_cpu_per_byte_s * payload_bytes(message);
 }
 

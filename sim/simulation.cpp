@@ -83,6 +83,8 @@ bool simulator::build(std::string* error) {
   }
   backward_first_ = actors::backward_first(config_);
   replicated_ = config_.parallelism.replicas > 1;
+  summed_in_group_ = replicated_ && config_.parallelism.collective != "ring";
+  group_in_memory_ = replicated_ && config_.parallelism.collective == "shared_memory";
   // The interleaved schedule places stage s on worker s % workers, its device; replica r's
   // workers follow replica r − 1's.
   const bool interleaved = config_.parallelism.schedule == "interleaved" &&
@@ -180,6 +182,13 @@ int simulator::new_parcel(parcel&& p) {
 void simulator::send(int from_device, int target, stage_output&& content, int from_track,
                      double delay_s) {
   const int to_device = device_of_target(target);
+  if (group_in_memory_ && content.message.kind == actors::key_kind::reduce) {
+    // A shared-memory group's pieces stay in the process's memory: no link, no latency.
+    const int id = new_parcel(parcel{generation_, target, from_track, from_device, now_ + delay_s,
+                                     0, std::move(content)});
+    schedule(now_ + delay_s, event_kind::deliver, id);
+    return;
+  }
   const double bytes = options_.header_bytes + payload_bytes(content.message);
   const auto& [path, latency_s] = route(from_device, to_device);
   const int id = new_parcel(parcel{generation_, target, from_track, from_device, now_ + delay_s,

@@ -282,6 +282,13 @@ class simulator {
   bool backward_first_ = false;
   /// The job has replicas, whose ring chunks a stage takes before its other messages.
   bool replicated_ = false;
+  /// The replicas sum in a group (parallelism.collective "nccl" or "shared_memory"), timed as
+  /// the ring's pieces without the CPU of a message end: the group's collective takes the same
+  /// adds and copies on the devices, and no message. Approximate: a group's collective is one
+  /// step for all its ranks, where the ring's pieces come one by one.
+  bool summed_in_group_ = false;
+  /// A shared-memory group's pieces also skip the links (they stay in the process's memory).
+  bool group_in_memory_ = false;
   std::string failure_;
   std::unique_ptr<actors::trace_recorder> trace_;
   size_t spans_ = 0;

@@ -277,5 +277,27 @@ TEST(SharedSchedulerTest, AStageTakesARingChunkBeforeItsOtherMail) {
   EXPECT_GT(checked, 50);
 }
 
+TEST(SharedSchedulerTest, ReplicaGroupsSumWithoutTheRingsMessageCosts) {
+  // Two sync replicas of one stage on two cores: the ring's pieces are messages, each end paying
+  // 50 us and a link's latency; a shared-memory group sums in memory, an NCCL group on the links.
+  actors::job_config config = balanced_job(4, 1, "sync");
+  config.parallelism.stages = 1;
+  config.parallelism.replicas = 2;
+  simulation_options options = traced_with_coordinator_cost(0);
+  options.message_cpu_s = 5e-5;
+  std::map<std::string, double> seconds;
+  for (const char* collective : {"ring", "shared_memory", "nccl"}) {
+    config.parallelism.collective = collective;
+    const simulation_result result = simulated(config, core_pool(2), options);
+    seconds[collective] = result.virtual_s;
+    int reduces = 0;
+    const nlohmann::json records = result.trace->records();
+    for (const auto& span : records["spans"]) reduces += span[1] == "reduce" ? 1 : 0;
+    EXPECT_GT(reduces, 0) << collective << ": the sum still takes its adds and copies";
+  }
+  EXPECT_LT(seconds["shared_memory"], seconds["ring"]);
+  EXPECT_LT(seconds["nccl"], seconds["ring"]);
+}
+
 }  // namespace
 }  // namespace troupe::sim
