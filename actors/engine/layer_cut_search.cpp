@@ -46,7 +46,9 @@ std::vector<std::optional<layer_shape>> cuttable_layers(const job_config& config
   return result;
 }
 
-/// The head's and tail's costs of `whole` cut at output `row` (see costs_with_layer_cut()).
+/// The head's and tail's costs of `whole` cut at output `row`: they share its GEMMs and its step
+/// in proportion to their outputs, each pays its copies of what it passes on, and the head's
+/// message is as wide as its output (the layer's input beside its rows).
 std::pair<block_cost, block_cost> cut_costs(const block_cost& whole, const layer_shape& layer,
                                             int row) {
   const double head_share = row / layer.outputs;
@@ -104,18 +106,6 @@ std::vector<position> positions_of(const std::vector<block_cost>& costs,
 }
 
 }  // namespace
-
-std::vector<block_cost> costs_with_layer_cut(const job_config& config,
-                                             const std::vector<block_cost>& costs, size_t block,
-                                             int row) {
-  const auto cuttable = cuttable_layers(config);
-  std::vector<block_cost> result = costs;
-  if (block >= costs.size() || block >= cuttable.size() || !cuttable[block]) return result;
-  auto [head, tail] = cut_costs(costs[block], *cuttable[block], row);
-  result[block] = head;
-  result.insert(result.begin() + static_cast<std::ptrdiff_t>(block) + 1, tail);
-  return result;
-}
 
 std::string cheapest_cut_points(const job_config& config, const std::vector<block_cost>& costs) {
   const int stages = config.parallelism.stages;

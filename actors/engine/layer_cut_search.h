@@ -13,14 +13,6 @@
 
 namespace troupe::actors {
 
-/// The costs of `costs` (one per block of `config`'s model) with block `block`, a linear layer,
-/// cut at output `row`: its head and tail share its GEMMs and its step in proportion to their
-/// outputs, each pays its copies of what it passes on, and the head's message is as wide as its
-/// output (the layer's input beside its rows).
-std::vector<block_cost> costs_with_layer_cut(const job_config& config,
-                                             const std::vector<block_cost>& costs, size_t block,
-                                             int row);
-
 /// The cut points, as parallelism.partition spells them ("3,7", or "3:512" for a cut inside
 /// block 3), of the partition of `config` into parallelism.stages stages whose most costly stage
 /// costs least by `costs`: exact dynamic programming over the blocks' starts and the rows inside
