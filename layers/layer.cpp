@@ -78,6 +78,20 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     output->back() = t == "linear_head" ? inputs + spec.split : spec.out;
     return true;
   }
+  if (t == "conv2d_head" || t == "conv2d_tail") {
+    const int64_t channels = input.empty() ? 0 : input[0] - (t == "conv2d_tail" ? spec.split : 0);
+    if (input.size() != 3 || channels < 1) {
+      return fail(error,
+                  "needs an input of shape [channels, height, width], got " + to_string(input));
+    }
+    if (spec.split < 1 || spec.split >= spec.out || spec.kernel < 1) {
+      return fail(error, "split " + std::to_string(spec.split) + " must be in [1, " +
+                             std::to_string(spec.out - 1) + "] (out = " + std::to_string(spec.out) +
+                             ")");
+    }
+    *output = {t == "conv2d_head" ? channels + spec.split : spec.out, input[1], input[2]};
+    return true;
+  }
   if (t == "embedding") {
     if (input.size() != 1) {
       return fail(error, "needs an input of token ids [context], got " + to_string(input) +
@@ -133,6 +147,12 @@ int64_t parameter_count(const layer_spec& spec, const shape& input) {
     const int64_t rows = spec.out - spec.split;
     return (width - spec.split) * rows + (spec.bias ? rows : 0);
   }
+  if (spec.type == "conv2d_head" || spec.type == "conv2d_tail") {
+    const bool head = spec.type == "conv2d_head";
+    const int64_t rows = head ? spec.split : spec.out - spec.split;
+    const int64_t channels = (input.empty() ? 0 : input[0]) - (head ? 0 : spec.split);
+    return channels * spec.kernel * spec.kernel * rows + (spec.bias ? rows : 0);
+  }
   if (spec.type == "lm_head") return width * spec.vocab + (spec.bias ? spec.vocab : 0);
   if (spec.type == "embedding") {
     const int64_t positions = spec.positions > 0 ? spec.positions : (input.empty() ? 0 : input[0]);
@@ -162,6 +182,8 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
     return make_linear_layer(device, s, spec, input, output, seed);
   if (t == "linear_head" || t == "linear_tail")
     return make_split_linear_layer(device, s, spec, input, output, seed);
+  if (t == "conv2d_head" || t == "conv2d_tail")
+    return make_split_convolution_layer(device, s, spec, input, output, seed);
   if (t == "embedding") return make_embedding_layer(device, s, spec, input, output, seed);
   if (t == "layernorm") return make_layer_norm_layer(device, s, input);
   if (t == "transformer_block")

@@ -14,6 +14,10 @@ std::unique_ptr<layer> make_linear_layer(backend& device, stream s, const layer_
 std::unique_ptr<layer> make_split_linear_layer(backend& device, stream s, const layer_spec& spec,
                                                const shape& input, const shape& output,
                                                uint64_t seed);
+/// One part of a convolution that a partition cuts (spec.type conv2d_head or conv2d_tail).
+std::unique_ptr<layer> make_split_convolution_layer(backend& device, stream s,
+                                                    const layer_spec& spec, const shape& input,
+                                                    const shape& output, uint64_t seed);
 std::unique_ptr<layer> make_convolution_layer(backend& device, stream s, const layer_spec& spec,
                                               const shape& input, const shape& output,
                                               uint64_t seed);

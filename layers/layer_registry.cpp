@@ -34,8 +34,9 @@ bool register_layer_type(const std::string& name, custom_layer_type type, std::s
   if (name.empty()) {
     *error = "a layer type needs a name";
   } else if (std::find(built_in.begin(), built_in.end(), name) != built_in.end() ||
-             name == "linear_head" || name == "linear_tail") {
-    // The last two are the parts of a linear layer that a partition cuts.
+             name == "linear_head" || name == "linear_tail" || name == "conv2d_head" ||
+             name == "conv2d_tail") {
+    // The last four are the parts of a layer that a partition cuts.
     *error = "layer type '" + name + "' is built in";
   } else if (registry().count(name)) {
     *error = "layer type '" + name + "' is already registered";

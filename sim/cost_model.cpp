@@ -97,24 +97,33 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
     work.backward_input = {10 * out, float_bytes * 4 * out, 0, 1};
     return work;
   }
-  if (spec.type == "linear_head" || spec.type == "linear_tail") {
-    // One part of a cut linear layer: a GEMM over its rows of the weights, and copies of the
-    // rows it passes on (layers/split_linear_layer.cpp).
-    const bool head = spec.type == "linear_head";
-    const double fan_in = static_cast<double>(input.back() - (head ? 0 : spec.split));
+  if (layers::is_cut_part(spec.type)) {
+    // One part of a cut linear layer or convolution: a GEMM over its rows of the weights (a
+    // convolution's over unfolded patches), and copies of what it passes on
+    // (layers/split_linear_layer.cpp, split_convolution_layer.cpp).
+    const bool head = layers::is_cut_head(spec.type);
+    const bool convolution = spec.type == "conv2d_head" || spec.type == "conv2d_tail";
+    const double channels =
+        static_cast<double>(convolution ? input[0] : input.back()) - (head ? 0 : spec.split);
+    const double fan_in = convolution ? channels * spec.kernel * spec.kernel : channels;
     const double rows = head ? spec.split : spec.out - spec.split;
-    const double positions = in / static_cast<double>(input.back());
+    // Pixels of a convolution's image (it keeps its size), tokens of a linear layer's sample.
+    const double positions =
+        convolution ? static_cast<double>(input[1] * input[2]) : in / input.back();
+    const double unfolded = convolution ? fan_in * positions : 0;
     const double weights = fan_in * rows;
     work.parameters = static_cast<int64_t>(weights + (spec.bias ? rows : 0));
     const double parameter_bytes = float_bytes * work.parameters;
     const double gemm_flops = 2 * weights * positions;
     const double own = rows * positions;  // this part's outputs per sample
-    const int bias = spec.bias ? 1 : 0;
-    work.forward = {gemm_flops, float_bytes * (in + 3 * own + 2 * (out - own)), parameter_bytes,
-                    3 + bias};
-    work.backward_weights = {gemm_flops, float_bytes * (own + fan_in * positions),
-                             2 * parameter_bytes, 1 + bias};
-    work.backward_input = {gemm_flops, float_bytes * (2 * out + 2 * in), parameter_bytes, 3};
+    const int extra = (spec.bias ? 1 : 0) + (convolution ? 3 : 0);
+    work.forward = {gemm_flops,
+                    float_bytes * (in + 3 * own + 2 * (out - own) + unfolded + (head ? 0 : in)),
+                    parameter_bytes, 3 + extra};
+    work.backward_weights = {gemm_flops, float_bytes * (own + fan_in * positions + unfolded),
+                             2 * parameter_bytes, 1 + extra};
+    work.backward_input = {gemm_flops, float_bytes * (3 * out + 2 * in + unfolded), parameter_bytes,
+                           4 + (convolution ? 2 : 0)};
     charge_parameters(&work, static_cast<double>(work.parameters), spec.bias ? 2 : 1, training);
   } else if (spec.type == "linear" || spec.type == "conv2d" || spec.type == "lm_head") {
     // A convolution is a GEMM over unfolded patches: (channels × k × k) inputs per output.
@@ -255,8 +264,7 @@ double stage_cost::backward_s(int64_t batch, bool need_input_gradient) const {
 
 /// Blocks whose layers split their backward pass (layers::layer::splits_backward).
 static bool splits_backward(const std::string& type) {
-  return type == "linear" || type == "conv2d" || type == "lm_head" || type == "linear_head" ||
-         type == "linear_tail";
+  return type == "linear" || type == "conv2d" || type == "lm_head" || layers::is_cut_part(type);
 }
 
 double stage_cost::deferred_weights_s(int64_t batch) const {

@@ -8,8 +8,18 @@ namespace {
 
 using layers::layer_spec;
 
-bool is_part(const layer_spec& spec) {
-  return spec.type == "linear_head" || spec.type == "linear_tail";
+bool is_part(const layer_spec& spec) { return layers::is_cut_part(spec.type); }
+
+/// Why block `spec` cannot be cut inside, or empty: a linear layer, or a convolution that keeps
+/// its image's size (stride 1, padding (kernel - 1) / 2), whose input and output stack.
+std::string uncuttable(const layer_spec& spec) {
+  if (spec.type == "linear") return {};
+  if (spec.type == "conv2d") {
+    if (std::max(spec.stride, 1) == 1 && 2 * spec.padding + 1 == spec.kernel) return {};
+    return "only a convolution that keeps its image's size (stride 1, padding (kernel - 1) / 2) "
+           "can share its channels";
+  }
+  return "only a linear layer's outputs or a convolution's channels can be shared";
 }
 
 /// A whole number >= `least`, spaces around it allowed.
@@ -73,8 +83,8 @@ std::string expand_cut_points(job_config* config) {
     if (cut.row == 0) continue;
     const layer_spec& spec = written[static_cast<size_t>(cut.block)];
     const std::string block = "model.layers[" + std::to_string(cut.block) + "] (" + spec.type + ")";
-    if (spec.type != "linear") {
-      return label + " cuts inside " + block + ": only a linear layer's outputs can be shared";
+    if (const std::string why = uncuttable(spec); !why.empty()) {
+      return label + " cuts inside " + block + ": " + why;
     }
     if (cut.row >= spec.out) {
       return label + " cuts " + block + " at output " + std::to_string(cut.row) +
@@ -99,9 +109,10 @@ std::string expand_cut_points(job_config* config) {
       continue;
     }
     spec.split = static_cast<int>(split_row[i]);
-    spec.type = "linear_head";
+    const std::string type = spec.type;
+    spec.type = type + "_head";
     expanded.push_back(spec);
-    spec.type = "linear_tail";
+    spec.type = type + "_tail";
     expanded.push_back(spec);
   }
   std::string whole;
@@ -125,8 +136,9 @@ std::map<std::string, std::pair<int64_t, int64_t>> cut_layer_rows(const job_conf
   const std::vector<layer_spec>& blocks = config.model.layers;
   for (size_t i = first; i < last && i < blocks.size(); ++i) {
     if (!is_part(blocks[i])) continue;
-    const int64_t from = blocks[i].type == "linear_head" ? 0 : blocks[i].split;
-    rows["linear" + std::to_string(blocks[i].origin)] = {from, blocks[i].out};
+    const int64_t from = layers::is_cut_head(blocks[i].type) ? 0 : blocks[i].split;
+    rows[layers::uncut_type(blocks[i].type) + std::to_string(blocks[i].origin)] = {from,
+                                                                                   blocks[i].out};
   }
   return rows;
 }
@@ -137,8 +149,8 @@ job_config written_job(const job_config& config) {
   job_config written = config;
   written.model.layers.clear();
   for (layer_spec spec : expanded) {
-    if (spec.type == "linear_tail") continue;
-    if (spec.type == "linear_head") spec.type = "linear";
+    if (layers::is_cut_tail(spec.type)) continue;
+    spec.type = layers::uncut_type(spec.type);
     spec.split = 0;
     spec.origin = -1;
     written.model.layers.push_back(spec);
@@ -147,7 +159,7 @@ job_config written_job(const job_config& config) {
   if (!parse_cut_points(config.parallelism.partition, &cuts)) return written;
   for (cut_point& cut : cuts) {
     const layer_spec& spec = expanded[static_cast<size_t>(cut.block)];
-    if (spec.type == "linear_tail") cut.row = spec.split;
+    if (layers::is_cut_tail(spec.type)) cut.row = spec.split;
     if (spec.origin >= 0) cut.block = spec.origin;
   }
   written.parallelism.partition = cut_points_text(cuts);

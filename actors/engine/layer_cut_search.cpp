@@ -17,15 +17,21 @@ constexpr double least_gain = 0.01;
 /// Stage boundaries tried at most (stages × places²); rows lie further apart beyond it.
 constexpr double max_pairs_searched = 2e7;
 
-/// What one cut linear layer is: features in, outputs, rows of a sample, samples per key.
+/// What one cuttable layer is: features (channels) in, outputs (channels), rows of a sample
+/// (tokens; a convolution's pixels), samples per key, and the outputs between two cuts tried.
 struct layer_shape {
   double inputs = 0;
   double outputs = 0;
   double rows_per_sample = 1;
   double batch = 1;
+  int step = row_multiple;
+  /// A convolution's unfolding of its input (im2col, and col2im for the input gradient) per
+  /// key: each part repeats it whole.
+  double unfold_s = 0;
 };
 
-/// Per block of `config`'s model, its shape when it is a linear layer that may be cut.
+/// Per block of `config`'s model, its shape when it is a layer that may be cut: a linear layer,
+/// or a convolution that keeps its image's size (actors/config/layer_cuts.h).
 std::vector<std::optional<layer_shape>> cuttable_layers(const job_config& config) {
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   std::string error;
@@ -39,7 +45,19 @@ std::vector<std::optional<layer_shape>> cuttable_layers(const job_config& config
     if (spec.type == "linear" && spec.out >= 2 * row_multiple && !input.empty()) {
       const double rows = static_cast<double>(layers::element_count(input) / input.back());
       result[i] = layer_shape{static_cast<double>(input.back()), static_cast<double>(spec.out),
-                              rows, batch};
+                              rows, batch, row_multiple};
+    }
+    const bool same_size = std::max(spec.stride, 1) == 1 && 2 * spec.padding + 1 == spec.kernel;
+    if (spec.type == "conv2d" && same_size && spec.out >= 2 && input.size() == 3) {
+      // Channels one at a time up to 64 of them, then a 64th of them.
+      const double unfolded = static_cast<double>(layers::element_count(input)) * spec.kernel *
+                              spec.kernel;  // floats per sample
+      result[i] = layer_shape{static_cast<double>(input[0]),
+                              static_cast<double>(spec.out),
+                              static_cast<double>(input[1] * input[2]),
+                              batch,
+                              std::max(1, spec.out / 64),
+                              batch * unfolded * 2 * sizeof(float) / nominal_bytes_per_s};
     }
     input = (*shapes)[i];
   }
@@ -58,16 +76,21 @@ std::pair<block_cost, block_cost> cut_costs(const block_cost& whole, const layer
     return layer.batch * layer.rows_per_sample * floats * 2 * sizeof(float) / nominal_bytes_per_s;
   };
   block_cost head;
-  head.forward = whole.forward * head_share + copy(layer.inputs + row);
+  // A convolution's parts each unfold the whole input, where the layer's cost holds it once.
+  head.forward =
+      whole.forward * head_share + copy(layer.inputs + row) + layer.unfold_s * tail_share;
   head.backward = whole.backward * head_share;
-  head.input_gradient = whole.input_gradient * head_share + copy(layer.inputs + row);
+  head.input_gradient =
+      whole.input_gradient * head_share + copy(layer.inputs + row) + layer.unfold_s * tail_share;
   head.step = whole.step * head_share;
   head.message = whole.message * (layer.inputs + row) / layer.outputs;
   head.input_gradient_needed = whole.input_gradient_needed;
   block_cost tail;
-  tail.forward = whole.forward * tail_share + copy(layer.outputs);
+  tail.forward = whole.forward * tail_share + copy(layer.outputs) + copy(layer.inputs) +
+                 layer.unfold_s * head_share;
   tail.backward = whole.backward * tail_share;
-  tail.input_gradient = whole.input_gradient * tail_share + copy(layer.inputs + row);
+  tail.input_gradient =
+      whole.input_gradient * tail_share + copy(layer.inputs + row) + layer.unfold_s * head_share;
   tail.step = whole.step * tail_share;
   tail.message = whole.message;
   tail.input_gradient_needed = true;  // the head's rows of the gradient go back through it
@@ -88,15 +111,16 @@ double work_of(const block_cost& cost) {
          (cost.input_gradient_needed ? cost.input_gradient : 0.0);
 }
 
-/// The positions of `costs`' blocks, the rows inside cuttable layers `step` outputs apart, and
-/// the end.
+/// The positions of `costs`' blocks, the rows inside cuttable layers `coarser` times their
+/// steps apart, and the end.
 std::vector<position> positions_of(const std::vector<block_cost>& costs,
                                    const std::vector<std::optional<layer_shape>>& cuttable,
-                                   int step) {
+                                   int coarser) {
   std::vector<position> result;
   for (size_t b = 0; b <= costs.size(); ++b) {
     result.push_back({b, 0, {}, {}});
-    if (b == costs.size() || !cuttable[b] || step <= 0) continue;
+    if (b == costs.size() || !cuttable[b]) continue;
+    const int step = cuttable[b]->step * coarser;
     for (int row = step; row < static_cast<int>(cuttable[b]->outputs); row += step) {
       auto [head, tail] = cut_costs(costs[b], *cuttable[b], row);
       result.push_back({b, row, head, tail});
@@ -118,13 +142,13 @@ std::string cheapest_cut_points(const job_config& config, const std::vector<bloc
   const std::vector<bool> starts = good_stage_starts(config);
   std::vector<double> prefix(n + 1, 0.0);  // whole blocks [0, i) without messages
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + work_of(marked[i]);
-  // Rows 16 apart, coarser where the dynamic programme would take too long.
-  int step = row_multiple;
-  std::vector<position> places = positions_of(marked, cuttable, step);
+  // Each layer's step apart, coarser where the dynamic programme would take too long.
+  int coarser = 1;
+  std::vector<position> places = positions_of(marked, cuttable, coarser);
   while (static_cast<double>(stages) * places.size() * places.size() > max_pairs_searched &&
-         step < (1 << 20)) {
-    step *= 2;
-    places = positions_of(marked, cuttable, step);
+         coarser < (1 << 20)) {
+    coarser *= 2;
+    places = positions_of(marked, cuttable, coarser);
   }
   const double total = prefix[n];
   // The cost of a stage from place a to place b (a < b); infinite where both cut one layer.

@@ -51,9 +51,8 @@ class layers_stage_device final : public stage_device {
     for (size_t i = 0; i < model_->size(); ++i) {
       const layers::layer_spec& spec = config.model.layers[range.first + i];
       // The parts of a cut linear layer are named as the layer is.
-      const bool part = spec.type == "linear_head" || spec.type == "linear_tail";
       const size_t index = spec.origin >= 0 ? static_cast<size_t>(spec.origin) : range.first + i;
-      const std::string layer = (part ? std::string("linear") : spec.type) + std::to_string(index);
+      const std::string layer = layers::uncut_type(spec.type) + std::to_string(index);
       for (layers::parameter* p : model_->at(i).parameters())
         names_.push_back(layer + "." + p->name);
     }

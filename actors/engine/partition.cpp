@@ -34,6 +34,10 @@ block_cost estimate_block(const job_config& config, size_t index, const layers::
   } else if (spec.type == "linear_head" || spec.type == "linear_tail") {
     // A part of a cut linear layer: one multiply-add per weight for each row of the sample.
     multiply_adds = parameters * static_cast<double>(layers::element_count(input) / input.back());
+  } else if (spec.type == "conv2d_head" || spec.type == "conv2d_tail") {
+    // A part of a cut convolution: one multiply-add per weight for each pixel (the image keeps
+    // its size).
+    multiply_adds = parameters * static_cast<double>(input[1] * input[2]);
   }
   const double gemm_s = batch * multiply_adds / multiply_adds_per_s;
   const double elementwise_s = batch * elements * sizeof(float) / bytes_per_s;
@@ -55,7 +59,7 @@ double compute_cost(const std::vector<block_cost>& costs, size_t index) {
 
 bool starts_stage_well(const job_config& config, size_t block) {
   const std::string& type = config.model.layers[block].type;
-  if (type == "linear" || type == "linear_tail" || type == "conv2d" || type == "flatten") {
+  if (type == "linear" || type == "conv2d" || type == "flatten" || layers::is_cut_tail(type)) {
     return true;
   }
   return layers::find_custom_layer_type(type) != nullptr;
@@ -278,9 +282,9 @@ std::string describe_plan(const job_config& config, const partition_plan& plan) 
   const auto bound = [&blocks](size_t index) -> std::string {
     size_t written = index;
     for (size_t i = 0; i < index && i < blocks.size(); ++i) {
-      if (blocks[i].type == "linear_tail") --written;
+      if (layers::is_cut_tail(blocks[i].type)) --written;
     }
-    if (index < blocks.size() && blocks[index].type == "linear_tail") {
+    if (index < blocks.size() && layers::is_cut_tail(blocks[index].type)) {
       return std::to_string(written - 1) + ":" + std::to_string(blocks[index].split);
     }
     return std::to_string(written);

@@ -15,8 +15,8 @@
 # The bundle's path is noted in BUILD/last-device-bundle for tests/gpu/device_check.sh
 # (unless --no-build).
 set -euo pipefail
-# xz's preset for the packed libraries: 6 keeps the bundle small; the tests, which only unpack
-# it here, ask for 1 (TROUPE_BUNDLE_XZ_LEVEL): several times faster, a little larger.
+# xz's preset for the packed libraries: 6 keeps the bundle small (TROUPE_BUNDLE_XZ_LEVEL: 1 is
+# several times faster and packs them about 4 MiB larger, too large for a device call).
 xz_level="${TROUPE_BUNDLE_XZ_LEVEL:-6}"
 repository="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="$repository/build"

@@ -79,6 +79,20 @@ TEST(GradientCheckTest, LinearCutIntoHeadAndTail) {
   }
 }
 
+TEST(GradientCheckTest, ConvolutionCutIntoHeadAndTail) {
+  // The two parts of a 3x3 convolution of 5 channels that keeps the image's size, cut at 2.
+  layer_spec head = spec_of("conv2d_head", 5, 3, 1, 1);
+  head.split = 2;
+  gradient_checker head_checker = checker_for(head, {3, 4, 5});
+  head_checker.check_input_gradient();
+  head_checker.check_parameter_gradients();
+  layer_spec tail = head;
+  tail.type = "conv2d_tail";
+  gradient_checker tail_checker = checker_for(tail, {3 + 2, 4, 5});  // the input, then the head's
+  tail_checker.check_input_gradient();
+  tail_checker.check_parameter_gradients();
+}
+
 TEST(GradientCheckTest, Conv2dPadded) {
   gradient_checker checker = checker_for(spec_of("conv2d", 3, 3, 1, 1), {2, 5, 5});
   checker.check_input_gradient();

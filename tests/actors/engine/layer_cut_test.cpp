@@ -112,18 +112,18 @@ weights joined(const job_config& config, const weights& parts) {
   const auto& blocks = config.model.layers;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const layers::layer_spec& spec = blocks[i];
-    const bool linear = spec.type == "linear" || spec.type == "linear_head";
-    if (!linear) continue;
+    const std::string type = layers::uncut_type(spec.type);
+    if ((type != "linear" && type != "conv2d") || layers::is_cut_tail(spec.type)) continue;
     const size_t tensors = spec.bias ? 2 : 1;
     for (size_t t = 0; t < tensors; ++t) {
       std::vector<float> values = parts.at(next + t);
-      if (spec.type == "linear_head") {
+      if (layers::is_cut_head(spec.type)) {
         const std::vector<float>& tail = parts.at(next + tensors + t);
         values.insert(values.end(), tail.begin(), tail.end());
       }
       result.push_back(std::move(values));
     }
-    next += spec.type == "linear_head" ? 2 * tensors : tensors;
+    next += layers::is_cut_head(spec.type) ? 2 * tensors : tensors;
   }
   EXPECT_EQ(next, parts.size());
   return result;
@@ -155,6 +155,53 @@ TEST(LayerCutTest, SyncPipelinesThatCutInsideLayersEqualTheSequentialTrainer) {
     EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
         << r.schedule << " " << r.cuts;
   }
+}
+
+/// A small CNN: two convolutions that keep the image's size, one that halves it, a linear head.
+job_config small_cnn(int stages, const std::string& schedule, int micro_batches) {
+  job_config config = testing::small_pipeline_job(stages, micro_batches, "sync", schedule, 320);
+  config.model.input_shape = {2, 6, 6};
+  layers::layer_spec same = block("conv2d", 6);
+  same.kernel = 3;
+  same.padding = 1;
+  layers::layer_spec halving = block("conv2d", 4);
+  halving.kernel = 2;
+  halving.stride = 2;
+  config.model.layers = {
+      same, block("relu"), same, block("tanh"), halving, block("flatten"), block("linear", 4)};
+  return config;
+}
+
+TEST(LayerCutTest, SyncPipelinesThatCutInsideConvolutionsEqualTheSequentialTrainer) {
+  struct run {
+    const char* schedule;
+    int micro_batches;
+    const char* cuts;
+  };
+  for (const run& r : {run{"gpipe", 4, "0:2,2:5"}, run{"zb-h1", 2, "2:3,4"}}) {
+    job_config whole = small_cnn(3, r.schedule, r.micro_batches);
+    job_config cut = whole;
+    cut.parallelism.partition = r.cuts;
+    ASSERT_EQ(expand_cut_points(&cut), "") << r.cuts;
+    std::string error;
+    auto data = load_job_data(whole, &error);
+    ASSERT_TRUE(data) << error;
+    auto device = layers::create_backend("cpu", 1, &error);
+    const int64_t steps = 30;
+    local_pipeline pipeline(cut, *device, data->train.count(), steps, 0);
+    pipeline.train(data->train, steps);
+    const weights actual = joined(cut, pipeline.weights());
+    const weights expected = testing::sequential_weights(whole, data->train, steps);
+    ASSERT_EQ(actual.size(), expected.size()) << r.cuts;
+    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
+        << r.schedule << " " << r.cuts;
+  }
+  // A convolution that changes the image's size cannot stack its input and output channels.
+  job_config strided = small_cnn(2, "gpipe", 1);
+  strided.parallelism.partition = "4:2";
+  EXPECT_NE(expand_cut_points(&strided).find("cuts inside model.layers[4] (conv2d): only a "
+                                             "convolution that keeps its image's size"),
+            std::string::npos);
 }
 
 /// The Fashion-MNIST MLP of apps/examples/fashion_mlp.toml (784-1024-1024-1024-10).
