@@ -12,6 +12,7 @@
 #include "actors/config/job_file.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
+#include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/model_files.h"

@@ -9,6 +9,7 @@
 
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_device.h"
+#include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/model_files.h"

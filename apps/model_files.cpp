@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "actors/config/job_file.h"
+#include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 
 namespace troupe::apps {

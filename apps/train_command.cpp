@@ -16,6 +16,7 @@
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/replica_groups.h"
+#include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/commands.h"
 #include "apps/dashboard_server.h"

@@ -15,6 +15,7 @@
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_device.h"
+#include "actors/storage/model_weights.h"
 #include "layers/backend_registry.h"
 #include "tests/support/job_helpers.h"
 
