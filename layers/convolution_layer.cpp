@@ -1,7 +1,4 @@
-#include <cmath>
-
 #include "layers/layer_kinds.h"
-#include "layers/random.h"
 
 namespace troupe::layers {
 namespace {
@@ -31,14 +28,12 @@ class convolution_layer final : public layer {
     geometry_.out_width = static_cast<int>(output[2]);
     out_channels_ = spec.out;
     patch_ = geometry_.channels * spec.kernel * spec.kernel;
-    random_generator generator(seed);
-    const float bound = 1.0f / std::sqrt(static_cast<float>(patch_));
-    weight_ = make_uniform_parameter(device, s, "weight",
-                                     {out_channels_, geometry_.channels, spec.kernel, spec.kernel},
-                                     bound, generator);
-    if (spec.bias) {
-      bias_ = make_uniform_parameter(device, s, "bias", {out_channels_}, bound, generator);
-    }
+    const initial_values values =
+        initial_weight_rows(seed, patch_, out_channels_, spec.bias, 0, out_channels_);
+    weight_ = parameter_from_host(device, s, "weight",
+                                  {out_channels_, geometry_.channels, spec.kernel, spec.kernel},
+                                  values.weight);
+    if (spec.bias) bias_ = parameter_from_host(device, s, "bias", {out_channels_}, values.bias);
   }
 
   const char* type() const override { return "conv2d"; }

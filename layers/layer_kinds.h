@@ -2,7 +2,9 @@
 
 // Factories for each kind of layer; make_layer() in layer.h is the public entry point.
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "layers/layer.h"
 
@@ -39,5 +41,21 @@ std::unique_ptr<layer> make_transformer_block(backend& device, stream s, const l
 /// A parameter of `dims` filled from U(-bound, bound) drawn from `generator` on the host.
 parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
                                  float bound, class random_generator& generator);
+
+/// A parameter named `name` holding `values` (element_count(dims) of them), its gradient
+/// allocated.
+parameter parameter_from_host(backend& device, stream s, const char* name, shape dims,
+                              const std::vector<float>& values);
+
+/// The initial values of a linear layer or convolution with `fan_in` inputs per output:
+/// PyTorch's U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the weight [out, fan_in] and then the bias
+/// [out], drawn from `seed`. Of them, rows [first, first + rows): the whole layer's with first
+/// 0 and rows = out, a part's of a cut layer otherwise. `bias` stays empty without one.
+struct initial_values {
+  std::vector<float> weight;
+  std::vector<float> bias;
+};
+initial_values initial_weight_rows(uint64_t seed, int64_t fan_in, int64_t out, bool bias,
+                                   int64_t first, int64_t rows);
 
 }  // namespace troupe::layers

@@ -5,14 +5,36 @@
 
 namespace troupe::layers {
 
-parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
-                                 float bound, random_generator& generator) {
-  std::vector<float> values(element_count(dims));
-  for (float& v : values) v = generator.uniform(-bound, bound);
+parameter parameter_from_host(backend& device, stream s, const char* name, shape dims,
+                              const std::vector<float>& values) {
   parameter result;
   result.name = name;
   result.value = tensor::from_host(device, s, dims, values);
   result.gradient = tensor(device, std::move(dims));
+  return result;
+}
+
+parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
+                                 float bound, random_generator& generator) {
+  std::vector<float> values(element_count(dims));
+  for (float& v : values) v = generator.uniform(-bound, bound);
+  return parameter_from_host(device, s, name, std::move(dims), values);
+}
+
+initial_values initial_weight_rows(uint64_t seed, int64_t fan_in, int64_t out, bool bias,
+                                   int64_t first, int64_t rows) {
+  random_generator generator(seed);
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  initial_values result;
+  // Every value is drawn, in the whole layer's order, so that a part keeps the whole's rows.
+  for (int64_t i = 0; i < out * fan_in; ++i) {
+    const float value = generator.uniform(-bound, bound);
+    if (i >= first * fan_in && i < (first + rows) * fan_in) result.weight.push_back(value);
+  }
+  for (int64_t i = 0; bias && i < out; ++i) {
+    const float value = generator.uniform(-bound, bound);
+    if (i >= first && i < first + rows) result.bias.push_back(value);
+  }
   return result;
 }
 
@@ -34,13 +56,10 @@ class linear_layer final : public layer {
         outputs_(static_cast<int>(output.back())),
         rows_per_sample_(element_count(input) / input.back()),
         type_(spec.type == "lm_head" ? "lm_head" : "linear") {
-    // PyTorch's default initialization: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both tensors.
-    random_generator generator(seed);
-    const float bound = 1.0f / std::sqrt(static_cast<float>(inputs_));
-    weight_ = make_uniform_parameter(device, s, "weight", {outputs_, inputs_}, bound, generator);
-    if (spec.bias) {
-      bias_ = make_uniform_parameter(device, s, "bias", {outputs_}, bound, generator);
-    }
+    const initial_values values =
+        initial_weight_rows(seed, inputs_, outputs_, spec.bias, 0, outputs_);
+    weight_ = parameter_from_host(device, s, "weight", {outputs_, inputs_}, values.weight);
+    if (spec.bias) bias_ = parameter_from_host(device, s, "bias", {outputs_}, values.bias);
   }
 
   const char* type() const override { return type_; }

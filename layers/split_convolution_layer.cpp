@@ -6,11 +6,8 @@
 // are cut, so that input and output channels stack into one image. Each part runs an ordinary
 // convolution over its channels, whose weights are its rows of the whole layer's values.
 
-#include <cmath>
-
 #include "layers/check.h"
 #include "layers/layer_kinds.h"
-#include "layers/random.h"
 
 namespace troupe::layers {
 namespace {
@@ -34,18 +31,13 @@ class split_convolution_layer final : public layer {
     part.out = rows_;
     const shape image{channels_, input[1], input[2]};
     inner_ = make_convolution_layer(device, s, part, image, {rows_, input[1], input[2]}, seed);
-    // The whole layer's values in the order a convolution draws them; this part keeps its rows.
-    random_generator generator(seed);
-    const int64_t patch = channels_ * spec.kernel * spec.kernel;
-    const float bound = 1.0f / std::sqrt(static_cast<float>(patch));
-    std::vector<float> weights(static_cast<size_t>(spec.out * patch));
-    for (float& v : weights) v = generator.uniform(-bound, bound);
-    std::vector<float> bias(spec.bias ? static_cast<size_t>(spec.out) : 0);
-    for (float& v : bias) v = generator.uniform(-bound, bound);
-    const int64_t first = head_ ? 0 : spec.split;
+    // The inner convolution's own draw gives way to this part's rows of the whole layer's.
+    const initial_values values =
+        initial_weight_rows(seed, channels_ * spec.kernel * spec.kernel, spec.out, spec.bias,
+                            head_ ? 0 : spec.split, rows_);
     std::vector<parameter*> parameters = inner_->parameters();
-    keep_rows(s, weights, patch, first, parameters[0]);
-    if (spec.bias) keep_rows(s, bias, 1, first, parameters[1]);
+    take_values(s, values.weight, parameters[0]);
+    if (spec.bias) take_values(s, values.bias, parameters[1]);
   }
 
   const char* type() const override { return head_ ? "conv2d_head" : "conv2d_tail"; }
@@ -135,11 +127,10 @@ class split_convolution_layer final : public layer {
   double forward_flops(int64_t batch) const override { return inner_->forward_flops(batch); }
 
  private:
-  /// Puts rows [first, first + rows_) of `values` (`width` per row) into `target`.
-  void keep_rows(stream s, const std::vector<float>& values, int64_t width, int64_t first,
-                 parameter* target) {
-    TROUPE_CHECK(target->value.size() == rows_ * width);
-    target->value.copy_from_host(s, values.data() + first * width);
+  /// Puts `values` into `target`, whose size they have.
+  static void take_values(stream s, const std::vector<float>& values, parameter* target) {
+    TROUPE_CHECK(target->value.size() == static_cast<int64_t>(values.size()));
+    target->value.copy_from_host(s, values.data());
     target->value.device().synchronize(s);
   }
 

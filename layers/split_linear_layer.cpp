@@ -5,11 +5,8 @@
 // weights: both draw the whole layer's values from the layer's seed and keep their rows.
 // The head's output row is [x | its outputs], the tail's input row the same.
 
-#include <cmath>
-
 #include "layers/check.h"
 #include "layers/layer_kinds.h"
-#include "layers/random.h"
 
 namespace troupe::layers {
 namespace {
@@ -31,17 +28,10 @@ class split_linear_layer final : public layer {
         first_row_(head_ ? 0 : spec.split),
         rows_(head_ ? spec.split : spec.out - spec.split),
         rows_per_sample_(element_count(input) / input.back()) {
-    // The whole layer's values in the order linear_layer draws them; this part keeps its rows.
-    random_generator generator(seed);
-    const float bound = 1.0f / std::sqrt(static_cast<float>(inputs_));
-    std::vector<float> weights(static_cast<size_t>(outputs_) * inputs_);
-    for (float& v : weights) v = generator.uniform(-bound, bound);
-    weight_ = part_of(device, s, "weight", weights, inputs_);
-    if (spec.bias) {
-      std::vector<float> bias(static_cast<size_t>(outputs_));
-      for (float& v : bias) v = generator.uniform(-bound, bound);
-      bias_ = part_of(device, s, "bias", bias, 1);
-    }
+    const initial_values values =
+        initial_weight_rows(seed, inputs_, outputs_, spec.bias, first_row_, rows_);
+    weight_ = parameter_from_host(device, s, "weight", {rows_, inputs_}, values.weight);
+    if (spec.bias) bias_ = parameter_from_host(device, s, "bias", {rows_}, values.bias);
   }
 
   const char* type() const override { return head_ ? "linear_head" : "linear_tail"; }
@@ -144,19 +134,6 @@ class split_linear_layer final : public layer {
   /// Rows of x in `input` (samples times rows per sample).
   int batch_of(const tensor& input) const {
     return static_cast<int>(input.size() / input_stride());
-  }
-
-  /// Rows [first_row_, first_row_ + rows_) of the whole layer's `values` (`width` per row).
-  parameter part_of(backend& device, stream s, const char* name, const std::vector<float>& values,
-                    int width) {
-    const auto begin = values.begin() + int64_t(first_row_) * width;
-    std::vector<float> part(begin, begin + int64_t(rows_) * width);
-    parameter result;
-    result.name = name;
-    shape dims = width == 1 ? shape{rows_} : shape{rows_, width};
-    result.value = tensor::from_host(device, s, dims, part);
-    result.gradient = tensor(device, std::move(dims));
-    return result;
   }
 
   bool head_;
