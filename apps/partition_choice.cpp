@@ -48,22 +48,22 @@ bool set_cut_points(actors::job_config* config, const std::string& text, std::st
   return error->empty();
 }
 
-/// A job whose partition cuts inside linear layers, and its plan; no plan where cutting whole
-/// blocks was as good.
+/// A job whose partition cuts inside layers, its plan, and the plan of whole blocks under the
+/// same timing; no plans where cutting whole blocks was as good.
 struct layer_cut {
   actors::job_config config;
   std::optional<actors::partition_plan> plan;
+  std::optional<actors::partition_plan> whole;
 };
 
-/// Cuts inside layers where they make the most costly stage of `whole` (the plan `measured`
-/// chose over whole blocks of `config`) cheaper, checked by timing the cut model's blocks. The
-/// two timings are compared by the largest share, which the machine's speed between them does
-/// not change.
+/// Cuts inside layers where they make the most costly stage of the whole-block partition in
+/// `config` (chosen by `measured`) cheaper, checked by timing the cut model's blocks: the cuts
+/// against the same whole blocks under that one timing, each cut layer costing what its parts
+/// did, so that the machine's load between the two timings cannot decide.
 std::optional<layer_cut> cut_inside_layers(const actors::job_config& config,
-                                           const actors::partition_plan& whole,
                                            const std::vector<actors::block_cost>& measured,
                                            std::string* error) {
-  layer_cut result{config, std::nullopt};
+  layer_cut result{config, std::nullopt, std::nullopt};
   const std::string cuts = actors::cheapest_cut_points(config, measured);
   if (cuts.find(':') == std::string::npos) return result;
   actors::job_config cut = config;
@@ -72,9 +72,13 @@ std::optional<layer_cut> cut_inside_layers(const actors::job_config& config,
   if (!timed) return std::nullopt;
   auto plan = actors::plan_partition(cut, &*timed, error);
   if (!plan) return std::nullopt;
-  if (actors::largest_share(*plan) < actors::largest_share(whole)) {
+  const std::vector<actors::block_cost> joined = actors::joined_cut_costs(cut, *timed);
+  auto whole = actors::plan_partition(config, &joined, error);
+  if (!whole) return std::nullopt;
+  if (actors::largest_share(*plan) < actors::largest_share(*whole)) {
     result.config = std::move(cut);
     result.plan = std::move(plan);
+    result.whole = std::move(whole);
   }
   return result;
 }
@@ -109,10 +113,10 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
   std::string whole_blocks;
   if (measured) {
     config->parallelism.partition = actors::cut_points_text(plan->ranges);
-    auto cut = cut_inside_layers(*config, *plan, *measured, error);
+    auto cut = cut_inside_layers(*config, *measured, error);
     if (!cut) return std::nullopt;
     if (cut->plan) {
-      whole_blocks = " (whole blocks: " + actors::predicted_shares(*plan) + ")";
+      whole_blocks = " (whole blocks: " + actors::predicted_shares(*cut->whole) + ")";
       *config = std::move(cut->config);
       plan = std::move(cut->plan);
     }

@@ -202,4 +202,23 @@ std::string cheapest_cut_points(const job_config& config, const std::vector<bloc
   return cut_points_text(cuts);
 }
 
+std::vector<block_cost> joined_cut_costs(const job_config& config,
+                                         const std::vector<block_cost>& costs) {
+  std::vector<block_cost> joined;
+  const std::vector<layers::layer_spec>& blocks = config.model.layers;
+  for (size_t i = 0; i < costs.size() && i < blocks.size(); ++i) {
+    if (!layers::is_cut_tail(blocks[i].type) || joined.empty()) {
+      joined.push_back(costs[i]);
+      continue;
+    }
+    block_cost& layer = joined.back();  // the head
+    layer.forward += costs[i].forward;
+    layer.backward += costs[i].backward;
+    layer.input_gradient += costs[i].input_gradient;
+    layer.step += costs[i].step;
+    layer.message = costs[i].message;  // the layer's output leaves from the tail
+  }
+  return joined;
+}
+
 }  // namespace troupe::actors

@@ -22,4 +22,11 @@ namespace troupe::actors {
 /// `config` holds no cut layer.
 std::string cheapest_cut_points(const job_config& config, const std::vector<block_cost>& costs);
 
+/// `costs`, one per block of `config`'s expanded model, with each cut layer's head and tail
+/// taken together again: one per block of the job as its file writes it, a cut layer costing
+/// what its parts did (their copies included), so that whole blocks and the cuts compare under
+/// one timing.
+std::vector<block_cost> joined_cut_costs(const job_config& config,
+                                         const std::vector<block_cost>& costs);
+
 }  // namespace troupe::actors
