@@ -48,6 +48,24 @@ inline actors::job_config small_pipeline_job(int stages, int micro_batches, cons
   return config;
 }
 
+/// The Fashion-MNIST MLP of apps/examples/fashion_mlp.toml (784-1024-1024-1024-10, dropout 0.2)
+/// on `stages` stages cut by `partition`.
+inline actors::job_config fashion_mlp_job(int stages, const std::string& partition) {
+  actors::job_config config;
+  config.model.input_shape = {1, 28, 28};
+  layers::layer_spec dropout = block("dropout");
+  dropout.probability = 0.2f;
+  config.model.layers = {block("flatten")};
+  for (int i = 0; i < 3; ++i) {
+    config.model.layers.insert(config.model.layers.end(),
+                               {block("linear", 1024), block("relu"), dropout});
+  }
+  config.model.layers.push_back(block("linear", 10));
+  config.parallelism.stages = stages;
+  config.parallelism.partition = partition;
+  return config;
+}
+
 using weights = std::vector<std::vector<float>>;
 
 /// The sequential trainer's weights after `steps` whole-batch steps of `config` (its

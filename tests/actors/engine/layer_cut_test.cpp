@@ -129,6 +129,27 @@ weights joined(const job_config& config, const weights& parts) {
   return result;
 }
 
+/// `whole` with its partition set to `cuts` trains `steps` steps in a sync pipeline to the
+/// weights the sequential trainer reaches with the uncut model. The input gradient of a cut
+/// layer sums its outputs in two parts: float reassociation.
+void expect_cut_pipeline_equals_sequential(const job_config& whole, const std::string& cuts,
+                                           int64_t steps) {
+  job_config cut = whole;
+  cut.parallelism.partition = cuts;
+  ASSERT_EQ(expand_cut_points(&cut), "") << cuts;
+  std::string error;
+  auto data = load_job_data(whole, &error);
+  ASSERT_TRUE(data) << error;
+  auto device = layers::create_backend("cpu", 1, &error);
+  local_pipeline pipeline(cut, *device, data->train.count(), steps, 0);
+  pipeline.train(data->train, steps);
+  const weights actual = joined(cut, pipeline.weights());
+  const weights expected = testing::sequential_weights(whole, data->train, steps);
+  ASSERT_EQ(actual.size(), expected.size()) << cuts;
+  EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
+      << whole.parallelism.schedule << " " << cuts;
+}
+
 TEST(LayerCutTest, SyncPipelinesThatCutInsideLayersEqualTheSequentialTrainer) {
   struct run {
     const char* schedule;
@@ -137,23 +158,8 @@ TEST(LayerCutTest, SyncPipelinesThatCutInsideLayersEqualTheSequentialTrainer) {
   };
   for (const run& r :
        {run{"gpipe", 4, "3:8,5"}, run{"1f1b", 2, "0:12,3:8"}, run{"zb-h1", 4, "3:16,5:4"}}) {
-    job_config whole = testing::small_pipeline_job(3, r.micro_batches, "sync", r.schedule, 640);
-    job_config cut = whole;
-    cut.parallelism.partition = r.cuts;
-    ASSERT_EQ(expand_cut_points(&cut), "");
-    std::string error;
-    auto data = load_job_data(whole, &error);
-    ASSERT_TRUE(data) << error;
-    auto device = layers::create_backend("cpu", 1, &error);
-    const int64_t steps = 40;
-    local_pipeline pipeline(cut, *device, data->train.count(), steps, 0);
-    pipeline.train(data->train, steps);
-    const weights actual = joined(cut, pipeline.weights());
-    const weights expected = testing::sequential_weights(whole, data->train, steps);
-    ASSERT_EQ(actual.size(), expected.size()) << r.cuts;
-    // The input gradient of a cut layer sums its outputs in two parts: float reassociation.
-    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
-        << r.schedule << " " << r.cuts;
+    expect_cut_pipeline_equals_sequential(
+        testing::small_pipeline_job(3, r.micro_batches, "sync", r.schedule, 640), r.cuts, 40);
   }
 }
 
@@ -179,22 +185,7 @@ TEST(LayerCutTest, SyncPipelinesThatCutInsideConvolutionsEqualTheSequentialTrain
     const char* cuts;
   };
   for (const run& r : {run{"gpipe", 4, "0:2,2:5"}, run{"zb-h1", 2, "2:3,4"}}) {
-    job_config whole = small_cnn(3, r.schedule, r.micro_batches);
-    job_config cut = whole;
-    cut.parallelism.partition = r.cuts;
-    ASSERT_EQ(expand_cut_points(&cut), "") << r.cuts;
-    std::string error;
-    auto data = load_job_data(whole, &error);
-    ASSERT_TRUE(data) << error;
-    auto device = layers::create_backend("cpu", 1, &error);
-    const int64_t steps = 30;
-    local_pipeline pipeline(cut, *device, data->train.count(), steps, 0);
-    pipeline.train(data->train, steps);
-    const weights actual = joined(cut, pipeline.weights());
-    const weights expected = testing::sequential_weights(whole, data->train, steps);
-    ASSERT_EQ(actual.size(), expected.size()) << r.cuts;
-    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
-        << r.schedule << " " << r.cuts;
+    expect_cut_pipeline_equals_sequential(small_cnn(3, r.schedule, r.micro_batches), r.cuts, 30);
   }
   // A convolution that changes the image's size cannot stack its input and output channels.
   job_config strided = small_cnn(2, "gpipe", 1);
@@ -204,27 +195,10 @@ TEST(LayerCutTest, SyncPipelinesThatCutInsideConvolutionsEqualTheSequentialTrain
             std::string::npos);
 }
 
-/// The Fashion-MNIST MLP of apps/examples/fashion_mlp.toml (784-1024-1024-1024-10).
-job_config fashion_mlp(int stages) {
-  job_config config;
-  config.model.input_shape = {1, 28, 28};
-  layers::layer_spec dropout = block("dropout");
-  dropout.probability = 0.2f;
-  config.model.layers = {block("flatten")};
-  for (int i = 0; i < 3; ++i) {
-    config.model.layers.insert(config.model.layers.end(),
-                               {block("linear", 1024), block("relu"), dropout});
-  }
-  config.model.layers.push_back(block("linear", 10));
-  config.parallelism.stages = stages;
-  config.parallelism.partition = "balanced";
-  return config;
-}
-
 TEST(LayerCutTest, TheFashionMlpIsBalancedByCutsInsideItsLayers) {
   for (int stages : {2, 3, 4}) {
     std::string error;
-    job_config config = fashion_mlp(stages);
+    job_config config = testing::fashion_mlp_job(stages, "balanced");
     auto costs = estimated_block_costs(config, &error);
     ASSERT_TRUE(costs) << error;
     auto whole = plan_partition(config, &*costs, &error);

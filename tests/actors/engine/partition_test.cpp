@@ -113,26 +113,9 @@ TEST(PartitionTest, MessageCostsMoveTheCutToASmallerActivation) {
             (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 4}}));
 }
 
-/// The Fashion-MNIST MLP of apps/examples/fashion_mlp.toml (784-1024-1024-1024-10).
-job_config fashion_mlp(int stages, const std::string& partition) {
-  job_config config;
-  config.model.input_shape = {1, 28, 28};
-  layers::layer_spec dropout = block("dropout");
-  dropout.probability = 0.2f;
-  config.model.layers = {block("flatten")};
-  for (int i = 0; i < 3; ++i) {
-    config.model.layers.insert(config.model.layers.end(),
-                               {block("linear", 1024), block("relu"), dropout});
-  }
-  config.model.layers.push_back(block("linear", 10));
-  config.parallelism.stages = stages;
-  config.parallelism.partition = partition;
-  return config;
-}
-
 TEST(PartitionTest, BalancedCountsTheBackwardPassOfTheFashionMlp) {
   std::string error;
-  auto costs = estimated_block_costs(fashion_mlp(2, "balanced"), &error);
+  auto costs = estimated_block_costs(testing::fashion_mlp_job(2, "balanced"), &error);
   ASSERT_TRUE(costs) << error;
   // A hidden 1024x1024 layer: forward, weight and input gradient GEMMs of equal size.
   const block_cost& hidden = (*costs)[4];
@@ -153,7 +136,7 @@ TEST(PartitionTest, BalancedCountsTheBackwardPassOfTheFashionMlp) {
 
 TEST(PartitionTest, BalancedFashionMlpOnTwoStagesIsTheBestContiguousCut) {
   std::string error;
-  const job_config config = fashion_mlp(2, "balanced");
+  const job_config config = testing::fashion_mlp_job(2, "balanced");
   auto plan = plan_partition(config, nullptr, &error);
   ASSERT_TRUE(plan) << error;
   // No single cut does better: whole layers cannot be split, so one stage holds two of the
