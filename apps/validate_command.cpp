@@ -18,6 +18,7 @@
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
 #include "actors/config/layer_cuts.h"
+#include "actors/hosts/replica_groups.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"
 #include "apps/partition_choice.h"
@@ -115,10 +116,11 @@ int run_validate(const validate_options& options) {
   const int64_t warm_up_steps = std::max(1, options.steps / 10);
   json rows = json::array();
   std::vector<std::string> lines;
+  std::vector<std::string> notes;
   // Each configuration in one process and with a worker process per stage actor.
   const bool replicated = std::any_of(options.replicas.begin(), options.replicas.end(),
                                       [](int replicas) { return replicas > 1; });
-  const size_t configurations = 2 * options.stages.size() * options.replicas.size();
+  size_t expected_rows = 4 * options.stages.size() * options.replicas.size();
   for (const std::string mode : {"sync", "async"}) {
     for (const int replicas : options.replicas) {
       for (int stages : options.stages) {
@@ -161,6 +163,16 @@ int run_validate(const validate_options& options) {
         const std::string name = mode + "-s" + std::to_string(stages) +
                                  (replicas > 1 ? "-r" + std::to_string(replicas) : "");
         const int actors_count = stages * replicas;
+        // In one process, and with a worker process per stage actor where the job can run so
+        // (replicas that sum through shared memory cannot).
+        std::vector<int> placements{0};
+        const std::string across = actors::replica_group_problem(*config, false);
+        if (across.empty()) {
+          placements.push_back(actors_count);
+        } else {
+          notes.push_back("(" + name + ": no --workers row: " + across + ")");
+          --expected_rows;
+        }
         // The simulated samples/s after the warm-up and over the whole run on `machine`, with
         // `workers` worker processes (0: in one process).
         struct prediction {
@@ -219,7 +231,7 @@ int run_validate(const validate_options& options) {
         if (!before) return 1;
         for (int run = 0; run < options.runs; ++run) {
           const std::string suffix = "-" + std::to_string(run + 1);
-          for (int workers : {0, actors_count}) {
+          for (int workers : placements) {
             const int column = workers ? 1 : 0;
             const std::string run_name = name + (workers ? "-workers" : "") + suffix;
             const std::string directory = out + "/" + run_name;
@@ -251,7 +263,7 @@ int run_validate(const validate_options& options) {
           }
           before = std::move(after);
         }
-        for (int workers : {0, actors_count}) {
+        for (int workers : placements) {
           const int column = workers ? 1 : 0;
           const double measured = median(result.measured[column]);
           const double predicted = median(result.predicted[column]);
@@ -273,7 +285,7 @@ int run_validate(const validate_options& options) {
                         mode.c_str(), stages, replica_column, where.c_str(), measured, predicted,
                         100 * relative, cpu, 100 * kernel);
           lines.push_back(line);
-          std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(), 2 * configurations,
+          std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(), expected_rows,
                        line);  // in-process and --workers
           rows.push_back({{"mode", mode},
                           {"stages", stages},
@@ -307,6 +319,7 @@ int run_validate(const validate_options& options) {
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
+  for (const std::string& note : notes) std::printf("%s\n", note.c_str());
   const unsigned cores = this_machines_cores();
   if (static_cast<unsigned>(*std::max_element(options.stages.begin(), options.stages.end()) *
                             *std::max_element(options.replicas.begin(), options.replicas.end())) >

@@ -243,6 +243,35 @@ lr = 0.05
                   "training.lr");
 }
 
+TEST_F(CliTest, ValidateLeavesOutTheWorkerRowsOfReplicasThatSumInSharedMemory) {
+  const fs::path job =
+      write("shared.toml", mlp_model("tanh", "tanh") + synthetic_data(2048, 64) + R"(
+[parallelism]
+collective = "shared_memory"
+[training]
+batch_size = 32
+lr = 0.05
+)");
+  const fs::path out = directory_ / "shared";
+  run_result result =
+      troupe("validate " + job.string() +
+             " --stages 1 --replicas 1 2 --steps 8 --runs 1 --seconds 0.01 --out " + out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const auto rows = nlohmann::json::parse(read_file(out / "validation.json"));
+  // R = 1 in one process and in a worker; R = 2 in one process only: sync and async.
+  ASSERT_EQ(rows.size(), 6u) << rows.dump();
+  for (const auto& row : rows) {
+    EXPECT_GT(row["measured_samples_per_s"].get<double>(), 0) << row.dump();
+    EXPECT_GT(row["predicted_samples_per_s"].get<double>(), 0) << row.dump();
+    if (row["replicas"] == 2) EXPECT_EQ(row["workers"], 0) << row.dump();
+  }
+  EXPECT_NE(result.output.find("(sync-s1-r2: no --workers row: parallelism.collective = "
+                               "\"shared_memory\" sums the replicas in one process"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.errors.find("[6/6]"), std::string::npos) << result.errors;
+}
+
 TEST_F(CliTest, CalibrateWritesAProfileThatSimulateUses) {
   const fs::path profile = directory_ / "profile.json";
   run_result calibrated =
