@@ -121,6 +121,7 @@ bool simulator::build(std::string* error) {
         range.first == 0 ? layers::shape(config_.model.input_shape) : (*shapes)[range.first - 1];
     stage_devices_.push_back(std::make_unique<timed_stage_device>(
         std::move(cost), input, (*shapes)[range.last - 1], std::move(numerics)));
+    if (group_in_memory_) stage_devices_.back()->sum_in_shared_memory(replicas);
     stages_.push_back(std::make_unique<actors::stage_logic>(
         actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps(), turns,
                                   replica),

@@ -144,7 +144,7 @@ std::vector<layers::parameter*> timed_stage_device::parameters() {
 }
 
 void timed_stage_device::read_gradient_values(std::vector<float>* values) {
-  charge_s_ += cost_.parameter_copy_s();
+  if (shared_memory_ranks_ == 0) charge_s_ += cost_.parameter_copy_s();
   if (numerics_) {
     numerics_->read_gradient_values(values);
   } else {
@@ -154,8 +154,9 @@ void timed_stage_device::read_gradient_values(std::vector<float>* values) {
 
 void timed_stage_device::set_gradient_values(const std::vector<float>& values) {
   // The passes over the gradients since read_gradient_values(): the ring's copy of the
-  // contribution, its adds and copies of the chunks, this copy back.
-  charge_s_ += 3 * cost_.parameter_copy_s();
+  // contribution, its adds and copies of the chunks, this copy back. A shared-memory group
+  // clears its sum, adds every rank's gradients into it and copies it back.
+  charge_s_ += (shared_memory_ranks_ > 0 ? shared_memory_ranks_ + 2 : 3) * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_gradient_values(values);
 }
 
@@ -164,7 +165,7 @@ int64_t timed_stage_device::gradient_value_count() {
 }
 
 void timed_stage_device::read_weight_values(std::vector<float>* values) {
-  charge_s_ += cost_.parameter_copy_s();
+  if (shared_memory_ranks_ == 0) charge_s_ += cost_.parameter_copy_s();
   if (numerics_) {
     numerics_->read_weight_values(values);
   } else {
@@ -175,8 +176,8 @@ void timed_stage_device::read_weight_values(std::vector<float>* values) {
 void timed_stage_device::set_weight_values(const std::vector<float>& values) {
   // The passes over the weights besides the two reads: the ring's copy of the contribution,
   // its adds and copies of the chunks, the average (over three arrays into one), this copy
-  // back.
-  charge_s_ += 5 * cost_.parameter_copy_s();
+  // back. A shared-memory group sums as for the gradients and then scales the sum.
+  charge_s_ += (shared_memory_ranks_ > 0 ? shared_memory_ranks_ + 3 : 5) * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_weight_values(values);
 }
 

@@ -43,6 +43,9 @@ class timed_stage_device final : public actors::stage_device {
   void release_weights_before(int64_t version) override;
   size_t held_contexts() const override;
   std::vector<layers::parameter*> parameters() override;
+  /// The stage's replicas sum through shared memory (`ranks` of them), in place: a sum is
+  /// charged as that group's passes over the values instead of the ring's copies.
+  void sum_in_shared_memory(int ranks) { shared_memory_ranks_ = ranks; }
   /// Without numerics: sizes only (the replicas' all-reduce carries the parameters' count).
   /// Reading the stage's gradients or weights is charged as a copy of them, and writing the
   /// sum back as the copies the all-reduce made of them in between.
@@ -70,6 +73,7 @@ class timed_stage_device final : public actors::stage_device {
   int64_t context_samples_ = 0;
   std::set<int64_t> stashed_;  ///< versions whose weights are stashed
   double peak_bytes_ = 0;
+  int shared_memory_ranks_ = 0;  ///< 0: the replicas sum over the ring
 };
 
 }  // namespace troupe::sim

@@ -263,12 +263,15 @@ lr = 0.05
   for (const auto& row : rows) {
     EXPECT_GT(row["measured_samples_per_s"].get<double>(), 0) << row.dump();
     EXPECT_GT(row["predicted_samples_per_s"].get<double>(), 0) << row.dump();
-    if (row["replicas"] == 2) EXPECT_EQ(row["workers"], 0) << row.dump();
+    if (row["replicas"] == 2) {
+      EXPECT_EQ(row["workers"], 0) << row.dump();
+    }
   }
   EXPECT_NE(result.output.find("(sync-s1-r2: no --workers row: parallelism.collective = "
                                "\"shared_memory\" sums the replicas in one process"),
             std::string::npos)
       << result.output;
+  EXPECT_NE(result.errors.find("[1/6]"), std::string::npos) << result.errors;
   EXPECT_NE(result.errors.find("[6/6]"), std::string::npos) << result.errors;
 }
 
