@@ -25,11 +25,6 @@ using namespace troupe::testing;
 
 class ReplicaCliTest : public troupe_command_test {
  protected:
-  static void expect_one_line(const run_result& result, const std::string& needle) {
-    EXPECT_EQ(result.status, 2) << result.errors;
-    EXPECT_NE(result.errors.find(needle), std::string::npos) << result.errors;
-    EXPECT_EQ(std::count(result.errors.begin(), result.errors.end(), '\n'), 1) << result.errors;
-  }
   nlohmann::json summary(const std::string& name) {
     return nlohmann::json::parse(read_file(directory_ / name / "summary.json"));
   }

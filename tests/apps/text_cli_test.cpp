@@ -40,13 +40,6 @@ class text_command_test : public troupe_command_test {
                      "[checkpoint]\ninterval_steps = 20\n" +
                      extra);
   }
-
-  /// Exit status 2 and exactly one line on stderr that contains `needle`.
-  void expect_one_line_error(const run_result& result, const std::string& needle) {
-    EXPECT_EQ(result.status, 2) << result.errors;
-    EXPECT_NE(result.errors.find(needle), std::string::npos) << result.errors;
-    EXPECT_EQ(std::count(result.errors.begin(), result.errors.end(), '\n'), 1) << result.errors;
-  }
 };
 
 TEST_F(text_command_test, TrainsReportsBitsPerByteAndGenerates) {
@@ -98,7 +91,7 @@ TEST_F(text_command_test, GlobalClippingAcrossWorkerProcessesMatchesOneProcess) 
 }
 
 TEST_F(text_command_test, ContextLongerThanPositions) {
-  expect_one_line_error(
+  expect_one_line(
       troupe("train " +
              gpt_job(corpus(), "", "{ type = \"embedding\", vocab = 256, dim = 16, positions = 8 }")
                  .string()),
@@ -106,12 +99,12 @@ TEST_F(text_command_test, ContextLongerThanPositions) {
 }
 
 TEST_F(text_command_test, HeadsThatDoNotDivideTheWidth) {
-  expect_one_line_error(troupe("train " + gpt_job(corpus(), "",
-                                                  "{ type = \"embedding\", vocab = "
-                                                  "256, dim = 16 }",
-                                                  "3")
-                                              .string()),
-                        "heads (3) must divide the width 16");
+  expect_one_line(troupe("train " + gpt_job(corpus(), "",
+                                            "{ type = \"embedding\", vocab = "
+                                            "256, dim = 16 }",
+                                            "3")
+                                        .string()),
+                  "heads (3) must divide the width 16");
 }
 
 TEST_F(text_command_test, VocabularySmallerThanTheDataLargestToken) {
@@ -120,7 +113,7 @@ TEST_F(text_command_test, VocabularySmallerThanTheDataLargestToken) {
   std::string text;
   for (int i = 0; i < 100; ++i) text += "Größe und Gewicht, naïve café. ";
   std::ofstream(directory / "text") << text;
-  expect_one_line_error(
+  expect_one_line(
       troupe("train " +
              gpt_job(directory, "", "{ type = \"embedding\", vocab = 128, dim = 16 }").string()),
       "vocab = 128 is smaller than the data's largest token");
@@ -130,16 +123,14 @@ TEST_F(text_command_test, DirectoryWithoutText) {
   const fs::path empty = directory_ / "nothing";
   fs::create_directories(empty);
   std::ofstream(empty / "index.dat") << "x";
-  expect_one_line_error(troupe("train " + gpt_job(empty).string()), "has no readable text files");
+  expect_one_line(troupe("train " + gpt_job(empty).string()), "has no readable text files");
 }
 
 TEST_F(text_command_test, BinaryAndMissingFiles) {
   const fs::path binary = directory_ / "binary.txt";
   std::ofstream(binary) << std::string("text\0more", 9);
-  expect_one_line_error(troupe("train " + gpt_job(binary).string()),
-                        "is not UTF-8 text (byte 4 is NUL)");
-  expect_one_line_error(troupe("train " + gpt_job(directory_ / "missing").string()),
-                        "does not exist");
+  expect_one_line(troupe("train " + gpt_job(binary).string()), "is not UTF-8 text (byte 4 is NUL)");
+  expect_one_line(troupe("train " + gpt_job(directory_ / "missing").string()), "does not exist");
 }
 
 TEST_F(text_command_test, GenerateRefusesAClassifier) {
@@ -150,8 +141,7 @@ TEST_F(text_command_test, GenerateRefusesAClassifier) {
                    " --set checkpoint.interval_steps=2")
                 .status,
             0);
-  expect_one_line_error(troupe("generate " + out.string() + " --prompt hi"),
-                        "is not a language model");
+  expect_one_line(troupe("generate " + out.string() + " --prompt hi"), "is not a language model");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +79,13 @@ class troupe_command_test : public ::testing::Test {
     result.output = read_file(out);
     result.errors = read_file(err);
     return result;
+  }
+
+  /// Exit status 2 and exactly one line on stderr, which contains `needle`.
+  static void expect_one_line(const run_result& result, const std::string& needle) {
+    EXPECT_EQ(result.status, 2) << result.errors;
+    EXPECT_NE(result.errors.find(needle), std::string::npos) << result.errors;
+    EXPECT_EQ(std::count(result.errors.begin(), result.errors.end(), '\n'), 1) << result.errors;
   }
 
   fs::path write(const std::string& name, const std::string& text) {
