@@ -14,9 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/config/job_file.h"
+#include "actors/config/layer_cuts.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
 #include "apps/commands.h"
+#include "apps/model_files.h"
 
 namespace troupe::apps {
 namespace {
@@ -99,24 +102,50 @@ void print_manifest_if_readable(const fs::path& directory) {
   if (manifest) print_manifest(directory.string(), *manifest);
 }
 
-void print_stage(size_t index, const actors::stage_state& state) {
+/// A stage's blocks as the run's job file numbers them ("[0, 4:784)" for a stage that ends
+/// inside layer 4) when `job` is the run's and holds them, else as the checkpoint does.
+std::string block_range(const actors::stage_state& state,
+                        const std::optional<actors::job_config>& job) {
+  const auto blocks = job ? job->model.layers.size() : 0;
+  if (state.first_block < 0 || state.last_block < state.first_block ||
+      static_cast<size_t>(state.last_block) > blocks) {
+    return "[" + std::to_string(state.first_block) + ", " + std::to_string(state.last_block) + ")";
+  }
+  return "[" + actors::written_bound(*job, static_cast<size_t>(state.first_block)) + ", " +
+         actors::written_bound(*job, static_cast<size_t>(state.last_block)) + ")";
+}
+
+void print_stage(size_t index, const actors::stage_state& state,
+                 const std::optional<actors::job_config>& job) {
   int64_t parameter_values = 0;
   for (const auto& tensor : state.parameters) {
     parameter_values += static_cast<int64_t>(tensor.values.size());
   }
   std::printf(
-      "    stage %zu: blocks [%lld, %lld), %zu parameter tensors (%lld values), %zu gradient "
+      "    stage %zu: blocks %s, %zu parameter tensors (%lld values), %zu gradient "
       "tensors, %zu optimizer tensors, %lld values in all, weight version %lld, optimizer "
       "steps %lld\n",
-      index, static_cast<long long>(state.first_block), static_cast<long long>(state.last_block),
-      state.parameters.size(), static_cast<long long>(parameter_values), state.gradients.size(),
+      index, block_range(state, job).c_str(), state.parameters.size(),
+      static_cast<long long>(parameter_values), state.gradients.size(),
       state.optimizer_state.size(), static_cast<long long>(actors::stage_state_values(state)),
       static_cast<long long>(state.weight_version), static_cast<long long>(state.optimizer_steps));
+}
+
+/// The job of the run whose checkpoint is at `directory` (its config.json), when it is the one
+/// the checkpoint was taken under.
+std::optional<actors::job_config> job_of_checkpoint(const actors::loaded_checkpoint& checkpoint) {
+  std::string ignored;
+  auto job = job_of_weights(checkpoint.directory, "", &ignored);
+  if (!job || actors::checkpoint_config_hash(*job) != checkpoint.manifest.config_hash) {
+    return std::nullopt;
+  }
+  return job;
 }
 
 /// Parses every shard and prints what each stage holds; false, with `error` naming the
 /// shard's file, when one does not parse or holds another stage than the manifest says.
 bool verify_stages(const actors::loaded_checkpoint& checkpoint, std::string* error) {
+  const std::optional<actors::job_config> job = job_of_checkpoint(checkpoint);
   std::printf("verified sizes and xxh3 checksums of %zu shards; stage states:\n",
               checkpoint.shards.size());
   for (size_t i = 0; i < checkpoint.shards.size(); ++i) {
@@ -135,7 +164,7 @@ bool verify_stages(const actors::loaded_checkpoint& checkpoint, std::string* err
       *error = file + ": " + problem;
       return false;
     }
-    print_stage(i, *state);
+    print_stage(i, *state, job);
   }
   return true;
 }

@@ -143,6 +143,18 @@ std::map<std::string, std::pair<int64_t, int64_t>> cut_layer_rows(const job_conf
   return rows;
 }
 
+std::string written_bound(const job_config& config, size_t index) {
+  const std::vector<layer_spec>& blocks = config.model.layers;
+  size_t written = index;
+  for (size_t i = 0; i < index && i < blocks.size(); ++i) {
+    if (layers::is_cut_tail(blocks[i].type)) --written;
+  }
+  if (index < blocks.size() && layers::is_cut_tail(blocks[index].type)) {
+    return std::to_string(written - 1) + ":" + std::to_string(blocks[index].split);
+  }
+  return std::to_string(written);
+}
+
 job_config written_job(const job_config& config) {
   const std::vector<layer_spec>& expanded = config.model.layers;
   if (std::none_of(expanded.begin(), expanded.end(), is_part)) return config;

@@ -48,6 +48,10 @@ std::string expand_cut_points(job_config* config);
 std::map<std::string, std::pair<int64_t, int64_t>> cut_layer_rows(const job_config& config,
                                                                   size_t first, size_t last);
 
+/// The stage bound at block `index` of `config`'s (expanded) model as the job file numbers its
+/// blocks: "5", or "4:736" where the bound falls inside the cut layer 4 (its tail's start).
+std::string written_bound(const job_config& config, size_t index);
+
 /// `config` as its job file writes it: each cut linear layer whole again, and the cut points
 /// with "block:row" for the cuts inside one.
 job_config written_job(const job_config& config);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "actors/config/layer_cuts.h"
 #include "layers/layer_registry.h"
 #include "layers/model.h"
 
@@ -278,21 +279,10 @@ double largest_share(const partition_plan& plan) {
 
 std::string describe_plan(const job_config& config, const partition_plan& plan) {
   // Stage bounds as the job file numbers its blocks: "4:736" inside a cut linear layer.
-  const std::vector<layers::layer_spec>& blocks = config.model.layers;
-  const auto bound = [&blocks](size_t index) -> std::string {
-    size_t written = index;
-    for (size_t i = 0; i < index && i < blocks.size(); ++i) {
-      if (layers::is_cut_tail(blocks[i].type)) --written;
-    }
-    if (index < blocks.size() && layers::is_cut_tail(blocks[index].type)) {
-      return std::to_string(written - 1) + ":" + std::to_string(blocks[index].split);
-    }
-    return std::to_string(written);
-  };
   std::string stages;
   for (size_t s = 0; s < plan.ranges.size(); ++s) {
-    stages += (s == 0 ? "[" : " [") + bound(plan.ranges[s].first) + "," +
-              bound(plan.ranges[s].last) + ")";
+    stages += (s == 0 ? "[" : " [") + written_bound(config, plan.ranges[s].first) + "," +
+              written_bound(config, plan.ranges[s].last) + ")";
   }
   return "stages " + stages + "; predicted share " + predicted_shares(plan);
 }

@@ -108,6 +108,15 @@ TEST_F(PartitionCliTest, MeasuredCutsInsideALayerWhereWholeBlocksCannotBalanceTw
     EXPECT_EQ(config["model"]["layers"][block]["out"], 4096) << config["model"].dump();
     auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
     EXPECT_EQ(summary["steps"], 4) << workers;
+    // `troupe inspect` numbers the checkpoint's stages as the job file does.
+    const run_result inspected = troupe("inspect " + out.string());
+    ASSERT_EQ(inspected.status, 0) << inspected.errors;
+    EXPECT_NE(inspected.output.find("stage 0: blocks [0, " + match[1].str() + "), "),
+              std::string::npos)
+        << inspected.output;
+    EXPECT_NE(inspected.output.find("stage 1: blocks [" + match[1].str() + ", 7), "),
+              std::string::npos)
+        << inspected.output;
     // A resumed run keeps the cut, so that its checkpoints fit.
     result = troupe("train " + job + " --set training.epochs=2 --resume --quiet --out " +
                     out.string() + workers);
