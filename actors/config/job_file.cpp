@@ -162,7 +162,8 @@ problem read_cut(const toml::node& node, const std::string& label, std::string* 
 /// so that `--set parallelism.partition=3,7` works); cut points are stored comma-joined.
 problem read_partition(const toml::node& node, const std::string& label, std::string* out) {
   const std::string expected =
-      "\"balanced\", \"measured\", \"uniform\" or an array of cut points such as [3, 7]";
+      "\"balanced\", \"measured\", \"uniform\" or an array of cut points such as [3, 7] or "
+      "[\"4:784\"] (block 4 from its output 784 on)";
   const std::optional<std::string> text = node.value_exact<std::string>();
   if (node.is_array()) {
     std::vector<std::string> cuts;

@@ -365,7 +365,7 @@ TEST(JobFileTest, OutOfRangeValuesNameTheKey) {
       {"[parallelism]\ndevices = [\"cpu\", \"cuda:x\"]", "parallelism.devices[1] must be"},
       {"[parallelism]\npartition = \"even\"",
        "parallelism.partition must be \"balanced\", \"measured\", \"uniform\" or an array of cut "
-       "points such as [3, 7], got 'even'"},
+       "points such as [3, 7] or [\"4:784\"] (block 4 from its output 784 on), got 'even'"},
       {"[parallelism]\npartition = [0]", "parallelism.partition[0] must be >= 1, got 0"},
       {"[training]\nbatch_size = 10\n[parallelism]\nmicro_batches = 4",
        "parallelism.micro_batches (4) must divide training.batch_size (10)"},
