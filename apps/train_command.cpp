@@ -330,6 +330,12 @@ int run_train(const train_options& given) {
       options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
       config->parallelism.mode.c_str(),
       static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
+  if (config->parallelism.mode == "sync" && config->parallelism.schedule == "interleaved" &&
+      config->parallelism.virtual_stages == 1) {
+    std::fprintf(stderr,
+                 "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as "
+                 "1F1B; set virtual_stages >= 2 (stages a multiple of it) to interleave\n");
+  }
   std::printf("%s\n", partition_line->c_str());
   std::fflush(stdout);
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);

@@ -223,6 +223,22 @@ TEST_F(CliTest, BadPipelineSettings) {
                   "parallelism.devices");
 }
 
+TEST_F(CliTest, InterleavedWithOneVirtualStageSaysItRunsAs1F1B) {
+  const std::string interleaved =
+      " --set parallelism.stages=2 --set parallelism.mode=sync --set "
+      "parallelism.schedule=interleaved --set parallelism.micro_batches=2 --set "
+      "training.max_steps=2 --quiet --out ";
+  const std::string note = "with parallelism.virtual_stages = 1 runs as 1F1B";
+  run_result result =
+      troupe("train " + tiny_job().string() + interleaved + (directory_ / "one").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  EXPECT_NE(result.errors.find(note), std::string::npos) << result.errors;
+  result = troupe("train " + tiny_job().string() + interleaved + (directory_ / "two").string() +
+                  " --set parallelism.virtual_stages=2");
+  ASSERT_EQ(result.status, 0) << result.errors;
+  EXPECT_EQ(result.errors.find(note), std::string::npos) << result.errors;
+}
+
 TEST_F(CliTest, LocalWorkerProcessesTrainLikeOneProcess) {
   const std::string sync = " --set parallelism.stages=3 --set parallelism.micro_batches=2";
   run_result one =
