@@ -92,4 +92,35 @@ void log_dropped_frame(const std::string& address, const transport::decode_error
   }
 }
 
+std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash, int joined,
+                          int expected) {
+  const int protocol = body.value("protocol", 0);
+  const std::string theirs = body.value("job_hash", std::string());
+  if (protocol != transport::current_protocol_version) {
+    return "it speaks protocol version " + std::to_string(protocol) + ", this coordinator speaks " +
+           std::to_string(transport::current_protocol_version);
+  }
+  if (!theirs.empty() && theirs != job_hash) {
+    return "it was started for another job (config hash " + theirs + ", this job's is " + job_hash +
+           ")";
+  }
+  if (joined >= expected) return "the job already has its " + std::to_string(expected) + " workers";
+  return "";
+}
+
+stage_report report_from(const nlohmann::json& body, const transport::message& message) {
+  stage_report report;
+  report.version = body.value("version", int64_t{0});
+  report.peak_contexts = body.value("peak_contexts", size_t{0});
+  report.peak_activation_bytes = body.value("peak_activation_bytes", int64_t{0});
+  report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
+  report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
+  report.replica_staleness_histogram = body.value("replica_staleness", std::vector<int64_t>{});
+  for (const transport::frame& frame : message.payloads) {
+    const auto* begin = static_cast<const float*>(frame.data);
+    report.weights.emplace_back(begin, begin + frame.bytes / sizeof(float));
+  }
+  return report;
+}
+
 }  // namespace troupe::actors

@@ -16,6 +16,7 @@
 
 #include "actors/cluster/control_schema.h"
 #include "actors/engine/training_loop.h"
+#include "actors/hosts/pipeline_host.h"
 #include "transport/codec.h"
 #include "transport/curve.h"
 #include "transport/message.h"
@@ -52,6 +53,16 @@ nlohmann::json control_body(const transport::message& message, uint64_t* dropped
 /// pass; null on timeout.
 nlohmann::json wait_for(control_queue& queue, const std::set<std::string>& types, double seconds,
                         clock_source& clock);
+
+/// Why a coordinator refuses the worker whose "hello" is `body`: another protocol version,
+/// another job (its config hash against `job_hash`), or a job that has its `expected` workers
+/// already (`joined` of them); "" when it may join.
+std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash, int joined,
+                          int expected);
+
+/// The stage's final report that a worker's "report" message carries: `body`, and the stage's
+/// weights as the message's float32 frames.
+stage_report report_from(const nlohmann::json& body, const transport::message& message);
 
 /// With CURVE, the ZAP handler that admits only the cluster's keys; null without CURVE (or
 /// with `error` set when it cannot start).

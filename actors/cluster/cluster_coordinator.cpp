@@ -11,6 +11,7 @@
 
 #include "actors/cluster/cluster_control.h"
 #include "actors/cluster/cluster_host.h"
+#include "actors/cluster/worker_traces.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/recovery.h"
@@ -47,34 +48,11 @@ struct worker_peer {
   }
 };
 
-stage_report report_from(const json& body, const transport::message& message) {
-  stage_report report;
-  report.version = body.value("version", int64_t{0});
-  report.peak_contexts = body.value("peak_contexts", size_t{0});
-  report.peak_activation_bytes = body.value("peak_activation_bytes", int64_t{0});
-  report.staleness_histogram = body.value("staleness", std::vector<int64_t>{});
-  report.weight_staleness_histogram = body.value("weight_staleness", std::vector<int64_t>{});
-  report.replica_staleness_histogram = body.value("replica_staleness", std::vector<int64_t>{});
-  for (const transport::frame& frame : message.payloads) {
-    const auto* begin = static_cast<const float*>(frame.data);
-    report.weights.emplace_back(begin, begin + frame.bytes / sizeof(float));
-  }
-  return report;
-}
-
 /// Job ids for clusters: the coordinator's pid and a counter (a new one per generation).
 uint64_t fresh_cluster_job_id() {
   static std::atomic<uint64_t> counter{0};
   return (static_cast<uint64_t>(::getpid()) << 20) + (uint64_t{1} << 19) + counter.fetch_add(1);
 }
-
-/// A worker's trace as it arrived, kept until every worker's is in.
-struct worker_trace {
-  std::string address;  ///< of the worker that sent it
-  std::vector<int> stages;
-  double clock_offset_s = 0;  ///< the coordinator's clock minus the worker's
-  json records;               ///< trace_recorder::records() of the worker
-};
 
 class cluster_coordinator {
  public:
@@ -112,7 +90,7 @@ class cluster_coordinator {
     }
     finish_workers();
     collect_reports();
-    merge_worker_traces();
+    if (options_.pipeline.trace) worker_traces_.merge_into(*options_.pipeline.trace, stages_);
     if (static_cast<int>(reports_.size()) < stages_) {
       *error = "only " + std::to_string(reports_.size()) + " of " + std::to_string(stages_) +
                " stages reported at the end of the run";
@@ -214,7 +192,7 @@ class cluster_coordinator {
     } else if (type == "report") {
       keep_report(*worker, body, message);
     } else if (type == "trace") {
-      keep_worker_trace(body, message);
+      if (options_.pipeline.trace) worker_traces_.keep(body, message, stages_);
     } else if (type == "usage") {
       keep_worker_usage(body);
     }
@@ -271,57 +249,6 @@ class cluster_coordinator {
     worker_usage_[body.value("address", std::string())] = std::move(usage);
   }
 
-  /// Keeps a worker's trace records (its stages' spans on its own clock) until all are in.
-  void keep_worker_trace(const json& body, const transport::message& message) {
-    if (!options_.pipeline.trace) return;
-    worker_trace trace;
-    trace.address = body.value("address", std::string("?"));
-    const json offset = body.value("clock_offset_s", json());
-    trace.clock_offset_s = offset.is_number() ? offset.get<double>() : 0.0;
-    std::string error;
-    auto bytes = state_from_wire(message, &error);
-    // A full trace (trace_recorder::default_capacity records) is some 100 MB of JSON: anything
-    // far larger is not one, and parsing it would take several times its size in memory.
-    constexpr size_t max_trace_bytes = size_t{512} << 20;
-    if (bytes && bytes->size() > max_trace_bytes) {
-      error = std::to_string(bytes->size()) + " bytes; a trace has at most " +
-              std::to_string(max_trace_bytes);
-    } else if (bytes) {
-      trace.records = json::parse(*bytes, nullptr, false);
-      if (trace.records.is_discarded()) error = "not JSON";
-    }
-    const json stages = body.value("stages", json());
-    if (error.empty() && stages.is_array()) {
-      for (const json& stage : stages) {
-        if (stage.is_number_integer() && stage.get<int>() >= 0 && stage.get<int>() < stages_) {
-          trace.stages.push_back(stage.get<int>());
-        }
-      }
-    }
-    if (!error.empty()) {
-      std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
-                   trace.address.c_str(), error.c_str());
-      return;
-    }
-    worker_traces_.push_back(std::move(trace));
-  }
-
-  /// Adds the workers' traces to the run's, each time moved onto this clock by the offset of
-  /// the worker that read it (a message arrow starts on its sender's clock).
-  void merge_worker_traces() {
-    std::vector<double> offsets(static_cast<size_t>(stages_) + 1, 0.0);  // by track + 1
-    for (const worker_trace& trace : worker_traces_) {
-      for (int stage : trace.stages) offsets[stage + 1] = trace.clock_offset_s;
-    }
-    for (const worker_trace& trace : worker_traces_) {
-      std::string error;
-      if (!options_.pipeline.trace->add_records(trace.records, offsets, &error)) {
-        std::fprintf(stderr, "troupe: left the trace of the worker at %s out of trace.json: %s\n",
-                     trace.address.c_str(), error.c_str());
-      }
-    }
-  }
-
   /// Checks a hello (protocol version, job identity, CURVE key) and adds its worker, or
   /// tells it why not.
   void admit_hello(const json& body) {
@@ -346,20 +273,9 @@ class cluster_coordinator {
                    error.c_str());
       return;
     }
-    const int protocol = body.value("protocol", 0);
-    const std::string job_hash = body.value("job_hash", std::string());
-    const std::string expected_hash =
-        options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash;
-    std::string refusal;
-    if (protocol != transport::current_protocol_version) {
-      refusal = "it speaks protocol version " + std::to_string(protocol) +
-                ", this coordinator speaks " + std::to_string(transport::current_protocol_version);
-    } else if (!job_hash.empty() && job_hash != expected_hash) {
-      refusal = "it was started for another job (config hash " + job_hash + ", this job's is " +
-                expected_hash + ")";
-    } else if (static_cast<int>(workers_.size()) >= expected_workers_) {
-      refusal = "the job already has its " + std::to_string(expected_workers_) + " workers";
-    }
+    const std::string refusal = hello_refusal(
+        body, options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash,
+        static_cast<int>(workers_.size()), expected_workers_);
     if (!refusal.empty()) {
       std::fprintf(stderr, "troupe: refused worker pid %lld on %s: %s\n",
                    static_cast<long long>(peer.pid), peer.host.c_str(), refusal.c_str());
@@ -655,7 +571,7 @@ class cluster_coordinator {
   double last_heartbeat_ = 0;
   recovery recovery_{config_.checkpoint.max_restarts};
   std::map<int, stage_report> reports_;
-  std::vector<worker_trace> worker_traces_;
+  worker_traces worker_traces_;
   std::map<std::string, process_usage> worker_usage_;  ///< by worker address
   uint64_t dropped_ = 0;
   // Last: stopped first, before what its callback touches goes away.
