@@ -1,8 +1,10 @@
 // The simulator's devices and their work: each device, or each pool of a node's devices, takes
 // waiting messages in arrival order (a backward first where the schedule says so, a replica's
 // ring chunk before its stage's other messages), one per stage at a time, as a stage actor
-// handles one message at a time; a pool that hosts more stage actors than devices also runs the
-// coordinator's turns; a time-sliced pool shares its devices among the stages at work.
+// handles one message at a time; a stage whose replica group (shared memory, NCCL) is summing
+// takes nothing else until the sum is done; a pool that hosts more stage actors than devices
+// also runs the coordinator's turns; a time-sliced pool shares its devices among the stages at
+// work.
 
 #include <algorithm>
 
@@ -102,6 +104,11 @@ std::deque<int>::iterator simulator::next_for_a_stage(pool_state& queue, int onl
 bool simulator::must_wait(int id) const {
   const int stage = parcels_[id].target;
   const actors::key_kind kind = parcels_[id].content.message.kind;
+  // A group's collective holds its stage until every rank has come (lock-step): while its sum
+  // or average is under way the stage takes nothing but the collective's pieces.
+  if (summed_in_group_ && kind != actors::key_kind::reduce && stages_[stage]->settling()) {
+    return true;
+  }
   // Forwards wait for room (1F1B) and, with evaluations, for the replicas' gradient sum.
   return (kind == actors::key_kind::forward && !stages_[stage]->ready_for_forward()) ||
          (kind == actors::key_kind::evaluate && stages_[stage]->reducing());

@@ -152,11 +152,19 @@ void timed_stage_device::read_gradient_values(std::vector<float>* values) {
   }
 }
 
+double timed_stage_device::shared_memory_copies(bool average) const {
+  // parameter_copy_s() is calibration's copy out, add and copy back of each value, halved:
+  // three values of memory traffic. The group clears its sum (one), adds every rank's values
+  // into it (three each) and copies it back (two); an average then scales it (two).
+  const double traffic = 3.0 * shared_memory_ranks_ + 3 + (average ? 2 : 0);
+  return traffic / 3;
+}
+
 void timed_stage_device::set_gradient_values(const std::vector<float>& values) {
   // The passes over the gradients since read_gradient_values(): the ring's copy of the
-  // contribution, its adds and copies of the chunks, this copy back. A shared-memory group
-  // clears its sum, adds every rank's gradients into it and copies it back.
-  charge_s_ += (shared_memory_ranks_ > 0 ? shared_memory_ranks_ + 2 : 3) * cost_.parameter_copy_s();
+  // contribution, its adds and copies of the chunks, this copy back.
+  charge_s_ +=
+      (shared_memory_ranks_ > 0 ? shared_memory_copies(false) : 3.0) * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_gradient_values(values);
 }
 
@@ -176,8 +184,9 @@ void timed_stage_device::read_weight_values(std::vector<float>* values) {
 void timed_stage_device::set_weight_values(const std::vector<float>& values) {
   // The passes over the weights besides the two reads: the ring's copy of the contribution,
   // its adds and copies of the chunks, the average (over three arrays into one), this copy
-  // back. A shared-memory group sums as for the gradients and then scales the sum.
-  charge_s_ += (shared_memory_ranks_ > 0 ? shared_memory_ranks_ + 3 : 5) * cost_.parameter_copy_s();
+  // back.
+  charge_s_ +=
+      (shared_memory_ranks_ > 0 ? shared_memory_copies(true) : 5.0) * cost_.parameter_copy_s();
   if (numerics_) numerics_->set_weight_values(values);
 }
 

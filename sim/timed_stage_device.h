@@ -44,7 +44,7 @@ class timed_stage_device final : public actors::stage_device {
   size_t held_contexts() const override;
   std::vector<layers::parameter*> parameters() override;
   /// The stage's replicas sum through shared memory (`ranks` of them), in place: a sum is
-  /// charged as that group's passes over the values instead of the ring's copies.
+  /// charged as that group's memory traffic over the values instead of the ring's copies.
   void sum_in_shared_memory(int ranks) { shared_memory_ranks_ = ranks; }
   /// Without numerics: sizes only (the replicas' all-reduce carries the parameters' count).
   /// Reading the stage's gradients or weights is charged as a copy of them, and writing the
@@ -61,6 +61,8 @@ class timed_stage_device final : public actors::stage_device {
 
  private:
   layers::tensor shaped(int64_t batch, const layers::shape& per_sample) const;
+  /// A shared-memory group's sum (or `average`) of the stage's values, in parameter copies.
+  double shared_memory_copies(bool average) const;
   void note_memory();
 
   stage_cost cost_;

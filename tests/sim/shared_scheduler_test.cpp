@@ -299,5 +299,38 @@ TEST(SharedSchedulerTest, ReplicaGroupsSumWithoutTheRingsMessageCosts) {
   EXPECT_LT(seconds["nccl"], seconds["ring"]);
 }
 
+TEST(SharedSchedulerTest, AsyncReplicaGroupsAverageInLockStep) {
+  // Two async replicas of one stage, one on a device three times slower, averaging every step:
+  // the ring lets the faster replica train on while its average waits for the slower one; a
+  // group (shared memory, NCCL) holds it in the collective until both have come.
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.stages = 1;
+  config.parallelism.replicas = 2;
+  config.parallelism.max_active_keys = 2;
+  config.parallelism.min_update_interval = 1;
+  config.parallelism.replica_sync_interval = 1;
+  simulation_options options = traced_with_coordinator_cost(0);
+  options.profile->parameter_copy_s_per_float = 1e-9;
+  options.stragglers = {{1, 1.0, 3.0}};
+  for (const char* collective : {"ring", "shared_memory"}) {
+    config.parallelism.collective = collective;
+    const simulation_result result = simulated(config, core_pool(2), options);
+    // The faster replica's work in order: 'T' a training pass, 'R' a piece of an average.
+    const nlohmann::json records = result.trace->records();
+    std::vector<std::pair<double, char>> spans;
+    for (const auto& span : records["spans"]) {
+      if (span[0].get<int>() != 0 || span[1] == "evaluate") continue;
+      spans.push_back({span[3].get<double>(), span[1] == "reduce" ? 'R' : 'T'});
+    }
+    std::sort(spans.begin(), spans.end());
+    std::string order;
+    for (const auto& [start, kind] : spans) order += kind;
+    ASSERT_GT(order.size(), 20u) << collective;
+    // Two training passes in a row: a step taken while the average before it was under way.
+    const bool trained_on = order.find("TT") != std::string::npos;
+    EXPECT_EQ(trained_on, std::string(collective) == "ring") << collective << ": " << order;
+  }
+}
+
 }  // namespace
 }  // namespace troupe::sim
