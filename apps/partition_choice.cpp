@@ -85,6 +85,34 @@ std::optional<layer_cut> cut_inside_layers(const actors::job_config& config,
 
 }  // namespace
 
+std::string layer_cut_hint(const actors::job_config& config) {
+  if (config.parallelism.partition != "balanced" || config.parallelism.stages < 2) return "";
+  std::string ignored;
+  const auto costs = actors::estimated_block_costs(config, &ignored);
+  const auto whole = costs ? actors::plan_partition(config, &*costs, &ignored) : std::nullopt;
+  if (!whole) return "";
+  const std::string text = actors::cheapest_cut_points(config, *costs);
+  actors::job_config cut = config;
+  if (text.find(':') == std::string::npos || !set_cut_points(&cut, text, &ignored)) return "";
+  const auto cut_costs = actors::estimated_block_costs(cut, &ignored);
+  const auto plan = cut_costs ? actors::plan_partition(cut, &*cut_costs, &ignored) : std::nullopt;
+  if (!plan || actors::largest_share(*plan) > actors::largest_share(*whole) - 0.05) return "";
+  // As the job file writes them: block indices, and "4:688" inside a layer.
+  const nlohmann::json written = actors::to_json(actors::written_job(cut));
+  std::string cuts;
+  for (const nlohmann::json& point : written["parallelism"]["partition"]) {
+    cuts += (cuts.empty() ? "" : ", ") + point.dump();
+  }
+  char shares[96];
+  std::snprintf(shares, sizeof shares, "from %.1f%% to %.1f%%", 100 * actors::largest_share(*whole),
+                100 * actors::largest_share(*plan));
+  return std::string(
+             "troupe: cutting inside layers would lower the largest stage's predicted "
+             "share ") +
+         shares + ": parallelism.partition = [" + cuts +
+         "] (or \"measured\", which times the blocks)";
+}
+
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
   auto costs = actors::estimated_block_costs(*config, error);

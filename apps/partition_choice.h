@@ -23,6 +23,13 @@ inline constexpr double measured_seconds_per_block = 0.05;
 std::optional<std::string> choose_partition(actors::job_config* config, const std::string& previous,
                                             std::string* error);
 
+/// When `config`'s partition is "balanced" and cutting inside layers (by the same estimate)
+/// would lower the most costly stage's predicted share by 5 points or more, a line saying so
+/// with the cut points to write, e.g. "troupe: cutting inside layers would lower the largest
+/// stage's predicted share from 38.2% to 26.6%: parallelism.partition = [4, "4:688", "7:336"]
+/// (or "measured", which times the blocks)"; "" otherwise.
+std::string layer_cut_hint(const actors::job_config& config);
+
 /// For the commands that predict rather than train (`troupe simulate`): parallelism.partition =
 /// "measured" in `config` becomes the cut points that the cost model's estimate chooses, cuts
 /// inside linear layers included, as `troupe train` would choose them by timing. Other

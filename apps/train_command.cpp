@@ -338,6 +338,9 @@ int run_train(const train_options& given) {
   }
   std::printf("%s\n", partition_line->c_str());
   std::fflush(stdout);
+  if (const std::string hint = layer_cut_hint(*config); !hint.empty()) {
+    std::fprintf(stderr, "%s\n", hint.c_str());
+  }
   const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
   run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
   reporter.show_on(monitor.get());

@@ -170,6 +170,33 @@ TEST_F(PartitionCliTest, EveryPartitionPrintsItsStagesAndShares) {
       << result.output;
 }
 
+TEST_F(PartitionCliTest, BalancedSaysWhenCuttingInsideLayersWouldBalanceBetter) {
+  // 784-256-4096-64-4 on 2 stages: whole blocks leave one stage most of the work.
+  const fs::path out = directory_ / "hinted";
+  run_result result = troupe("train " + wide_job().string() +
+                             " --set parallelism.partition=balanced --quiet --out " + out.string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const std::regex hint(R"(troupe: cutting inside layers would lower the largest stage's )"
+                        R"(predicted share from ([0-9.]+)% to ([0-9.]+)%: )"
+                        R"(parallelism.partition = (\["2:[0-9]+"\]) \(or "measured", )");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(result.errors, match, hint)) << result.errors;
+  EXPECT_GT(std::stod(match[1]) - std::stod(match[2]), 5.0) << match[0];
+  // The cut points it names are written as a job file takes them, and do what it says.
+  result =
+      troupe("train " + wide_job().string() + " --set 'parallelism.partition=" + match[3].str() +
+             "' --quiet --out " + (directory_ / "cut").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const std::string line = partition_line(result.output);
+  EXPECT_EQ(line.rfind("partition (cut points): stages [0,2:", 0), 0u) << line;
+  EXPECT_EQ(result.errors.find("cutting inside layers"), std::string::npos) << result.errors;
+  // A partition that whole blocks balance gets no such line.
+  result = troupe("train " + two_stage_job().string() + " --quiet --out " +
+                  (directory_ / "small").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  EXPECT_EQ(result.errors.find("cutting inside layers"), std::string::npos) << result.errors;
+}
+
 TEST_F(PartitionCliTest, AnUnknownPartitionIsOneLineListingTheChoices) {
   run_result result =
       troupe("train " + two_stage_job().string() + " --set parallelism.partition=fastest");
