@@ -1,0 +1,141 @@
+#include "actors/config/job_checks.h"
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/config/layer_cuts.h"
+
+namespace troupe::actors {
+namespace {
+
+/// Nothing, or one line saying what is wrong.
+using problem = std::optional<std::string>;
+
+/// Weight prediction moves the weights along SGD's momentum buffer, and the delay-corrected
+/// Nesterov method raises SGD's momentum or Adam's β1; Nesterov's look-ahead needs one too.
+problem check_staleness_correction(const job_config& config) {
+  const training_config& t = config.training;
+  const bool momentum_sgd = t.optimizer == "sgd" && t.momentum > 0;
+  const bool adam = t.optimizer == "adam" || t.optimizer == "adamw";
+  if (t.nesterov && !momentum_sgd && !adam) {
+    return std::string(
+        "training.nesterov = true needs training.momentum > 0 with training.optimizer = "
+        "\"sgd\" (or \"adam\" / \"adamw\": NAdam)");
+  }
+  const std::string& correction = config.parallelism.staleness_correction;
+  if (momentum_sgd || (correction == "nesterov" && adam)) return std::nullopt;
+  if (correction == "predict") {
+    return std::string(
+        "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" "
+        "with training.momentum > 0: it predicts the weights along the momentum buffer");
+  }
+  if (correction == "nesterov") {
+    return std::string(
+        "parallelism.staleness_correction = \"nesterov\" needs training.optimizer = \"sgd\" "
+        "with training.momentum > 0, or \"adam\" / \"adamw\": it raises the momentum (β1) "
+        "of delayed stages");
+  }
+  return std::nullopt;
+}
+
+/// The interleaved schedule puts parallelism.virtual_stages stages on each worker.
+problem check_schedule(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  const std::string v = std::to_string(p.virtual_stages);
+  // Other schedules ignore virtual_stages, so that a sweep over schedules can keep it set.
+  if (p.schedule != "interleaved") return std::nullopt;
+  if (p.mode != "sync") return "parallelism.schedule = \"interleaved\" needs mode = \"sync\"";
+  if (p.stages % p.virtual_stages != 0) {
+    return "parallelism.stages (" + std::to_string(p.stages) +
+           ") must be a multiple of parallelism.virtual_stages (" + v +
+           "): the interleaved schedule gives each of stages / virtual_stages workers " + v +
+           " stages";
+  }
+  return std::nullopt;
+}
+
+/// A text job reads Debian's fortunes unless data.path says otherwise, and feeds its model
+/// sequences of data.context token ids.
+problem resolve_text_defaults(job_config* config) {
+  data_config& data = config->data;
+  if (data.dataset != "text") return std::nullopt;
+  if (data.path == data_config().path) data.path = "/usr/share/games/fortunes";
+  std::vector<int64_t>& shape = config->model.input_shape;
+  if (shape == model_config().input_shape) shape = {data.context};
+  if (shape != std::vector<int64_t>{data.context}) {
+    return "model.input_shape must be [data.context] = [" + std::to_string(data.context) +
+           "] for text data, got " + nlohmann::json(shape).dump();
+  }
+  return std::nullopt;
+}
+
+/// parallelism.collective against the stages' devices.
+problem check_collective(const parallelism_config& p) {
+  for (const std::string& device : p.devices) {
+    const bool cuda = device.rfind("cuda", 0) == 0;
+    if (p.collective == "nccl" && !cuda) {
+      return "parallelism.collective = \"nccl\" needs every stage on a CUDA device, but "
+             "parallelism.devices has \"" +
+             device + "\" (use \"ring\" for CPU stages)";
+    }
+    if (p.collective == "shared_memory" && cuda) {
+      return "parallelism.collective = \"shared_memory\" sums CPU stages in one process, but "
+             "parallelism.devices has \"" +
+             device + "\" (use \"nccl\" or \"ring\")";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+problem check_consistency(job_config* config) {
+  parallelism_config& p = config->parallelism;
+  const training_config& t = config->training;
+  const std::string stages = std::to_string(p.stages);
+  if (t.batch_size % p.micro_batches != 0) {
+    return "parallelism.micro_batches (" + std::to_string(p.micro_batches) +
+           ") must divide training.batch_size (" + std::to_string(t.batch_size) + ")";
+  }
+  if (t.batch_size % (int64_t(p.replicas) * p.micro_batches) != 0) {
+    return "parallelism.replicas (" + std::to_string(p.replicas) +
+           ") times parallelism.micro_batches (" + std::to_string(p.micro_batches) +
+           ") must divide training.batch_size (" + std::to_string(t.batch_size) +
+           "): each replica takes batch_size / replicas samples of every step";
+  }
+  if (static_cast<size_t>(p.stages) > config->model.layers.size()) {
+    return "parallelism.stages (" + stages + ") exceeds the number of layers in model.layers (" +
+           std::to_string(config->model.layers.size()) + ")";
+  }
+  const size_t actors = static_cast<size_t>(p.stages) * static_cast<size_t>(p.replicas);
+  if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages) &&
+      p.devices.size() != actors) {
+    return "parallelism.devices names " + std::to_string(p.devices.size()) +
+           " devices but parallelism.stages is " + stages +
+           (p.replicas > 1 ? " and parallelism.replicas " + std::to_string(p.replicas) +
+                                 " (give one, one per stage, or one per stage of every replica)"
+                           : " (give one, or one per stage)");
+  }
+  if (problem error = check_collective(p)) return error;
+  if (p.spin_wait_ms < 0 && p.spin_wait_ms != -1) {
+    return "parallelism.spin_wait_ms must be -1 (10 ms in sync mode, 0 in async mode) or >= 0";
+  }
+  if (p.replica_staleness == 0) {
+    return "parallelism.replica_staleness must be -1 (unbounded) or >= 1: at 0 no replica could "
+           "admit a key while another has one in flight";
+  }
+  if (t.lr_schedule == "step" && t.lr_decay_epochs < 1) {
+    return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
+  }
+  if (problem error = check_schedule(*config)) return error;
+  if (problem error = check_staleness_correction(*config)) return error;
+  if (problem error = resolve_text_defaults(config)) return error;
+  if (std::string error = expand_cut_points(config); !error.empty()) return error;
+  if (p.max_active_keys == 0) p.max_active_keys = p.stages;
+  if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;
+  return std::nullopt;
+}
+
+}  // namespace troupe::actors
