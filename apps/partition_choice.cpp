@@ -103,13 +103,11 @@ std::string layer_cut_hint(const actors::job_config& config) {
   for (const nlohmann::json& point : written["parallelism"]["partition"]) {
     cuts += (cuts.empty() ? "" : ", ") + point.dump();
   }
-  char shares[96];
-  std::snprintf(shares, sizeof shares, "from %.1f%% to %.1f%%", 100 * actors::largest_share(*whole),
+  char shares[64];
+  std::snprintf(shares, sizeof shares, "%.1f%% to %.1f%%", 100 * actors::largest_share(*whole),
                 100 * actors::largest_share(*plan));
-  return std::string(
-             "troupe: cutting inside layers would lower the largest stage's predicted "
-             "share ") +
-         shares + ": parallelism.partition = [" + cuts +
+  return "troupe: cutting inside layers would lower the largest stage's predicted share from " +
+         std::string(shares) + ": parallelism.partition = [" + cuts +
          "] (or \"measured\", which times the blocks)";
 }
 
