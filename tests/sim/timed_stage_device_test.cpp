@@ -35,7 +35,7 @@ std::vector<double> sum_and_average(timed_stage_device& stage) {
   return {sum, stage.take_charge()};
 }
 
-TEST(TimedStageDeviceTest, ASharedMemoryGroupIsChargedItsPassesInsteadOfTheRingsCopies) {
+TEST(TimedStageDeviceTest, ASharedMemoryGroupIsChargedItsMemoryTrafficInsteadOfTheRingsCopies) {
   const double pass = 1000 * 1e-9;
   timed_stage_device ring = stage_of(1000);
   std::vector<double> seconds = sum_and_average(ring);
