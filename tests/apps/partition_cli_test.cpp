@@ -190,6 +190,15 @@ TEST_F(PartitionCliTest, BalancedSaysWhenCuttingInsideLayersWouldBalanceBetter) 
   const std::string line = partition_line(result.output);
   EXPECT_EQ(line.rfind("partition (cut points): stages [0,2:", 0), 0u) << line;
   EXPECT_EQ(result.errors.find("cutting inside layers"), std::string::npos) << result.errors;
+  // `troupe simulate` says so too.
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_this_machine.toml";
+  result =
+      troupe("simulate " + wide_job().string() + " --cluster " + cluster +
+             " --set parallelism.partition=balanced --out " + (directory_ / "simulated").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  EXPECT_NE(result.errors.find("cutting inside layers would lower"), std::string::npos)
+      << result.errors;
   // A partition that whole blocks balance gets no such line.
   result = troupe("train " + two_stage_job().string() + " --quiet --out " +
                   (directory_ / "small").string());
