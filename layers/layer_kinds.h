@@ -58,4 +58,17 @@ struct initial_values {
 initial_values initial_weight_rows(uint64_t seed, int64_t fan_in, int64_t out, bool bias,
                                    int64_t first, int64_t rows);
 
+/// Adds a linear layer's weight gradients over `rows` rows: weight += dy^T x, with dy of the
+/// weight's outputs and x of its inputs read `input_stride` floats apart (a cut layer's tail
+/// reads x out of a wider input); bias, when it has values, += the sum of dy's rows.
+void add_linear_weight_gradients(stream s, const float* output_gradient, const float* input,
+                                 int input_stride, int rows, parameter& weight, parameter& bias);
+
+/// The output rows of a part of a cut layer (split_linear_layer.cpp,
+/// split_convolution_layer.cpp) from its own values `own` (`own_width` floats a row): the
+/// head's [x | own] from its input x, the tail's [the head's values | own] from its input
+/// [x | the head's values]. Each input row is `input_width` floats, of which `x_width` are x.
+void stack_cut_output(backend& device, stream s, bool head, const float* input, int input_width,
+                      int x_width, const float* own, int own_width, float* output, int rows);
+
 }  // namespace troupe::layers

@@ -38,6 +38,32 @@ initial_values initial_weight_rows(uint64_t seed, int64_t fan_in, int64_t out, b
   return result;
 }
 
+void add_linear_weight_gradients(stream s, const float* output_gradient, const float* input,
+                                 int input_stride, int rows, parameter& weight, parameter& bias) {
+  backend& device = weight.gradient.device();
+  const int outputs = static_cast<int>(weight.value.dims()[0]);
+  const int inputs = static_cast<int>(weight.value.dims()[1]);
+  device.gemm(s, transpose::yes, transpose::no, outputs, inputs, rows, 1.0f, output_gradient,
+              outputs, input, input_stride, weight.accumulate_beta(), weight.gradient.data(),
+              inputs);
+  weight.has_gradient = true;
+  if (!bias.value.empty()) {
+    device.sum_rows(s, output_gradient, rows, outputs, bias.accumulate_beta(),
+                    bias.gradient.data());
+    bias.has_gradient = true;
+  }
+}
+
+void stack_cut_output(backend& device, stream s, bool head, const float* input, int input_width,
+                      int x_width, const float* own, int own_width, float* output, int rows) {
+  // The head passes x on; the tail passes on the head's values, which follow x in its input.
+  const float* first = head ? input : input + x_width;
+  const int first_width = head ? x_width : input_width - x_width;
+  const int width = first_width + own_width;
+  device.copy_matrix(s, first, input_width, output, width, rows, first_width);
+  device.copy_matrix(s, own, own_width, output + first_width, width, rows, own_width);
+}
+
 namespace {
 
 struct linear_context final : layer_context {
@@ -116,17 +142,8 @@ class linear_layer final : public layer {
 
  private:
   void add_weight_gradients(stream s, const tensor& input, const tensor& output_gradient) {
-    backend& device = input.device();
-    const int batch = static_cast<int>(input.size() / inputs_);
-    device.gemm(s, transpose::yes, transpose::no, outputs_, inputs_, batch, 1.0f,
-                output_gradient.data(), outputs_, input.data(), inputs_, weight_.accumulate_beta(),
-                weight_.gradient.data(), inputs_);
-    weight_.has_gradient = true;
-    if (!bias_.value.empty()) {
-      device.sum_rows(s, output_gradient.data(), batch, outputs_, bias_.accumulate_beta(),
-                      bias_.gradient.data());
-      bias_.has_gradient = true;
-    }
+    add_linear_weight_gradients(s, output_gradient.data(), input.data(), inputs_,
+                                static_cast<int>(input.size() / inputs_), weight_, bias_);
   }
 
   tensor input_gradient(stream s, const tensor& input, const tensor& output_gradient) {

@@ -47,7 +47,6 @@ class split_convolution_layer final : public layer {
     const stream s = options.work_stream;
     const int batch = static_cast<int>(input.rows());
     const int in_width = static_cast<int>(input.row_size());
-    const int out_width = static_cast<int>(element_count(output_shape()));
     const int x_width = static_cast<int>(channels_ * pixels_);
     const int own = static_cast<int>(rows_ * pixels_);
     tensor x = input;
@@ -59,18 +58,10 @@ class split_convolution_layer final : public layer {
     forward_result inner = inner_->forward(options, x);
     context->inner = std::move(inner.context);
     tensor output(device, batched(input.rows(), output_shape()));
-    if (head_) {
-      // [x | its channels]
-      device.copy_matrix(s, x.data(), x_width, output.data(), out_width, batch, x_width);
-      device.copy_matrix(s, inner.output.data(), own, output.data() + x_width, out_width, batch,
-                         own);
-    } else {
-      // [the head's channels | its channels] from [x | the head's channels]
-      const int head = static_cast<int>(split_ * pixels_);
-      device.copy_matrix(s, input.data() + x_width, in_width, output.data(), out_width, batch,
-                         head);
-      device.copy_matrix(s, inner.output.data(), own, output.data() + head, out_width, batch, own);
-    }
+    // The head's [x | its channels]; the tail's [the head's channels | its channels] from
+    // [x | the head's channels].
+    stack_cut_output(device, s, head_, input.data(), in_width, x_width, inner.output.data(), own,
+                     output.data(), batch);
     return {output, std::move(context)};
   }
 

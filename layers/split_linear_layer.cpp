@@ -40,7 +40,6 @@ class split_linear_layer final : public layer {
     backend& device = input.device();
     const stream s = options.work_stream;
     const int batch = batch_of(input);
-    const int width = output_shape().back();
     tensor output(device, batched(input.rows(), output_shape()));
     tensor rows(device, {batch, rows_});
     device.gemm(s, transpose::no, transpose::yes, batch, rows_, inputs_, 1.0f, input.data(),
@@ -48,16 +47,9 @@ class split_linear_layer final : public layer {
     if (!bias_.value.empty()) {
       device.add_row_vector(s, rows.data(), bias_.value.data(), batch, rows_);
     }
-    if (head_) {
-      // [x | x Wa^T + ba]
-      device.copy_matrix(s, input.data(), inputs_, output.data(), width, batch, inputs_);
-      device.copy_matrix(s, rows.data(), rows_, output.data() + inputs_, width, batch, rows_);
-    } else {
-      // [ya | x Wb^T + bb] from [x | ya]
-      device.copy_matrix(s, input.data() + inputs_, input_stride(), output.data(), width, batch,
-                         split_);
-      device.copy_matrix(s, rows.data(), rows_, output.data() + split_, width, batch, rows_);
-    }
+    // The head's [x | x Wa^T + ba]; the tail's [ya | x Wb^T + bb] from [x | ya].
+    stack_cut_output(device, s, head_, input.data(), input_stride(), inputs_, rows.data(), rows_,
+                     output.data(), batch);
     auto context = std::make_unique<split_linear_context>();
     if (options.mode == pass_mode::training) context->input = input;
     return {output, std::move(context)};
@@ -103,18 +95,9 @@ class split_linear_layer final : public layer {
 
   void backward_weights(const run_options& options, layer_context& context) override {
     auto& saved = static_cast<split_linear_context&>(context);
-    backend& device = saved.input.device();
-    const stream s = options.work_stream;
-    const int batch = batch_of(saved.input);
-    const float* gradient = saved.output_gradient.data();
-    device.gemm(s, transpose::yes, transpose::no, rows_, inputs_, batch, 1.0f, gradient, rows_,
-                saved.input.data(), input_stride(), weight_.accumulate_beta(),
-                weight_.gradient.data(), inputs_);
-    weight_.has_gradient = true;
-    if (!bias_.value.empty()) {
-      device.sum_rows(s, gradient, batch, rows_, bias_.accumulate_beta(), bias_.gradient.data());
-      bias_.has_gradient = true;
-    }
+    add_linear_weight_gradients(options.work_stream, saved.output_gradient.data(),
+                                saved.input.data(), input_stride(), batch_of(saved.input), weight_,
+                                bias_);
     saved.input = tensor();
     saved.output_gradient = tensor();
   }
