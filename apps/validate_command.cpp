@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -121,14 +122,16 @@ int run_validate(const validate_options& options) {
   const bool replicated = std::any_of(options.replicas.begin(), options.replicas.end(),
                                       [](int replicas) { return replicas > 1; });
   // Rows: each configuration in one process, and with worker processes where it can run so.
+  // Why R replicas cannot run in worker processes ("" when they can), by R.
+  std::map<int, std::string> not_across;
   size_t expected_rows = 0;
   for (const int replicas : options.replicas) {
     std::vector<std::string> overrides = options.overrides;
     overrides.push_back("parallelism.replicas=" + std::to_string(replicas));
     actors::job_error problem;
     const auto config = actors::load_job_file(options.job_file, overrides, &problem);
-    const bool across = config && actors::replica_group_problem(*config, false).empty();
-    expected_rows += (across ? 4 : 2) * options.stages.size();
+    if (config) not_across[replicas] = actors::replica_group_problem(*config, false);
+    expected_rows += (not_across[replicas].empty() ? 4 : 2) * options.stages.size();
   }
   for (const std::string mode : {"sync", "async"}) {
     for (const int replicas : options.replicas) {
@@ -175,11 +178,10 @@ int run_validate(const validate_options& options) {
         // In one process, and with a worker process per stage actor where the job can run so
         // (replicas that sum through shared memory cannot).
         std::vector<int> placements{0};
-        const std::string across = actors::replica_group_problem(*config, false);
-        if (across.empty()) {
+        if (not_across[replicas].empty()) {
           placements.push_back(actors_count);
         } else {
-          notes.push_back("(" + name + ": no --workers row: " + across + ")");
+          notes.push_back("(" + name + ": no --workers row: " + not_across[replicas] + ")");
         }
         // The simulated samples/s after the warm-up and over the whole run on `machine`, with
         // `workers` worker processes (0: in one process).

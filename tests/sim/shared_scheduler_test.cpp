@@ -68,6 +68,17 @@ cluster_model core_pool(int devices, const std::string& more = "") {
   return *cluster;
 }
 
+/// Two async replicas of one stage, two keys in flight each, averaging their weights every step.
+actors::job_config averaging_replicas() {
+  actors::job_config config = balanced_job(4, 1, "async");
+  config.parallelism.stages = 1;
+  config.parallelism.replicas = 2;
+  config.parallelism.max_active_keys = 2;
+  config.parallelism.min_update_interval = 1;
+  config.parallelism.replica_sync_interval = 1;
+  return config;
+}
+
 /// An asynchronous 4-stage job whose coordinator spends `per_sample_s` on each sample it admits.
 simulation_options traced_with_coordinator_cost(double per_sample_s) {
   simulation_options options;
@@ -239,12 +250,7 @@ TEST(SharedSchedulerTest, WorkJitterIsReadCheckedAndMeasured) {
 TEST(SharedSchedulerTest, AStageTakesARingChunkBeforeItsOtherMail) {
   // Two replicas of one stage averaging their weights every step, on one core: a chunk of the
   // ring and the coordinator's next key often wait for a stage together.
-  actors::job_config config = balanced_job(4, 1, "async");
-  config.parallelism.stages = 1;
-  config.parallelism.replicas = 2;
-  config.parallelism.max_active_keys = 2;
-  config.parallelism.min_update_interval = 1;
-  config.parallelism.replica_sync_interval = 1;
+  actors::job_config config = averaging_replicas();
   simulation_options options = traced_with_coordinator_cost(1e-5);
   options.profile->parameter_copy_s_per_float = 1e-9;  // a chunk's handling takes time
   const simulation_result result = simulated(config, core_pool(1), options);
@@ -303,12 +309,7 @@ TEST(SharedSchedulerTest, AsyncReplicaGroupsAverageInLockStep) {
   // Two async replicas of one stage, one on a device three times slower, averaging every step:
   // the ring lets the faster replica train on while its average waits for the slower one; a
   // group (shared memory, NCCL) holds it in the collective until both have come.
-  actors::job_config config = balanced_job(4, 1, "async");
-  config.parallelism.stages = 1;
-  config.parallelism.replicas = 2;
-  config.parallelism.max_active_keys = 2;
-  config.parallelism.min_update_interval = 1;
-  config.parallelism.replica_sync_interval = 1;
+  actors::job_config config = averaging_replicas();
   simulation_options options = traced_with_coordinator_cost(0);
   options.profile->parameter_copy_s_per_float = 1e-9;
   options.stragglers = {{1, 1.0, 3.0}};
