@@ -97,6 +97,7 @@ void stage_logic::run_pass(const key_message& message, std::vector<stage_output>
 }
 
 bool stage_logic::has_ready_work() const {
+  if (step_due()) return true;
   if (!ordered()) return false;
   const scheduled_pass& next = settings_.turn->next_pass();
   if (next.stage != settings_.index) return false;
@@ -106,6 +107,10 @@ bool stage_logic::has_ready_work() const {
 
 std::vector<stage_output> stage_logic::run_ready_work() {
   std::vector<stage_output> outputs;
+  if (step_due()) {
+    finish_deferred_step();
+    return outputs;
+  }
   if (!ordered()) return outputs;
   const scheduled_pass next = settings_.turn->next_pass();
   if (next.stage != settings_.index) return outputs;
@@ -171,6 +176,7 @@ void stage_logic::evaluate(const key_message& message, std::vector<stage_output>
 }
 
 void stage_logic::backward(key_message message, std::vector<stage_output>* outputs) {
+  if (step_due()) finish_deferred_step();  // an asynchronous key sees the step before it
   auto found = forward_versions_.find(message.key);
   TROUPE_CHECK(found != forward_versions_.end());
   const int64_t forward_version = found->second;
@@ -196,9 +202,9 @@ void stage_logic::backward(key_message message, std::vector<stage_output>* outpu
     return;
   } else if (complete) {
     // Zero-bubble: the step waits for the deferred W, which run in the cool-down after this
-    // input gradient has gone on.
+    // input gradient has gone on; with step_after_sending it waits for the gradient to go.
     step_after_deferred_ = true;
-    if (deferred_.empty()) finish_deferred_step();
+    if (!settings_.step_after_sending && deferred_.empty()) finish_deferred_step();
     if (averaging()) after_replica_step(outputs);
   }
   message.norm_squared = 0;

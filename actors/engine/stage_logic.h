@@ -61,6 +61,11 @@ struct stage_settings {
   /// coordinator sees the step finished only once every stage has taken it. Otherwise each
   /// stage clips by its own norm.
   bool global_clipping = false;
+  /// The optimizer step runs once the step's last input gradient has gone on (the host's
+  /// run_ready_work(), or before the next pass, whichever comes first), beside the earlier
+  /// stages' backward passes instead of before them: in sync mode, where they wait for it.
+  /// Otherwise (async, where a step per key keeps the stages busy) it runs within the pass.
+  bool step_after_sending = false;
   /// Schedules with a fixed order of passes (ZB-H1, interleaved): the order of the worker
   /// that hosts this stage, shared by the stages it hosts (pass_order.h). A forward or backward
   /// message that comes before its turn waits in the stage; under ZB-H1 a backward pass
@@ -121,10 +126,11 @@ class stage_logic {
   /// Async replicas: count of steps by how many versions the stage was ahead of the slowest
   /// replica (as the coordinator last told it: an upper bound of the true lead).
   const std::vector<int64_t>& replica_staleness_histogram() const { return replica_staleness_; }
-  /// The worker's next pass is this stage's and can run: a W, or a message that came before
-  /// its turn. The host calls run_ready_work() after it has sent what the last call returned
-  /// (so that a B's input gradient leaves before the W behind it runs), and tells the stage
-  /// whose pass is next when another stage of the worker moved the turn on.
+  /// The stage's optimizer step is due (its step's backward passes are done and their input
+  /// gradients returned), or the worker's next pass is this stage's and can run: a W, or a
+  /// message that came before its turn. The host calls run_ready_work() after it has sent what the
+  /// last call returned (so that a B's input gradient leaves before the W behind it runs), and
+  /// tells the stage whose pass is next when another stage of the worker moved the turn on.
   bool has_ready_work() const;
   /// The stage whose pass the worker runs next; -1 without a fixed order.
   int stage_with_next_pass() const { return ordered() ? settings_.turn->next_pass().stage : -1; }
@@ -180,6 +186,8 @@ class stage_logic {
     return static_cast<int>(message.key % settings_.min_update_interval);
   }
   bool ordered() const { return settings_.turn != nullptr; }
+  /// The step's backward passes and deferred W are done and the step is not taken yet.
+  bool step_due() const { return step_after_deferred_ && deferred_.empty(); }
   /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).
   void take_step(double norm_squared);
   /// The learning rate of the step from version_ (with PipeMare's rescheduling).
@@ -221,7 +229,7 @@ class stage_logic {
   std::set<int64_t> predicted_versions_;
   /// Global clipping: a step is held until the step message with the total norm arrives.
   bool step_pending_ = false;
-  /// Zero-bubble: the step's backward passes are done; the step follows the deferred W.
+  /// The step's backward passes are done; the step follows (after zero-bubble's deferred W).
   bool step_after_deferred_ = false;
   std::unordered_map<uint64_t, int64_t> forward_versions_;
   /// Keys whose W is deferred, oldest first (the order W would have run in, so the weight

@@ -41,6 +41,7 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
                                                       settings.min_update_interval * p.replicas);
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
+  settings.step_after_sending = p.mode == "sync";
   if (!turns.empty()) settings.turn = turns[static_cast<size_t>(pipeline_worker_of(config, index))];
   // 1F1B's bound on forwards ahead of backwards; a fixed order of passes bounds them itself.
   if (backward_first(config) && p.schedule != "interleaved" && !settings.turn) {

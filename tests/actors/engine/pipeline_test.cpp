@@ -10,7 +10,6 @@
 
 #include "actors/config/job_data.h"
 #include "actors/engine/learning_rate.h"
-#include "actors/engine/partition.h"
 #include "actors/engine/pass_order.h"
 #include "actors/engine/sequential_trainer.h"
 #include "layers/backend_registry.h"
@@ -28,11 +27,6 @@ using testing::weights;
 job_config small_job(int stages, int micro_batches, const std::string& mode,
                      const std::string& schedule) {
   return testing::small_pipeline_job(stages, micro_batches, mode, schedule, 640);
-}
-
-std::string* nullptr_error() {
-  static std::string error;
-  return &error;
 }
 
 std::unique_ptr<layers::backend> cpu() {
@@ -229,58 +223,6 @@ TEST(PipelineExactnessTest, InterleavedEqualsSequential) {
   }
 }
 
-/// The last stage of a 2-stage `config` on a CPU backend, and a forward key for it.
-struct last_stage {
-  explicit last_stage(const job_config& config)
-      : device(cpu()),
-        work(make_layers_stage_device(config, (*partition_model(config, nullptr_error()))[1],
-                                      *device)),
-        logic(stage_settings_of(config, 1, 10, 10, make_pass_turns(config)), *work) {}
-
-  key_message forward(layers::shape dims) const {
-    key_message message;
-    message.kind = key_kind::forward;
-    message.labels = std::make_shared<const std::vector<int32_t>>(dims[0], 1);
-    message.payload = layers::tensor::filled(*device, device->default_stream(), dims, 0.5f);
-    return message;
-  }
-
-  std::unique_ptr<layers::backend> device;
-  std::unique_ptr<stage_device> work;  ///< the stage's device work
-  stage_logic logic;
-};
-
-TEST(StageLogicTest, ZeroBubbleRunsPassesInItsOrder) {
-  // The last of 2 stages, 2 micro-batches: F0 B0 F1 B1 W0 W1. F1 comes first and waits; W
-  // wait until the host asks for the ready work, after it sent what B produced.
-  last_stage stage(small_job(2, 2, "sync", "zb-h1"));
-  stage_logic& last = stage.logic;
-  stage_device* last_device = stage.work.get();
-  key_message first = stage.forward({8, 20});
-  key_message second = first;
-  second.key = 1;
-  EXPECT_TRUE(last.handle(second).empty());
-  EXPECT_FALSE(last.has_ready_work());  // F0 is next
-  auto outputs = last.handle(first);
-  ASSERT_EQ(outputs.size(), 2u);  // the loss, and the input gradient for stage 0
-  EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
-  EXPECT_EQ(outputs[1].message.key, 0u);
-  for (layers::parameter* p : last_device->parameters()) EXPECT_FALSE(p->has_gradient);
-  ASSERT_TRUE(last.has_ready_work());  // F1, which came early
-  outputs = last.run_ready_work();
-  ASSERT_EQ(outputs.size(), 2u);
-  EXPECT_EQ(outputs[1].message.key, 1u);
-  for (layers::parameter* p : last_device->parameters()) EXPECT_FALSE(p->has_gradient);
-  ASSERT_TRUE(last.has_ready_work());  // W0
-  EXPECT_TRUE(last.run_ready_work().empty());
-  for (layers::parameter* p : last_device->parameters()) EXPECT_TRUE(p->has_gradient);
-  EXPECT_EQ(last.version(), 0);
-  ASSERT_TRUE(last.has_ready_work());  // W1, and the step
-  EXPECT_TRUE(last.run_ready_work().empty());
-  EXPECT_EQ(last.version(), 1);
-  EXPECT_FALSE(last.has_ready_work());
-}
-
 TEST(PassOrderTest, EachZeroBubbleStageRunsEveryPassOnceWithinZbH1sBounds) {
   using kind = scheduled_pass::kind;
   for (int stages : {1, 2, 4, 8}) {
@@ -345,69 +287,6 @@ TEST(PassOrderTest, EachInterleavedWorkerRunsEveryPassOfItsChunksOnce) {
             std::to_string(pass.micro_batch) + " ";
   }
   EXPECT_EQ(last, "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 B1.0 B1.1 ");
-}
-
-TEST(StageLogicTest, InterleavedChunksOfAWorkerTakeTurns) {
-  // Stages 1 and 3 of 4 share worker 1 (2 workers, 2 chunks, 2 micro-batches): stage 3's
-  // forward waits until stage 1 has run both of its forwards.
-  job_config config = small_job(4, 2, "sync", "interleaved");
-  config.parallelism.virtual_stages = 2;
-  const auto turns = make_pass_turns(config);
-  ASSERT_EQ(turns.size(), 2u);
-  auto device = cpu();
-  auto ranges = partition_model(config, nullptr_error());
-  ASSERT_TRUE(ranges);
-  auto chunk_1 = make_layers_stage_device(config, (*ranges)[1], *device);
-  auto chunk_3 = make_layers_stage_device(config, (*ranges)[3], *device);
-  ASSERT_EQ((*ranges)[1].first, 2u);
-  ASSERT_EQ((*ranges)[3].first, 6u);
-  stage_logic stage_1(stage_settings_of(config, 1, 10, 10, turns), *chunk_1);
-  stage_logic stage_3(stage_settings_of(config, 3, 10, 10, turns), *chunk_3);
-  // Micro-batches of 8; stage 1 (dropout, linear) takes the tanh's 24 features, stage 3 (gelu,
-  // linear) the 16 of the linear before it.
-  const auto input = [&](int64_t features, uint64_t key) {
-    key_message message;
-    message.kind = key_kind::forward;
-    message.key = key;
-    message.labels = std::make_shared<const std::vector<int32_t>>(8, 1);
-    message.payload =
-        layers::tensor::filled(*device, device->default_stream(), {8, features}, 0.5f);
-    return message;
-  };
-  std::string refusal;
-  EXPECT_TRUE(stage_3.handle(input(16, 0), &refusal).empty());  // stage 1's F0 and F1 first
-  EXPECT_EQ(refusal, "");
-  EXPECT_EQ(stage_1.stage_with_next_pass(), 1);
-  EXPECT_FALSE(stage_3.has_ready_work());
-  EXPECT_EQ(stage_1.handle(input(24, 0), &refusal).size(), 1u) << refusal;
-  EXPECT_FALSE(stage_3.has_ready_work());
-  EXPECT_EQ(stage_1.handle(input(24, 1), &refusal).size(), 1u) << refusal;
-  EXPECT_EQ(stage_1.stage_with_next_pass(), 3);
-  ASSERT_TRUE(stage_3.has_ready_work());
-  const auto outputs = stage_3.run_ready_work();  // F and B of micro-batch 0 at the last stage
-  ASSERT_EQ(outputs.size(), 2u);
-  EXPECT_EQ(outputs[1].what, stage_output::kind::to_previous_stage);
-  EXPECT_EQ(stage_3.stage_with_next_pass(), 3);  // F3.1 next
-}
-
-TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
-  last_stage stage(small_job(2, 1, "async", "gpipe"));
-  stage_logic& last = stage.logic;
-  layers::backend* device = stage.device.get();
-  const key_message wrong_shape = stage.forward({4, 7});
-  std::string refusal;
-  EXPECT_TRUE(last.handle(wrong_shape, &refusal).empty());
-  EXPECT_NE(refusal.find("does not fit"), std::string::npos) << refusal;
-  key_message unknown_backward;
-  unknown_backward.kind = key_kind::backward;
-  unknown_backward.key = 99;
-  unknown_backward.payload =
-      layers::tensor::filled(*device, device->default_stream(), {4, 4}, 1.0f);
-  refusal.clear();
-  EXPECT_TRUE(last.handle(unknown_backward, &refusal).empty());
-  EXPECT_NE(refusal.find("never forwarded"), std::string::npos) << refusal;
-  EXPECT_EQ(last.refused(), 2);
-  EXPECT_EQ(last.version(), 0);
 }
 
 TEST(CoordinatorLogicTest, IgnoresRetirementsOfKeysNotInFlight) {
