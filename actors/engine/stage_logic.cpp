@@ -176,7 +176,7 @@ void stage_logic::evaluate(const key_message& message, std::vector<stage_output>
 }
 
 void stage_logic::backward(key_message message, std::vector<stage_output>* outputs) {
-  if (step_due()) finish_deferred_step();  // an asynchronous key sees the step before it
+  if (step_due()) finish_deferred_step();  // a pass sees the step before it
   auto found = forward_versions_.find(message.key);
   TROUPE_CHECK(found != forward_versions_.end());
   const int64_t forward_version = found->second;
