@@ -20,8 +20,8 @@ NUMBER_FIELDS = ("step", "epoch", "loss", "lr", "samples_per_s", "wall_s", "test
 DEFAULT_GANTT_SECONDS = 2.0
 STALENESS_LEGEND_INCHES = 2.2  # room right of the staleness histograms for the runs' legend
 SPAN_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "backward+step": "#d62728",
-               "step": "#2ca02c", "optimizer_step": "#2ca02c", "reduce": "#a0522d",
-               "reduce+step": "#a0522d", "idle": "#e6e6e6"}
+               "step": "#2ca02c", "optimizer_step": "#2ca02c", "scheduled+step": "#2ca02c",
+               "reduce": "#a0522d", "reduce+step": "#a0522d", "idle": "#e6e6e6"}
 OTHER_SPAN_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
