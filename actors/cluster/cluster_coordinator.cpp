@@ -11,6 +11,7 @@
 
 #include "actors/cluster/cluster_control.h"
 #include "actors/cluster/cluster_host.h"
+#include "actors/cluster/worker_peers.h"
 #include "actors/cluster/worker_traces.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/partition.h"
@@ -23,30 +24,6 @@ namespace troupe::actors {
 namespace {
 
 using json = nlohmann::json;
-
-/// A worker as the coordinator knows it.
-struct worker_peer {
-  std::string address;
-  std::string host;
-  int64_t pid = 0;
-  std::string public_key;  ///< with CURVE: what its inbox proves to hold
-  std::optional<transport::outbox> control;
-  std::vector<int> stages;
-  double last_heard = 0;
-  /// Its last stamped message (hello or heartbeat): its clock as it sent it and this one's as it
-  /// arrived. Assignments and heartbeats echo them, with this clock as they leave, so that the
-  /// worker can tell its clock's offset from this one (for the trace).
-  json echo;
-
-  std::string describe() const {
-    std::string text = "worker pid " + std::to_string(pid) + " on " + host + " (stage";
-    text += stages.size() == 1 ? " " : "s ";
-    for (size_t i = 0; i < stages.size(); ++i) {
-      text += (i ? "," : "") + std::to_string(stages[i]);
-    }
-    return text + ")";
-  }
-};
 
 /// Job ids for clusters: the coordinator's pid and a counter (a new one per generation).
 uint64_t fresh_cluster_job_id() {
@@ -161,19 +138,12 @@ class cluster_coordinator {
     }
   }
 
-  /// The worker whose address is `address`, or null for a peer that is not one of them.
-  worker_peer* known_worker(const std::string& address) {
-    for (auto& worker : workers_)
-      if (worker.address == address) return &worker;
-    return nullptr;
-  }
-
   void handle_control(const json& body, const transport::message& message) {
     const std::string type = body["type"];
-    worker_peer* worker = known_worker(body.value("address", std::string()));
+    worker_peer* worker = find_worker(workers_, body.value("address", std::string()));
     if (worker) {
       worker->last_heard = clock_.now_seconds();
-      if (json stamped = stamps(body); !stamped.is_null()) worker->echo = stamped;
+      if (json stamped = clock_stamps(body); !stamped.is_null()) worker->echo = stamped;
     }
     if (type == "hello") {
       admit_hello(body);
@@ -214,12 +184,7 @@ class cluster_coordinator {
   void publish_workers() {
     run_monitor* monitor = options_.pipeline.monitor;
     if (monitor == nullptr) return;
-    std::vector<hosting_process> processes;
-    for (const worker_peer& worker : workers_) {
-      processes.push_back(
-          {worker.describe(), worker.host, worker.pid, worker.stages, worker.last_heard});
-    }
-    monitor->set_processes(std::move(processes), recovery_.restarts());
+    monitor->set_processes(hosting_processes(workers_), recovery_.restarts());
   }
 
   /// Keeps a stage's final report, when it comes from the worker that hosts that stage.
@@ -237,11 +202,6 @@ class cluster_coordinator {
       dropped_ += static_cast<uint64_t>(count->second);
   }
 
-  static json stamps(const json& body) {
-    if (!body.contains("clock_s") || !body["clock_s"].is_number()) return json();
-    return {{"sent_s", body["clock_s"]}, {"received_s", body.value("received_s", 0.0)}};
-  }
-
   /// Keeps a worker's account of its CPU time (its last one: a worker sends it at the end).
   void keep_worker_usage(const json& body) {
     process_usage usage = process_usage_from_json(body);
@@ -252,12 +212,7 @@ class cluster_coordinator {
   /// Checks a hello (protocol version, job identity, CURVE key) and adds its worker, or
   /// tells it why not.
   void admit_hello(const json& body) {
-    worker_peer peer;
-    peer.address = body.value("address", "");
-    peer.host = body.value("host", "?");
-    peer.pid = body.value("pid", int64_t{0});
-    peer.public_key = body.value("public_key", "");
-    peer.echo = stamps(body);
+    worker_peer peer = peer_from_hello(body);
     const auto& allowed = options_.security.allowed_public_keys;
     if (options_.security.curve &&
         std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
@@ -289,10 +244,7 @@ class cluster_coordinator {
 
   /// `body` with the echo of `worker`'s last stamps and this clock as it leaves.
   json with_stamps(json body, const worker_peer& worker) {
-    if (worker.echo.is_null()) return body;
-    body["echo"] = worker.echo;
-    body["sent_s"] = clock_.now_seconds();
-    return body;
+    return actors::with_stamps(std::move(body), worker, clock_.now_seconds());
   }
 
   void heartbeat_workers(double now) {
@@ -303,46 +255,16 @@ class cluster_coordinator {
     last_heartbeat_ = now;
   }
 
-  /// The first worker silent for longer than the timeout.
-  std::optional<size_t> silent_worker(double now) const {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (now - workers_[i].last_heard > options_.liveness.timeout_s) return i;
-    }
-    return std::nullopt;
-  }
-
-  /// A joined worker whose process has ended (local workers only: at once) or that has been
-  /// silent past the timeout, with `reason` saying which ("was killed by signal 9 (Killed)",
-  /// "stopped responding 10 s ago").
+  /// A joined worker whose process has ended or that has been silent past the timeout, with
+  /// `reason` saying which.
   std::optional<size_t> ended_worker(double now, std::string* reason) {
     if (options_.exited_workers) {
       for (exited_worker& process : options_.exited_workers()) {
         ended_processes_.push_back(std::move(process));
       }
     }
-    // Two workers may end at once: the second stays queued until the first is dealt with.
-    // Processes that are no worker of this run (any more) are forgotten.
-    std::optional<size_t> found;
-    for (auto process = ended_processes_.begin(); process != ended_processes_.end();) {
-      auto worker = std::find_if(workers_.begin(), workers_.end(),
-                                 [&](const worker_peer& peer) { return peer.pid == process->pid; });
-      if (worker == workers_.end()) {
-        process = ended_processes_.erase(process);
-      } else if (!found) {
-        found = static_cast<size_t>(worker - workers_.begin());
-        *reason = process->how;
-        process = ended_processes_.erase(process);
-      } else {
-        ++process;
-      }
-    }
-    if (found) return found;
-    if (auto silent = silent_worker(now)) {
-      *reason = "stopped responding " +
-                std::to_string(static_cast<int>(now - workers_[*silent].last_heard)) + " s ago";
-      return silent;
-    }
-    return std::nullopt;
+    return actors::ended_worker(workers_, &ended_processes_, now, options_.liveness.timeout_s,
+                                reason);
   }
 
   // Generations -----------------------------------------------------------------------------
