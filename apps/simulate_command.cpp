@@ -323,8 +323,9 @@ int run_simulate(const simulate_options& options) {
     if (!estimate_measured_partition(&*config, &error)) {
       return bad_input(options.job_file + ": " + error);
     }
-    if (const std::string hint = layer_cut_hint(*config); sweep_key.empty() && !hint.empty()) {
-      std::fprintf(stderr, "%s\n", hint.c_str());
+    if (sweep_key.empty()) {
+      const std::string hint = layer_cut_hint(*config);
+      if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
     }
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);
