@@ -118,6 +118,8 @@ int run_validate(const validate_options& options) {
   json rows = json::array();
   std::vector<std::string> lines;
   std::vector<std::string> notes;
+  size_t within_rows = 0;      // rows whose error is within 10 %
+  size_t unresolved_rows = 0;  // the others whose error the machine's own drift could explain
   // Each configuration in one process and with a worker process per stage actor.
   const bool replicated = std::any_of(options.replicas.begin(), options.replicas.end(),
                                       [](int replicas) { return replicas > 1; });
@@ -288,12 +290,26 @@ int run_validate(const validate_options& options) {
               workers == 0 ? "in-process" : "--workers " + std::to_string(workers);
           const double cpu = median(result.cpu_us_per_sample[column]);
           const double kernel = median(result.kernel_fraction[column]);
+          // How much this machine's speed moved while the row ran: the configuration's
+          // calibrations minutes apart, and its real runs, each largest over smallest.
+          std::vector<double> calibrations = result.predicted_before[column];
+          if (!result.predicted_after[column].empty()) {
+            calibrations.push_back(result.predicted_after[column].back());
+          }
+          const double calibration_spread = spread(calibrations);
+          const double run_spread = spread(result.measured[column]);
+          const bool within = std::abs(relative) <= 0.10;
+          within_rows += within ? 1 : 0;
+          unresolved_rows +=
+              !within && std::abs(relative) <= std::max(calibration_spread, run_spread) ? 1 : 0;
           char replica_column[16] = "";
           if (replicated) std::snprintf(replica_column, sizeof replica_column, " %8d", replicas);
-          char line[200];
-          std::snprintf(line, sizeof line, "%-6s %6d%s  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%%",
+          char line[240];
+          std::snprintf(line, sizeof line,
+                        "%-6s %6d%s  %-12s %12.1f %12.1f %+8.1f%% %9.0f %6.0f%% %10.0f%% %7.0f%%",
                         mode.c_str(), stages, replica_column, where.c_str(), measured, predicted,
-                        100 * relative, cpu, 100 * kernel);
+                        100 * relative, cpu, 100 * kernel, 100 * calibration_spread,
+                        100 * run_spread);
           lines.push_back(line);
           std::fprintf(stderr, "troupe validate: [%zu/%zu] %s\n", lines.size(), expected_rows,
                        line);  // in-process and --workers
@@ -312,14 +328,16 @@ int run_validate(const validate_options& options) {
                           {"warm_up_steps", warm_up_steps},
                           {"error", relative},
                           {"cpu_us_per_sample", cpu},
-                          {"kernel_fraction", kernel}});
+                          {"kernel_fraction", kernel},
+                          {"calibration_spread", calibration_spread},
+                          {"run_spread", run_spread}});
         }
       }
     }
   }
-  std::printf("%-6s %6s%s  %-12s %12s %12s %9s %9s %7s\n", "mode", "stages",
+  std::printf("%-6s %6s%s  %-12s %12s %12s %9s %9s %7s %11s %8s\n", "mode", "stages",
               replicated ? " replicas" : "", "run", "measured", "predicted", "error", "cpu",
-              "kernel");
+              "kernel", "calibrated", "runs");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::printf(
       "(samples/s after each run's first %lld steps, its warm-up; medians of %d runs; each run "
@@ -329,6 +347,18 @@ int run_validate(const validate_options& options) {
   std::printf(
       "(cpu: microseconds of CPU time per training sample, all the run's processes together, "
       "user and kernel, from their start; kernel: the kernel's share of it)\n");
+  std::printf(
+      "(calibrated, runs: how far apart the row's calibrations, and its real runs, came out: "
+      "largest over smallest - 1; the machine's own change of speed while the row ran)\n");
+  std::printf("%zu of %zu rows within 10%%", within_rows, lines.size());
+  if (unresolved_rows > 0) {
+    std::printf(
+        "; %zu more whose error is inside its calibrations' or runs' spread: this "
+        "machine changed speed more than the error while they ran, so more --runs, or "
+        "a quieter machine, would tell",
+        unresolved_rows);
+  }
+  std::printf("\n");
   for (const std::string& note : notes) std::printf("%s\n", note.c_str());
   const unsigned cores = this_machines_cores();
   if (static_cast<unsigned>(*std::max_element(options.stages.begin(), options.stages.end()) *

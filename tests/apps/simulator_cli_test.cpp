@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -133,6 +135,14 @@ lr = 0.05
                     2,
                 1e-9 * predicted)
         << name;
+    // The machine's drift while the row ran: one run has no spread; two calibrations have
+    // theirs, largest over smallest - 1.
+    EXPECT_EQ(row["run_spread"].get<double>(), 0) << name;
+    const double before = row["predicted_before_runs"][0].get<double>();
+    const double after = row["predicted_after_runs"][0].get<double>();
+    EXPECT_NEAR(row["calibration_spread"].get<double>(),
+                std::max(before, after) / std::min(before, after) - 1, 1e-9)
+        << name;
     const int workers = row["workers"].get<int>();
     EXPECT_TRUE(workers == 0 || workers == row["stages"].get<int>()) << name;
     // Each measurement is a real run of its own, with its summary.
@@ -184,7 +194,7 @@ lr = 0.05
   for (std::string line; std::getline(table, line);) lines.push_back(line);
   // Below four cores, a last line warns that the 4-worker rows oversubscribe them.
   const bool oversubscribed = std::thread::hardware_concurrency() < 4;
-  ASSERT_EQ(lines.size(), oversubscribed ? 16u : 15u) << result.output;
+  ASSERT_EQ(lines.size(), oversubscribed ? 18u : 17u) << result.output;
   EXPECT_EQ(lines[12].rfind("async", 0), 0u) << lines[12];
   EXPECT_NE(lines[12].find("--workers 4"), std::string::npos) << lines[12];
   EXPECT_NE(lines[13].find("after each run's first 1 steps, its warm-up; medians of 1 runs"),
@@ -193,8 +203,13 @@ lr = 0.05
   EXPECT_NE(lines[13].find("median of the runs' predicted/measured - 1"), std::string::npos)
       << lines[13];
   EXPECT_NE(lines[14].find("CPU time per training sample"), std::string::npos) << lines[14];
+  EXPECT_NE(lines[15].find("largest over smallest - 1"), std::string::npos) << lines[15];
+  // The count of rows within 10 %, as the table's errors give it.
+  size_t within = 0;
+  for (const auto& row : rows) within += std::abs(row["error"].get<double>()) <= 0.10 ? 1 : 0;
+  EXPECT_EQ(lines[16].rfind(std::to_string(within) + " of 12 rows within 10%", 0), 0u) << lines[16];
   if (oversubscribed) {
-    EXPECT_NE(lines[15].find("as fast as a stand-in pipeline"), std::string::npos) << lines[15];
+    EXPECT_NE(lines[17].find("as fast as a stand-in pipeline"), std::string::npos) << lines[17];
   }
   EXPECT_NE(read_file(out / "sync-s2-1" / "train.log").find("final_test_accuracy"),
             std::string::npos);
