@@ -5,6 +5,7 @@
 // virtual time).
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -55,6 +56,20 @@ struct outcome {
   /// faster or slower than the real run, this is the first thing to compare.
   std::optional<double> mean_staleness;
 };
+
+/// "target after 131.8 s, final accuracy 0.2342" (or failed, diverged, target not reached).
+std::string described(const outcome& run) {
+  char text[96];
+  if (run.failed || run.diverged) {
+    std::snprintf(text, sizeof text, "%s", run.failed ? "failed" : "diverged");
+  } else if (run.to_target_s) {
+    std::snprintf(text, sizeof text, "target after %.1f s, final accuracy %.4f", *run.to_target_s,
+                  run.final_accuracy);
+  } else {
+    std::snprintf(text, sizeof text, "target not reached, final accuracy %.4f", run.final_accuracy);
+  }
+  return text;
+}
 
 /// The mean staleness of every backward pass of every stage (entry i of a stage's histogram
 /// counts its passes of staleness i), real runs and simulated ones alike; none without passes.
@@ -298,16 +313,14 @@ int run_converge(const converge_options& options) {
       overrides.push_back("training.seed=" + std::to_string(seed));
       const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
       measured[s].push_back(train_once(options, overrides, run_out));
-      const outcome& run = measured[s].back();
-      std::printf(
-          "troupe converge: [seed %d] %-20s %s, final accuracy %.4f\n", seed, each.name.c_str(),
-          run.failed        ? "failed"
-          : run.diverged    ? "diverged"
-          : run.to_target_s ? ("target after " + std::to_string(*run.to_target_s) + " s").c_str()
-                            : "target not reached",
-          run.final_accuracy);
+      std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
+                  described(measured[s].back()).c_str());
       std::fflush(stdout);
       if (predicting) {
+        // The numerics simulation of a run can take about as long as the run: say so first.
+        std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n",
+                     seed, each.name.c_str());
+        const auto started = std::chrono::steady_clock::now();
         auto simulated = simulate_once(options, overrides, profiles[s], &error);
         if (!simulated) {
           std::fprintf(stderr, "troupe converge: simulating %s: %s\n", each.name.c_str(),
@@ -315,6 +328,11 @@ int run_converge(const converge_options& options) {
           return 1;
         }
         predicted[s].push_back(*simulated);
+        std::printf(
+            "troupe converge: [seed %d] %-20s predicted: %s (simulated in %.1f s)\n", seed,
+            each.name.c_str(), described(*simulated).c_str(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        std::fflush(stdout);
       }
     }
   }

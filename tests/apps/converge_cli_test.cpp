@@ -48,6 +48,21 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   for (const char* row : {"\nnone ", "\npipemare ", "\nexploding ", "\nhalves "}) {
     EXPECT_NE(result.output.find(row), std::string::npos) << row << "\n" << result.output;
   }
+  // Each run's outcome as it ends, and its prediction as that ends.
+  EXPECT_NE(result.output.find("[seed 2] exploding            diverged\n"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("[seed 2] exploding            predicted: diverged (simulated in "),
+            std::string::npos)
+      << result.output;
+  size_t predictions = 0;
+  for (size_t at = result.output.find("predicted: "); at != std::string::npos;
+       at = result.output.find("predicted: ", at + 1)) {
+    ++predictions;
+  }
+  EXPECT_EQ(predictions, 8u) << result.output;  // 4 settings × 2 seeds
+  EXPECT_NE(result.errors.find("[seed 1] simulating halves with its calibration"),
+            std::string::npos)
+      << result.errors;
   std::ifstream file(out / "convergence.json");
   const nlohmann::json table = nlohmann::json::parse(file, nullptr, false);
   ASSERT_TRUE(table.is_array()) << result.output;
