@@ -1,8 +1,8 @@
 // `troupe converge JOB`: trains a job under several settings and seeds, in alternating order,
 // and prints how soon each setting reaches training.target_accuracy (median and spread of the
 // seconds, final accuracy, diverged runs), beside the simulator's prediction of the same table
-// from this machine's profile, calibrated for each setting (numerics on, so its runs learn in
-// virtual time).
+// from this machine's profile, calibrated for each run just before it (numerics on, so its runs
+// learn in virtual time).
 
 #include <algorithm>
 #include <chrono>
@@ -276,32 +276,35 @@ int run_converge(const converge_options& options) {
   const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
   if (!make_directory(out, &error)) return bad_input(error);
 
-  // The profile each setting is predicted from: --profile for all, or each setting's own
-  // calibration, since the blocks' costs depend on the setting's micro-batch size (a CPU GEMM of
-  // 16 samples costs more than a quarter of one of 64) and on which stages compute at once.
+  // The profile each run is predicted from: --profile for all, or a calibration of the run's
+  // setting taken just before it: the blocks' costs depend on the setting's micro-batch size (a
+  // CPU GEMM of 16 samples costs more than a quarter of one of 64), on which stages compute at
+  // once and on what the setting adds (a predicted copy of the weights), and this machine's
+  // speed drifts over minutes, so a calibration taken for each run, in the same alternating
+  // order, meets the machine as that run does.
   const size_t count = settings->size();
-  std::vector<sim::machine_profile> profiles;
+  std::optional<sim::machine_profile> given;
   if (!options.profile_file.empty()) {
-    auto loaded = sim::load_profile(options.profile_file, &error);
-    if (!loaded) return bad_input(error);
-    profiles.assign(count, *loaded);
-  } else if (options.predict) {
-    for (size_t s = 0; s < count; ++s) {
-      const std::string& name = (*settings)[s].name;
-      std::printf("troupe converge: calibrating this machine for %s (%.2f s per block)\n",
-                  name.c_str(), options.seconds);
-      std::fflush(stdout);
-      auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
-      if (!calibrated) {
-        std::fprintf(stderr, "troupe converge: calibration for %s failed: %s\n", name.c_str(),
-                     error.c_str());
-        return 1;
-      }
-      std::ofstream(out + "/profile-" + name + ".json") << sim::to_json_text(*calibrated);
-      profiles.push_back(std::move(*calibrated));
-    }
+    given = sim::load_profile(options.profile_file, &error);
+    if (!given) return bad_input(error);
   }
-  const bool predicting = !profiles.empty();
+  const bool predicting = given || options.predict;
+  const auto profile_for = [&](size_t s, int seed) -> std::optional<sim::machine_profile> {
+    if (given) return given;
+    const std::string& name = (*settings)[s].name;
+    std::printf("troupe converge: [seed %d] calibrating this machine for %s (%.2f s per block)\n",
+                seed, name.c_str(), options.seconds);
+    std::fflush(stdout);
+    auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
+    if (!calibrated) {
+      std::fprintf(stderr, "troupe converge: calibration for %s failed: %s\n", name.c_str(),
+                   error.c_str());
+      return std::nullopt;
+    }
+    std::ofstream(out + "/profile-" + name + "-seed" + std::to_string(seed) + ".json")
+        << sim::to_json_text(*calibrated);
+    return calibrated;
+  };
 
   std::vector<std::vector<outcome>> measured(count), predicted(count);
   // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
@@ -312,6 +315,8 @@ int run_converge(const converge_options& options) {
       overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
       overrides.push_back("training.seed=" + std::to_string(seed));
       const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
+      std::optional<sim::machine_profile> profile;
+      if (predicting && !(profile = profile_for(s, seed))) return 1;
       measured[s].push_back(train_once(options, overrides, run_out));
       std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
                   described(measured[s].back()).c_str());
@@ -321,7 +326,7 @@ int run_converge(const converge_options& options) {
         std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n",
                      seed, each.name.c_str());
         const auto started = std::chrono::steady_clock::now();
-        auto simulated = simulate_once(options, overrides, profiles[s], &error);
+        auto simulated = simulate_once(options, overrides, *profile, &error);
         if (!simulated) {
           std::fprintf(stderr, "troupe converge: simulating %s: %s\n", each.name.c_str(),
                        error.c_str());

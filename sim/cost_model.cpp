@@ -288,6 +288,12 @@ double stage_cost::step_s() const {
   return total;
 }
 
+double stage_cost::predict_s() const {
+  double total = 0;
+  for (const block_profile& block : measured_) total += block.predict_s;
+  return total > 0 ? total : 2 * stash_s();
+}
+
 double stage_cost::stash_s() const {
   double total = 0;
   if (!measured_.empty()) {

@@ -64,6 +64,9 @@ class stage_cost {
   double step_s() const;
   /// A copy of the stage's weights, kept for the keys that still need this version.
   double stash_s() const;
+  /// A predicted copy of the weights (staleness_correction = "predict"): measured, or two
+  /// stashes (the copy, then a pass over it and the momentum buffer).
+  double predict_s() const;
   /// Bytes of the stage's weights, gradients and optimizer state.
   double state_bytes() const { return state_bytes_; }
   /// The stage's trainable parameters (floats).

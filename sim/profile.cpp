@@ -40,6 +40,7 @@ std::string to_json_text(const machine_profile& profile) {
                       {"backward_first_s", b.backward_first_s},
                       {"step_s", b.step_s},
                       {"stash_s", b.stash_s},
+                      {"predict_s", b.predict_s},
                       {"evaluate_s", b.evaluate_s}});
   }
   json text = {{"backend", profile.backend},
@@ -143,6 +144,8 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
         !number(entry, "backward_first_s", where, &block.backward_first_s, false) ||
         !number(entry, "step_s", where, &block.step_s, false) ||
         (entry.contains("stash_s") && !number(entry, "stash_s", where, &block.stash_s, false)) ||
+        (entry.contains("predict_s") &&
+         !number(entry, "predict_s", where, &block.predict_s, false)) ||
         (entry.contains("evaluate_s") &&
          !number(entry, "evaluate_s", where, &block.evaluate_s, false))) {
       return std::nullopt;

@@ -24,6 +24,9 @@ struct block_profile {
   double backward_first_s = 0;
   double step_s = 0;
   double stash_s = 0;  ///< a copy of the weights kept for asynchronous keys (0 in sync mode)
+  /// A copy of the weights moved back along the momentum, as staleness_correction = "predict"
+  /// takes one for each version (0: not measured, the simulator charges two stashes).
+  double predict_s = 0;
   /// Forward in evaluation mode for machine_profile::evaluation_batch samples (0: unknown):
   /// GEMMs of a bigger batch run faster per sample, so this is not forward_s scaled.
   double evaluate_s = 0;

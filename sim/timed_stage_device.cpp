@@ -119,8 +119,7 @@ void timed_stage_device::stash_weights(int64_t version) {
 }
 
 void timed_stage_device::stash_predicted_weights(int64_t version, float distance) {
-  // A copy and one pass over the weights and the momentum buffer: about twice a stash.
-  charge_s_ += 2 * cost_.stash_s();
+  charge_s_ += cost_.predict_s();
   stashed_.insert(version);
   note_memory();
   if (numerics_) numerics_->stash_predicted_weights(version, distance);

@@ -16,7 +16,8 @@ namespace troupe::sim {
 namespace {
 
 /// Times one block alone, a round at a time: forward, backward (every other round with the
-/// input gradient), a weight stash and the step; and with `evaluation`, evaluation forwards one
+/// input gradient), a weight stash, a predicted one (staleness_correction = "predict") and the
+/// step; and with `evaluation`, evaluation forwards one
 /// after another, as a run's evaluation sweeps the held-out set.
 class block_timer {
  public:
@@ -49,6 +50,9 @@ class block_timer {
     (input_gradient ? backward_ : first_).push_back(took);
     const auto version = static_cast<int64_t>(round);
     stash_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
+    // The predicted copy replaces the plain one; the untimed first round made the momentum.
+    predict_.push_back(
+        timed(device_, [&] { stage_->stash_predicted_weights(version, predicted_distance); }));
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
@@ -75,6 +79,7 @@ class block_timer {
     result.backward_first_s = median(first_);
     result.step_s = median(step_);
     result.stash_s = median(stash_);
+    result.predict_s = median(predict_);
     result.evaluate_s = median(evaluate_);
     return result;
   }
@@ -86,7 +91,7 @@ class block_timer {
   actors::key_message message_;
   actors::key_message evaluating_;
   uint64_t rounds_ = 0;
-  std::vector<double> forward_, backward_, first_, step_, stash_, evaluate_;
+  std::vector<double> forward_, backward_, first_, step_, stash_, predict_, evaluate_;
 };
 
 /// CPU seconds a stage at a boundary behind a block of output `sample` spends on the block's

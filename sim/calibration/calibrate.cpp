@@ -52,14 +52,19 @@ int keys_in_round(const actors::job_config& config) {
   return std::max(1, config.parallelism.min_update_interval);
 }
 
+/// The engine's settings of a stage of `config`: whether it stashes or predicts weights.
+actors::stage_settings engine_settings(const actors::job_config& config) {
+  return actors::stage_settings_of(config, 0, 1, 1, {}, 0);
+}
+
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
 /// keys_per_round() keys forward, the same keys back, a weight stash (asynchronous training with
-/// stashing) and the step. Its weights, gradients, optimizer state and the keys' activations
-/// then compete for the caches as in training: a block timed alone keeps its state cached,
-/// and this model's step ran 4 times faster alone than in a stage. Stages that share a core
-/// take turns key by key (forward_key(), backward_key(), finish_round()), as they interleave in
-/// a run, so a stage's weights seldom stay cached from one of its keys to the next; a stage
-/// with a core of its own runs its keys back to back.
+/// stashing, or a predicted copy with staleness_correction = "predict") and the step. Its weights,
+/// gradients, optimizer state and the keys' activations then compete for the caches as in training:
+/// a block timed alone keeps its state cached, and this model's step ran 4 times faster alone than
+/// in a stage. Stages that share a core take turns key by key (forward_key(), backward_key(),
+/// finish_round()), as they interleave in a run, so a stage's weights seldom stay cached from one
+/// of its keys to the next; a stage with a core of its own runs its keys back to back.
 class stage_timer {
  public:
   stage_timer(const actors::job_config& config, actors::stage_range range, bool first, bool last,
@@ -72,7 +77,8 @@ class stage_timer {
         first_(first),
         last_(last),
         keys_per_round_(keys_in_round(config)),
-        stash_(config.parallelism.mode == "async" && config.parallelism.weight_stashing),
+        stash_(config.parallelism.mode == "async" && engine_settings(config).weight_stashing),
+        predict_(engine_settings(config).predict_weights),
         replicated_(config.parallelism.replicas > 1) {}
 
   int keys_per_round() const { return keys_per_round_; }
@@ -100,6 +106,10 @@ class stage_timer {
     key_ += static_cast<uint64_t>(keys_per_round_);
     const auto version = static_cast<int64_t>(key_);
     if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
+    if (predict_) {
+      predicting_.push_back(timed(
+          device_, [&] { stage_->stash_predicted_weights(version + 1, predicted_distance); }));
+    }
     if (replicated_) time_gradient_round_trip();
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
@@ -110,6 +120,7 @@ class stage_timer {
     backward_.clear();
     step_.clear();
     stashing_.clear();
+    predicting_.clear();
     copies_.clear();
   }
 
@@ -119,6 +130,7 @@ class stage_timer {
             mean(backward_),
             mean(step_),
             mean(stashing_),
+            mean(predicting_),
             {},
             log_spread({&forward_, &backward_}),
             median(copies_),
@@ -134,9 +146,10 @@ class stage_timer {
   const bool last_;
   const int keys_per_round_;
   const bool stash_;
+  const bool predict_;
   const bool replicated_;
   uint64_t key_ = 0;
-  std::vector<double> forward_, backward_, step_, stashing_, copies_;
+  std::vector<double> forward_, backward_, step_, stashing_, predicting_, copies_;
   std::vector<float> values_;
 
   /// A replica's stage copies its gradients out for the all-reduce, sums into them and copies
@@ -254,12 +267,14 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
       mean.backward_s += other.backward_s;
       mean.step_s += other.step_s;
       mean.stash_s += other.stash_s;
+      mean.predict_s += other.predict_s;
       mean.copy_s_per_float += other.copy_s_per_float;
     }
     mean.forward_s /= replicas;
     mean.backward_s /= replicas;
     mean.step_s /= replicas;
     mean.stash_s /= replicas;
+    mean.predict_s /= replicas;
     mean.copy_s_per_float /= replicas;
   }
   timings->resize(stages);
@@ -389,7 +404,7 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
     const stage_timing& t = timings[s];
     const bool last = s + 1 == timings.size();
     pipeline_stage_cost stage;
-    const double backward_s = t.backward_s + (t.step_s + t.stash_s) * steps_per_key;
+    const double backward_s = t.backward_s + (t.step_s + t.stash_s + t.predict_s) * steps_per_key;
     stage.forward_s = last ? t.forward_s + backward_s + profile->loss_s : t.forward_s;
     stage.backward_s = last ? 0 : backward_s;
     stage.output_bytes = bytes(shapes[t.range.last - 1]);

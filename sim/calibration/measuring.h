@@ -19,6 +19,10 @@ namespace troupe::sim {
 
 using clock_type = std::chrono::steady_clock;
 
+/// How far a timed predicted stash (staleness_correction = "predict") moves the weights along
+/// the momentum: any distance costs the same.
+constexpr float predicted_distance = 0.01f;
+
 /// Wall seconds from `start` until now.
 double seconds_since(clock_type::time_point start);
 

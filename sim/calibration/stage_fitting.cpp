@@ -36,6 +36,7 @@ void fit_blocks_to_stages(const actors::job_config& config,
     }
     scale_to(*blocks, range, stage.step_s, &block_profile::step_s);
     scale_to(*blocks, range, stage.stash_s, &block_profile::stash_s);
+    scale_to(*blocks, range, stage.predict_s, &block_profile::predict_s);
   }
 }
 

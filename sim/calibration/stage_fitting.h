@@ -14,6 +14,7 @@ namespace troupe::sim {
 /// Per key (forward, backward) and per step (step, stash) times of one stage.
 struct stage_timing {
   double forward_s = 0, backward_s = 0, step_s = 0, stash_s = 0;
+  double predict_s = 0;       ///< a predicted stash (staleness_correction = "predict"), per step
   actors::stage_range range;  ///< the stage's blocks in the job's partition
   double work_jitter = 0;     ///< log_spread() of its keys' forward and backward times
   /// A replicated stage's gradients out to host memory, a pass over them and back in, per

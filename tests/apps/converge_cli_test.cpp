@@ -84,13 +84,19 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
       }
     }
   }
-  // Each setting was predicted from its own calibration, at its own micro-batch size.
+  // Each run was predicted from a calibration of its setting taken just before it, at the
+  // setting's own micro-batch size.
   for (const auto& [name, batch] : {std::pair{"none", 32}, std::pair{"halves", 16}}) {
-    std::ifstream profile(out / ("profile-" + std::string(name) + ".json"));
-    const nlohmann::json calibrated = nlohmann::json::parse(profile, nullptr, false);
-    ASSERT_TRUE(calibrated.is_object()) << name;
-    EXPECT_EQ(calibrated["batch"], batch) << name;
+    for (const char* seed : {"1", "2"}) {
+      std::ifstream profile(out / ("profile-" + std::string(name) + "-seed" + seed + ".json"));
+      const nlohmann::json calibrated = nlohmann::json::parse(profile, nullptr, false);
+      ASSERT_TRUE(calibrated.is_object()) << name << " seed " << seed;
+      EXPECT_EQ(calibrated["batch"], batch) << name << " seed " << seed;
+    }
   }
+  const size_t calibrating = result.output.find("[seed 2] calibrating this machine for halves");
+  ASSERT_NE(calibrating, std::string::npos) << result.output;
+  EXPECT_LT(calibrating, result.output.find("[seed 2] halves "));
   // Each run kept its own output, seeds 1 and 2.
   EXPECT_TRUE(fs::exists(out / "pipemare-seed2" / "summary.json"));
   EXPECT_TRUE(fs::exists(out / "exploding-seed1" / "train.log"));

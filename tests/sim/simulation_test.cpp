@@ -394,6 +394,7 @@ TEST(SimulationTest, TheCoordinatorAssemblesEachKeysBatchBeforeItLeaves) {
 TEST(SimulationTest, EveryMessageEndCostsTheStagesDeviceItsMeasuredCpuTime) {
   actors::job_config config = balanced_job(2, 1, "async");
   config.data.synthetic_train = 640;
+  config.training.momentum = 0.9;  // a predicted stash moves along the momentum
   std::string error;
   auto measured = calibrate(config, 0.01, &error);
   ASSERT_TRUE(measured) << error;
@@ -407,6 +408,9 @@ TEST(SimulationTest, EveryMessageEndCostsTheStagesDeviceItsMeasuredCpuTime) {
   EXPECT_EQ(reread->ipc_message_cpu_s, measured->ipc_message_cpu_s);
   EXPECT_EQ(reread->inproc_message_cpu_per_byte_s, measured->inproc_message_cpu_per_byte_s);
   EXPECT_EQ(reread->blocks[1].stash_s, measured->blocks[1].stash_s);
+  // A predicted stash copies the weights and moves the copy along the momentum: it takes longer.
+  EXPECT_GT(measured->blocks[1].predict_s, measured->blocks[1].stash_s);
+  EXPECT_EQ(reread->blocks[1].predict_s, measured->blocks[1].predict_s);
 
   // One key at a time through 2 stages of 1 ms forward and 2 ms backward: 6 ms of compute and
   // 7 message ends at the stages (stage 0 forward: in, out; stage 1 forward and backward: in,

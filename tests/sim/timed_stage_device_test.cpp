@@ -1,5 +1,6 @@
-// What a simulated stage is charged for the replicas' sums: the ring's copies through host
-// memory, or a shared-memory group's passes over the values in place.
+// What a simulated stage is charged for the replicas' sums (the ring's copies through host
+// memory, or a shared-memory group's passes over the values in place) and for its copies of
+// the weights.
 
 #include <gtest/gtest.h>
 
@@ -52,6 +53,35 @@ TEST(TimedStageDeviceTest, ASharedMemoryGroupIsChargedItsMemoryTrafficInsteadOfT
     EXPECT_NEAR(seconds[0], (3.0 * ranks + 3) / 3 * pass, 1e-12) << ranks;
     EXPECT_NEAR(seconds[1], (3.0 * ranks + 5) / 3 * pass, 1e-12) << ranks;
   }
+}
+
+/// A stage of one measured linear block whose stash takes 1 ms and whose predicted stash
+/// `predict_s`.
+timed_stage_device measured_stage(double predict_s) {
+  block_work block;
+  block.type = "linear";
+  block.parameters = 1000;
+  stage_cost cost({block}, kernel_work{}, device_model{});
+  block_profile measured;
+  measured.type = "linear";
+  measured.stash_s = 1e-3;
+  measured.predict_s = predict_s;
+  cost.use_measured({measured}, 32, 0);
+  return timed_stage_device(std::move(cost), {4}, {4}, nullptr);
+}
+
+TEST(TimedStageDeviceTest, APredictedStashCostsWhatCalibrationMeasuredOrTwoStashes) {
+  timed_stage_device measured = measured_stage(1.5e-3);
+  measured.take_charge();
+  measured.stash_weights(1);
+  EXPECT_NEAR(measured.take_charge(), 1e-3, 1e-12);
+  measured.stash_predicted_weights(2, 0.1f);
+  EXPECT_NEAR(measured.take_charge(), 1.5e-3, 1e-12);
+  // A profile from before calibration timed it: a copy, then a pass over it and the momentum.
+  timed_stage_device estimated = measured_stage(0);
+  estimated.take_charge();
+  estimated.stash_predicted_weights(2, 0.1f);
+  EXPECT_NEAR(estimated.take_charge(), 2e-3, 1e-12);
 }
 
 }  // namespace
