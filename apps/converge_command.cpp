@@ -195,12 +195,18 @@ std::optional<outcome> simulate_once(const converge_options& options,
   return result;
 }
 
-/// "median (min-max)" of the runs that reached the target, and how many did.
-std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
+/// Seconds to the target of the runs that reached it.
+std::vector<double> reached_seconds(const std::vector<outcome>& runs) {
   std::vector<double> seconds;
   for (const outcome& run : runs) {
     if (run.to_target_s) seconds.push_back(*run.to_target_s);
   }
+  return seconds;
+}
+
+/// "median (min-max)" of the runs that reached the target, and how many did.
+std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
+  const std::vector<double> seconds = reached_seconds(runs);
   *reached = static_cast<int>(seconds.size());
   if (seconds.empty()) return "-";
   char text[64];
@@ -208,6 +214,35 @@ std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
                 *std::min_element(seconds.begin(), seconds.end()),
                 *std::max_element(seconds.begin(), seconds.end()));
   return text;
+}
+
+/// How the prediction orders the settings by their median seconds to the target, pair by pair,
+/// counting apart the pairs whose runs' ranges do not overlap: a ranking of settings within
+/// each other's spread is not settled by the runs themselves.
+void print_ranking(const std::vector<std::string>& names,
+                   const std::vector<std::vector<outcome>>& measured,
+                   const std::vector<std::vector<outcome>>& predicted) {
+  std::vector<std::vector<double>> measured_seconds, predicted_seconds;
+  for (size_t s = 0; s < names.size(); ++s) {
+    measured_seconds.push_back(reached_seconds(measured[s]));
+    predicted_seconds.push_back(reached_seconds(predicted[s]));
+  }
+  const ranking_agreement ranking = compare_rankings(measured_seconds, predicted_seconds);
+  std::printf(
+      "ranking: the prediction orders %d of %d pairs of settings as measured; %d of the %d pairs "
+      "whose runs' ranges do not overlap\n",
+      ranking.agreeing, ranking.pairs, ranking.apart_agreeing, ranking.apart);
+  for (const ranked_pair& pair : ranking.disagreeing) {
+    const double measured_i = median(measured_seconds[pair.i]);
+    const double measured_j = median(measured_seconds[pair.j]);
+    const double predicted_i = median(predicted_seconds[pair.i]);
+    const double predicted_j = median(predicted_seconds[pair.j]);
+    std::printf("  %s / %s: measured %.1f %c %.1f s, predicted %.1f %c %.1f s%s\n",
+                names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
+                measured_i < measured_j ? '<' : '>', measured_j, predicted_i,
+                predicted_i < predicted_j ? '<' : '>', predicted_j,
+                pair.apart ? "" : " (their runs overlap)");
+  }
 }
 
 double median_accuracy(const std::vector<outcome>& runs) {
@@ -377,6 +412,11 @@ int run_converge(const converge_options& options) {
       "reached it; seeds 1-%d, settings in alternating order; staleness: the median over the runs "
       "of the mean staleness of every backward pass)\n",
       configs.front().training.target_accuracy, options.seeds);
+  if (predicting) {
+    std::vector<std::string> names;
+    for (const setting& each : *settings) names.push_back(each.name);
+    print_ranking(names, measured, predicted);
+  }
   const int written = write_json_output(out + "/convergence.json", table);
   if (failed > 0) {
     std::fprintf(stderr,

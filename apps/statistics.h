@@ -1,8 +1,10 @@
 #pragma once
 
-// Small statistics the commands print: medians and spreads of repeated measurements.
+// Small statistics the commands print: medians and spreads of repeated measurements, and how
+// well a prediction ranks what was measured.
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 namespace troupe::apps {
@@ -24,6 +26,52 @@ inline double spread(const std::vector<double>& values) {
     largest = std::max(largest, value);
   }
   return smallest > 0 ? largest / smallest - 1 : 0;
+}
+
+/// A pair of measured things, i before j.
+struct ranked_pair {
+  size_t i = 0, j = 0;
+  bool apart = false;  ///< their measured ranges do not overlap
+};
+
+/// How a prediction orders pairs of things measured repeatedly (settings raced over seeds).
+struct ranking_agreement {
+  int pairs = 0;     ///< pairs with measurements and predictions on both sides, medians apart
+  int agreeing = 0;  ///< of those, ordered by the predicted medians as by the measured ones
+  int apart = 0;     ///< pairs whose measured ranges (smallest to largest) do not overlap
+  int apart_agreeing = 0;
+  std::vector<ranked_pair> disagreeing;  ///< the pairs ordered otherwise
+};
+
+/// Compares the order of the medians of `predicted[i]` with that of `measured[i]`, pair by pair.
+/// Pairs whose measured or predicted medians tie, or with no values on a side, are not ranked;
+/// `apart` counts the pairs told apart beyond their runs' spread (the one's largest below the
+/// other's smallest), whose order the noise of single runs cannot turn around.
+inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>& measured,
+                                          const std::vector<std::vector<double>>& predicted) {
+  ranking_agreement result;
+  const size_t count = std::min(measured.size(), predicted.size());
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t j = i + 1; j < count; ++j) {
+      if (measured[i].empty() || measured[j].empty() || predicted[i].empty() ||
+          predicted[j].empty()) {
+        continue;
+      }
+      const double was = median(measured[i]) - median(measured[j]);
+      const double guessed = median(predicted[i]) - median(predicted[j]);
+      if (was == 0 || guessed == 0) continue;
+      const auto [low_i, high_i] = std::minmax_element(measured[i].begin(), measured[i].end());
+      const auto [low_j, high_j] = std::minmax_element(measured[j].begin(), measured[j].end());
+      const bool apart = *high_i < *low_j || *high_j < *low_i;
+      const bool agrees = (was < 0) == (guessed < 0);
+      ++result.pairs;
+      result.agreeing += agrees;
+      result.apart += apart;
+      result.apart_agreeing += apart && agrees;
+      if (!agrees) result.disagreeing.push_back({i, j, apart});
+    }
+  }
+  return result;
 }
 
 }  // namespace troupe::apps

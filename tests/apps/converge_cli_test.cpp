@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,18 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   const size_t calibrating = result.output.find("[seed 2] calibrating this machine for halves");
   ASSERT_NE(calibrating, std::string::npos) << result.output;
   EXPECT_LT(calibrating, result.output.find("[seed 2] halves "));
+  // How the prediction ranks the settings that reached the target (exploding did not): at most
+  // 3 pairs (fewer where two medians tie).
+  std::smatch ranking;
+  ASSERT_TRUE(std::regex_search(result.output, ranking,
+                                std::regex("ranking: the prediction orders ([0-9]+) of ([0-9]+) "
+                                           "pairs of settings as measured; ([0-9]+) of the "
+                                           "([0-9]+) pairs whose runs' ranges do not overlap")))
+      << result.output;
+  EXPECT_LE(std::stoi(ranking[1]), std::stoi(ranking[2]));
+  EXPECT_LE(std::stoi(ranking[2]), 3);
+  EXPECT_LE(std::stoi(ranking[3]), std::stoi(ranking[4]));
+  EXPECT_LE(std::stoi(ranking[4]), std::stoi(ranking[2]));
   // Each run kept its own output, seeds 1 and 2.
   EXPECT_TRUE(fs::exists(out / "pipemare-seed2" / "summary.json"));
   EXPECT_TRUE(fs::exists(out / "exploding-seed1" / "train.log"));
