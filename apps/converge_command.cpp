@@ -217,8 +217,8 @@ std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
 }
 
 /// How the prediction orders the settings by their median seconds to the target, pair by pair,
-/// counting apart the pairs whose runs' ranges do not overlap: a ranking of settings within
-/// each other's spread is not settled by the runs themselves.
+/// counting apart the pairs whose middle runs do not overlap (compare_rankings()): a ranking of
+/// settings within each other's spread is not settled by the runs themselves.
 void print_ranking(const std::vector<std::string>& names,
                    const std::vector<std::vector<outcome>>& measured,
                    const std::vector<std::vector<outcome>>& predicted) {
@@ -230,7 +230,7 @@ void print_ranking(const std::vector<std::string>& names,
   const ranking_agreement ranking = compare_rankings(measured_seconds, predicted_seconds);
   std::printf(
       "ranking: the prediction orders %d of %d pairs of settings as measured; %d of the %d pairs "
-      "whose runs' ranges do not overlap\n",
+      "whose middle runs do not overlap\n",
       ranking.agreeing, ranking.pairs, ranking.apart_agreeing, ranking.apart);
   for (const ranked_pair& pair : ranking.disagreeing) {
     const double measured_i = median(measured_seconds[pair.i]);
@@ -241,7 +241,7 @@ void print_ranking(const std::vector<std::string>& names,
                 names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
                 measured_i < measured_j ? '<' : '>', measured_j, predicted_i,
                 predicted_i < predicted_j ? '<' : '>', predicted_j,
-                pair.apart ? "" : " (their runs overlap)");
+                pair.apart ? "" : " (their middle runs overlap)");
   }
 }
 

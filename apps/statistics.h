@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace troupe::apps {
@@ -28,25 +29,34 @@ inline double spread(const std::vector<double>& values) {
   return smallest > 0 ? largest / smallest - 1 : 0;
 }
 
+/// The smallest and largest of `values` (not empty), without the smallest and the largest
+/// value when there are 5 or more: one run that crossed a target an evaluation early or late
+/// does not stretch the range of the rest.
+inline std::pair<double, double> middle_range(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t trim = values.size() >= 5 ? 1 : 0;
+  return {values[trim], values[values.size() - 1 - trim]};
+}
+
 /// A pair of measured things, i before j.
 struct ranked_pair {
   size_t i = 0, j = 0;
-  bool apart = false;  ///< their measured ranges do not overlap
+  bool apart = false;  ///< their measured middle ranges do not overlap
 };
 
 /// How a prediction orders pairs of things measured repeatedly (settings raced over seeds).
 struct ranking_agreement {
   int pairs = 0;     ///< pairs with measurements and predictions on both sides, medians apart
   int agreeing = 0;  ///< of those, ordered by the predicted medians as by the measured ones
-  int apart = 0;     ///< pairs whose measured ranges (smallest to largest) do not overlap
+  int apart = 0;     ///< pairs whose measured middle_range()s do not overlap
   int apart_agreeing = 0;
   std::vector<ranked_pair> disagreeing;  ///< the pairs ordered otherwise
 };
 
 /// Compares the order of the medians of `predicted[i]` with that of `measured[i]`, pair by pair.
 /// Pairs whose measured or predicted medians tie, or with no values on a side, are not ranked;
-/// `apart` counts the pairs told apart beyond their runs' spread (the one's largest below the
-/// other's smallest), whose order the noise of single runs cannot turn around.
+/// `apart` counts the pairs told apart beyond their runs' spread (the one's middle_range()
+/// below the other's), whose order the noise of single runs cannot turn around.
 inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>& measured,
                                           const std::vector<std::vector<double>>& predicted) {
   ranking_agreement result;
@@ -60,9 +70,9 @@ inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>
       const double was = median(measured[i]) - median(measured[j]);
       const double guessed = median(predicted[i]) - median(predicted[j]);
       if (was == 0 || guessed == 0) continue;
-      const auto [low_i, high_i] = std::minmax_element(measured[i].begin(), measured[i].end());
-      const auto [low_j, high_j] = std::minmax_element(measured[j].begin(), measured[j].end());
-      const bool apart = *high_i < *low_j || *high_j < *low_i;
+      const auto [low_i, high_i] = middle_range(measured[i]);
+      const auto [low_j, high_j] = middle_range(measured[j]);
+      const bool apart = high_i < low_j || high_j < low_i;
       const bool agrees = (was < 0) == (guessed < 0);
       ++result.pairs;
       result.agreeing += agrees;

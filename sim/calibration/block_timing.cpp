@@ -16,8 +16,8 @@ namespace troupe::sim {
 namespace {
 
 /// Times one block alone, a round at a time: forward, backward (every other round with the
-/// input gradient), a weight stash, a predicted one (staleness_correction = "predict") and the
-/// step; and with `evaluation`, evaluation forwards one
+/// input gradient), a weight stash, a predicted copy where the job predicts weights
+/// (staleness_correction = "predict") and the step; and with `evaluation`, evaluation forwards one
 /// after another, as a run's evaluation sweeps the held-out set.
 class block_timer {
  public:
@@ -25,7 +25,8 @@ class block_timer {
               const layers::shape& input, int64_t batch, bool evaluation)
       : device_(device),
         type_(config.model.layers[index].type),
-        stage_(actors::make_layers_stage_device(config, {index, index + 1}, device)) {
+        stage_(actors::make_layers_stage_device(config, {index, index + 1}, device)),
+        predict_(actors::stage_settings_of(config, 0, 1, 1, {}, 0).predict_weights) {
     message_.payload = batched(device, input, batch);
     evaluating_.kind = actors::key_kind::evaluate;
     if (evaluation) evaluating_.payload = batched(device, input, actors::evaluation_batch);
@@ -51,8 +52,10 @@ class block_timer {
     const auto version = static_cast<int64_t>(round);
     stash_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
     // The predicted copy replaces the plain one; the untimed first round made the momentum.
-    predict_.push_back(
-        timed(device_, [&] { stage_->stash_predicted_weights(version, predicted_distance); }));
+    if (predict_) {
+      predicting_.push_back(
+          timed(device_, [&] { stage_->stash_predicted_weights(version, predicted_distance); }));
+    }
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
   }
@@ -79,7 +82,7 @@ class block_timer {
     result.backward_first_s = median(first_);
     result.step_s = median(step_);
     result.stash_s = median(stash_);
-    result.predict_s = median(predict_);
+    result.predict_s = median(predicting_);
     result.evaluate_s = median(evaluate_);
     return result;
   }
@@ -91,7 +94,8 @@ class block_timer {
   actors::key_message message_;
   actors::key_message evaluating_;
   uint64_t rounds_ = 0;
-  std::vector<double> forward_, backward_, first_, step_, stash_, predict_, evaluate_;
+  const bool predict_;
+  std::vector<double> forward_, backward_, first_, step_, stash_, predicting_, evaluate_;
 };
 
 /// CPU seconds a stage at a boundary behind a block of output `sample` spends on the block's

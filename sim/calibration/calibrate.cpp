@@ -78,18 +78,28 @@ class stage_timer {
         last_(last),
         keys_per_round_(keys_in_round(config)),
         stash_(config.parallelism.mode == "async" && engine_settings(config).weight_stashing),
-        predict_(engine_settings(config).predict_weights),
+        // The last stage's keys are never stale: it predicts nothing.
+        predict_(engine_settings(config).predict_weights && !last),
         replicated_(config.parallelism.replicas > 1) {}
 
   int keys_per_round() const { return keys_per_round_; }
   /// Whether the stage is the last, which runs each key's backward pass right after its forward.
   bool last() const { return last_; }
-  /// The forward pass of the round's key `i`.
+  /// The forward pass of the round's key `i`. With predicted weights, the round's first key
+  /// makes the round's copy first, and every pass of the round runs on it, as in the engine.
   void forward_key(int i) {
     actors::key_message message;
     message.key = key_ + static_cast<uint64_t>(i);
     message.kind = actors::key_kind::forward;
     message.payload = inputs_;
+    if (predict_) {
+      const auto version = static_cast<int64_t>(key_);
+      if (i == 0) {
+        predicting_.push_back(
+            timed(device_, [&] { stage_->stash_predicted_weights(version, predicted_distance); }));
+      }
+      stage_->use_weights(version);
+    }
     forward_.push_back(timed(device_, [&] { stage_->forward(message, true); }));
   }
   /// The backward pass of the round's key `i`.
@@ -98,18 +108,15 @@ class stage_timer {
     message.key = key_ + static_cast<uint64_t>(i);
     message.kind = actors::key_kind::backward;
     message.payload = gradients_;
+    if (predict_) stage_->use_weights(static_cast<int64_t>(key_));
     backward_.push_back(timed(device_, [&] { stage_->backward(message, !first_); }));
   }
-  /// The stash and the step that end a round, and a replicated stage's gradient round trip
-  /// before the step.
+  /// The stash and the step that end a round (and release the round's predicted copy), and a
+  /// replicated stage's gradient round trip before the step.
   void finish_round() {
     key_ += static_cast<uint64_t>(keys_per_round_);
     const auto version = static_cast<int64_t>(key_);
     if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
-    if (predict_) {
-      predicting_.push_back(timed(
-          device_, [&] { stage_->stash_predicted_weights(version + 1, predicted_distance); }));
-    }
     if (replicated_) time_gradient_round_trip();
     stage_->release_weights_before(version);
     step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));

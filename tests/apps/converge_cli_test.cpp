@@ -104,7 +104,7 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   ASSERT_TRUE(std::regex_search(result.output, ranking,
                                 std::regex("ranking: the prediction orders ([0-9]+) of ([0-9]+) "
                                            "pairs of settings as measured; ([0-9]+) of the "
-                                           "([0-9]+) pairs whose runs' ranges do not overlap")))
+                                           "([0-9]+) pairs whose middle runs do not overlap")))
       << result.output;
   EXPECT_LE(std::stoi(ranking[1]), std::stoi(ranking[2]));
   EXPECT_LE(std::stoi(ranking[2]), 3);

@@ -42,6 +42,12 @@ TEST(StatisticsTest, RankingCountsPairsOrderedAsMeasuredAndThoseToldApartBeyondT
   ASSERT_EQ(wrong.disagreeing.size(), 2u);
   EXPECT_TRUE(wrong.disagreeing[0].apart);
 
+  // One run of five that crossed the target an evaluation early does not join two settings.
+  const std::vector<std::vector<double>> with_outlier = {{15.8, 31.0, 31.4, 32.0, 35.8},
+                                                         {19.2, 19.3, 20.2, 20.5, 21.6}};
+  EXPECT_EQ(compare_rankings(with_outlier, {{31}, {20}}).apart, 1);
+  EXPECT_EQ(compare_rankings({{15.8, 31.0, 32.0}, {19.2, 20.2, 21.6}}, {{31}, {20}}).apart, 0);
+
   // Ties and settings without values (diverged, or never reaching the target) are not ranked.
   ranking_agreement partial = compare_rankings({{30}, {}, {30}}, {{31}, {20}, {29}});
   EXPECT_EQ(partial.pairs, 0);
