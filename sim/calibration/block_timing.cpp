@@ -26,7 +26,7 @@ class block_timer {
       : device_(device),
         type_(config.model.layers[index].type),
         stage_(actors::make_layers_stage_device(config, {index, index + 1}, device)),
-        predict_(actors::stage_settings_of(config, 0, 1, 1, {}, 0).predict_weights) {
+        predict_(engine_settings(config).predict_weights) {
     message_.payload = batched(device, input, batch);
     evaluating_.kind = actors::key_kind::evaluate;
     if (evaluation) evaluating_.payload = batched(device, input, actors::evaluation_batch);

@@ -52,11 +52,6 @@ int keys_in_round(const actors::job_config& config) {
   return std::max(1, config.parallelism.min_update_interval);
 }
 
-/// The engine's settings of a stage of `config`: whether it stashes or predicts weights.
-actors::stage_settings engine_settings(const actors::job_config& config) {
-  return actors::stage_settings_of(config, 0, 1, 1, {}, 0);
-}
-
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
 /// keys_per_round() keys forward, the same keys back, a weight stash (asynchronous training with
 /// stashing, or a predicted copy with staleness_correction = "predict") and the step. Its weights,

@@ -13,6 +13,10 @@
 
 namespace troupe::sim {
 
+actors::stage_settings engine_settings(const actors::job_config& config) {
+  return actors::stage_settings_of(config, 0, 1, 1, {}, 0);
+}
+
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }

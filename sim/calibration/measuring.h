@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/config/job_config.h"
+#include "actors/engine/stage_settings.h"
 #include "layers/backend.h"
 #include "layers/dataset.h"
 #include "layers/tensor.h"
@@ -22,6 +24,9 @@ using clock_type = std::chrono::steady_clock;
 /// How far a timed predicted stash (staleness_correction = "predict") moves the weights along
 /// the momentum: any distance costs the same.
 constexpr float predicted_distance = 0.01f;
+
+/// The engine's settings of a stage of `config`: whether it stashes or predicts weights.
+actors::stage_settings engine_settings(const actors::job_config& config);
 
 /// Wall seconds from `start` until now.
 double seconds_since(clock_type::time_point start);
