@@ -233,10 +233,10 @@ void print_ranking(const std::vector<std::string>& names,
       "whose middle runs do not overlap\n",
       ranking.agreeing, ranking.pairs, ranking.apart_agreeing, ranking.apart);
   for (const ranked_pair& pair : ranking.disagreeing) {
-    const double measured_i = median(measured_seconds[pair.i]);
-    const double measured_j = median(measured_seconds[pair.j]);
-    const double predicted_i = median(predicted_seconds[pair.i]);
-    const double predicted_j = median(predicted_seconds[pair.j]);
+    const double measured_i = ranking.measured_medians[pair.i];
+    const double measured_j = ranking.measured_medians[pair.j];
+    const double predicted_i = ranking.predicted_medians[pair.i];
+    const double predicted_j = ranking.predicted_medians[pair.j];
     std::printf("  %s / %s: measured %.1f %c %.1f s, predicted %.1f %c %.1f s%s\n",
                 names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
                 measured_i < measured_j ? '<' : '>', measured_j, predicted_i,

@@ -51,6 +51,8 @@ struct ranking_agreement {
   int apart = 0;     ///< pairs whose measured middle_range()s do not overlap
   int apart_agreeing = 0;
   std::vector<ranked_pair> disagreeing;  ///< the pairs ordered otherwise
+  /// Each thing's median, measured and predicted (0 where it has no values).
+  std::vector<double> measured_medians, predicted_medians;
 };
 
 /// Compares the order of the medians of `predicted[i]` with that of `measured[i]`, pair by pair.
@@ -62,13 +64,17 @@ inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>
   ranking_agreement result;
   const size_t count = std::min(measured.size(), predicted.size());
   for (size_t i = 0; i < count; ++i) {
+    result.measured_medians.push_back(median(measured[i]));
+    result.predicted_medians.push_back(median(predicted[i]));
+  }
+  for (size_t i = 0; i < count; ++i) {
     for (size_t j = i + 1; j < count; ++j) {
       if (measured[i].empty() || measured[j].empty() || predicted[i].empty() ||
           predicted[j].empty()) {
         continue;
       }
-      const double was = median(measured[i]) - median(measured[j]);
-      const double guessed = median(predicted[i]) - median(predicted[j]);
+      const double was = result.measured_medians[i] - result.measured_medians[j];
+      const double guessed = result.predicted_medians[i] - result.predicted_medians[j];
       if (was == 0 || guessed == 0) continue;
       const auto [low_i, high_i] = middle_range(measured[i]);
       const auto [low_j, high_j] = middle_range(measured[j]);
