@@ -1,8 +1,8 @@
 // `troupe converge JOB`: trains a job under several settings and seeds, in alternating order,
 // and prints how soon each setting reaches training.target_accuracy (median and spread of the
 // seconds, final accuracy, diverged runs), beside the simulator's prediction of the same table
-// from this machine's profile, calibrated for each run just before it (numerics on, so its runs
-// learn in virtual time).
+// from this machine's profile, calibrated for each run just before and just after it (numerics
+// on, so its runs learn in virtual time).
 
 #include <algorithm>
 #include <chrono>
@@ -312,11 +312,14 @@ int run_converge(const converge_options& options) {
   if (!make_directory(out, &error)) return bad_input(error);
 
   // The profile each run is predicted from: --profile for all, or a calibration of the run's
-  // setting taken just before it: the blocks' costs depend on the setting's micro-batch size (a
+  // setting taken beside it: the blocks' costs depend on the setting's micro-batch size (a
   // CPU GEMM of 16 samples costs more than a quarter of one of 64), on which stages compute at
   // once and on what the setting adds (a predicted copy of the weights), and this machine's
-  // speed drifts over minutes, so a calibration taken for each run, in the same alternating
-  // order, meets the machine as that run does.
+  // speed drifts over minutes, so calibrations taken for each run, in the same alternating
+  // order, meet the machine as that run does. Now and then a calibration meets a spell in which
+  // every pass runs 20-55 % slower and more unevenly than in the run it is for (its work_jitter
+  // two or three times the others'), so each run gets two, just before and just after it, and
+  // is predicted from the steadier.
   const size_t count = settings->size();
   std::optional<sim::machine_profile> given;
   if (!options.profile_file.empty()) {
@@ -324,11 +327,13 @@ int run_converge(const converge_options& options) {
     if (!given) return bad_input(error);
   }
   const bool predicting = given || options.predict;
-  const auto profile_for = [&](size_t s, int seed) -> std::optional<sim::machine_profile> {
-    if (given) return given;
+  const auto calibrate_for = [&](size_t s, int seed,
+                                 const char* when) -> std::optional<sim::machine_profile> {
     const std::string& name = (*settings)[s].name;
-    std::printf("troupe converge: [seed %d] calibrating this machine for %s (%.2f s per block)\n",
-                seed, name.c_str(), options.seconds);
+    std::printf(
+        "troupe converge: [seed %d] calibrating this machine for %s, %s its run (%.2f s per "
+        "block)\n",
+        seed, name.c_str(), when, options.seconds);
     std::fflush(stdout);
     auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
     if (!calibrated) {
@@ -336,7 +341,7 @@ int run_converge(const converge_options& options) {
                    error.c_str());
       return std::nullopt;
     }
-    std::ofstream(out + "/profile-" + name + "-seed" + std::to_string(seed) + ".json")
+    std::ofstream(out + "/profile-" + name + "-seed" + std::to_string(seed) + "-" + when + ".json")
         << sim::to_json_text(*calibrated);
     return calibrated;
   };
@@ -350,13 +355,25 @@ int run_converge(const converge_options& options) {
       overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
       overrides.push_back("training.seed=" + std::to_string(seed));
       const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
-      std::optional<sim::machine_profile> profile;
-      if (predicting && !(profile = profile_for(s, seed))) return 1;
+      std::optional<sim::machine_profile> before;
+      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) return 1;
       measured[s].push_back(train_once(options, overrides, run_out));
       std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
                   described(measured[s].back()).c_str());
       std::fflush(stdout);
       if (predicting) {
+        std::optional<sim::machine_profile> profile = given;
+        if (!given) {
+          auto after = calibrate_for(s, seed, "after");
+          if (!after) return 1;
+          const bool later = after->work_jitter < before->work_jitter;
+          std::printf(
+              "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
+              "(work_jitter %.3f before, %.3f after)\n",
+              seed, each.name.c_str(), later ? "after" : "before", before->work_jitter,
+              after->work_jitter);
+          profile = later ? std::move(after) : std::move(before);
+        }
         // The numerics simulation of a run can take about as long as the run: say so first.
         std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n",
                      seed, each.name.c_str());

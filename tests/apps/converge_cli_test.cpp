@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -85,19 +86,36 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
       }
     }
   }
-  // Each run was predicted from a calibration of its setting taken just before it, at the
-  // setting's own micro-batch size.
+  // Each run was calibrated at its setting's own micro-batch size just before and just after
+  // it, and predicted from the calibration whose passes varied less.
   for (const auto& [name, batch] : {std::pair{"none", 32}, std::pair{"halves", 16}}) {
     for (const char* seed : {"1", "2"}) {
-      std::ifstream profile(out / ("profile-" + std::string(name) + "-seed" + seed + ".json"));
-      const nlohmann::json calibrated = nlohmann::json::parse(profile, nullptr, false);
-      ASSERT_TRUE(calibrated.is_object()) << name << " seed " << seed;
-      EXPECT_EQ(calibrated["batch"], batch) << name << " seed " << seed;
+      std::map<std::string, double> jitter;
+      for (const char* when : {"before", "after"}) {
+        std::ifstream profile(
+            out / ("profile-" + std::string(name) + "-seed" + seed + "-" + when + ".json"));
+        const nlohmann::json calibrated = nlohmann::json::parse(profile, nullptr, false);
+        ASSERT_TRUE(calibrated.is_object()) << name << " seed " << seed << " " << when;
+        EXPECT_EQ(calibrated["batch"], batch) << name << " seed " << seed << " " << when;
+        jitter[when] = calibrated["work_jitter"].get<double>();
+      }
+      const std::string used = jitter["after"] < jitter["before"] ? "after" : "before";
+      std::smatch line;
+      ASSERT_TRUE(
+          std::regex_search(result.output, line,
+                            std::regex("\\[seed " + std::string(seed) + "\\] " + name +
+                                       " +predicting from the calibration (before|after) the run")))
+          << result.output;
+      EXPECT_EQ(line[1], used) << name << " seed " << seed << ": " << jitter["before"] << " "
+                               << jitter["after"];
     }
   }
   const size_t calibrating = result.output.find("[seed 2] calibrating this machine for halves");
   ASSERT_NE(calibrating, std::string::npos) << result.output;
   EXPECT_LT(calibrating, result.output.find("[seed 2] halves "));
+  EXPECT_NE(result.output.find("[seed 2] calibrating this machine for halves, after its run"),
+            std::string::npos)
+      << result.output;
   // How the prediction ranks the settings that reached the target (exploding did not): at most
   // 3 pairs (fewer where two medians tie).
   std::smatch ranking;
