@@ -326,7 +326,7 @@ int run_converge(const converge_options& options) {
     given = sim::load_profile(options.profile_file, &error);
     if (!given) return bad_input(error);
   }
-  const bool predicting = given || options.predict;
+  bool predicting = given || options.predict;
   const auto calibrate_for = [&](size_t s, int seed,
                                  const char* when) -> std::optional<sim::machine_profile> {
     const std::string& name = (*settings)[s].name;
@@ -337,8 +337,7 @@ int run_converge(const converge_options& options) {
     std::fflush(stdout);
     auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
     if (!calibrated) {
-      std::fprintf(stderr, "troupe converge: calibration for %s failed: %s\n", name.c_str(),
-                   error.c_str());
+      error = "calibration for " + name + " failed: " + error;
       return std::nullopt;
     }
     std::ofstream(out + "/profile-" + name + "-seed" + std::to_string(seed) + "-" + when + ".json")
@@ -346,7 +345,50 @@ int run_converge(const converge_options& options) {
     return calibrated;
   };
 
+  // The prediction of the run just measured, from `before` and a calibration taken now (or
+  // from --profile); nothing, with `error` set, when a calibration or the simulation fails.
+  const auto predict_run =
+      [&](size_t s, int seed, const std::vector<std::string>& overrides,
+          std::optional<sim::machine_profile> before) -> std::optional<outcome> {
+    const std::string& name = (*settings)[s].name;
+    std::optional<sim::machine_profile> profile = given;
+    if (!given) {
+      auto after = calibrate_for(s, seed, "after");
+      if (!after) return std::nullopt;
+      const bool later = after->work_jitter < before->work_jitter;
+      std::printf(
+          "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
+          "(work_jitter %.3f before, %.3f after)\n",
+          seed, name.c_str(), later ? "after" : "before", before->work_jitter, after->work_jitter);
+      profile = later ? std::move(after) : std::move(before);
+    }
+    // The numerics simulation of a run can take about as long as the run: say so first.
+    std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n", seed,
+                 name.c_str());
+    const auto started = std::chrono::steady_clock::now();
+    auto simulated = simulate_once(options, overrides, *profile, &error);
+    if (!simulated) {
+      error = "simulating " + name + ": " + error;
+      return std::nullopt;
+    }
+    std::printf("troupe converge: [seed %d] %-20s predicted: %s (simulated in %.1f s)\n", seed,
+                name.c_str(), described(*simulated).c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    std::fflush(stdout);
+    return simulated;
+  };
+
   std::vector<std::vector<outcome>> measured(count), predicted(count);
+  // A calibration or simulation that fails ends the prediction, not the race: the runs go on,
+  // and the table gives what they measured.
+  std::string prediction_failure;
+  const auto stop_predicting = [&] {
+    prediction_failure = error;
+    std::fprintf(stderr, "troupe converge: %s; the race goes on without the prediction\n",
+                 error.c_str());
+    predicting = false;
+    predicted.assign(count, {});
+  };
   // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
   for (int seed = 1; seed <= options.seeds; ++seed) {
     for (size_t s = 0; s < count; ++s) {
@@ -356,40 +398,17 @@ int run_converge(const converge_options& options) {
       overrides.push_back("training.seed=" + std::to_string(seed));
       const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
       std::optional<sim::machine_profile> before;
-      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) return 1;
+      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) stop_predicting();
       measured[s].push_back(train_once(options, overrides, run_out));
       std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
                   described(measured[s].back()).c_str());
       std::fflush(stdout);
-      if (predicting) {
-        std::optional<sim::machine_profile> profile = given;
-        if (!given) {
-          auto after = calibrate_for(s, seed, "after");
-          if (!after) return 1;
-          const bool later = after->work_jitter < before->work_jitter;
-          std::printf(
-              "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
-              "(work_jitter %.3f before, %.3f after)\n",
-              seed, each.name.c_str(), later ? "after" : "before", before->work_jitter,
-              after->work_jitter);
-          profile = later ? std::move(after) : std::move(before);
-        }
-        // The numerics simulation of a run can take about as long as the run: say so first.
-        std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n",
-                     seed, each.name.c_str());
-        const auto started = std::chrono::steady_clock::now();
-        auto simulated = simulate_once(options, overrides, *profile, &error);
-        if (!simulated) {
-          std::fprintf(stderr, "troupe converge: simulating %s: %s\n", each.name.c_str(),
-                       error.c_str());
-          return 1;
-        }
+      if (!predicting) continue;
+      auto simulated = predict_run(s, seed, overrides, std::move(before));
+      if (simulated) {
         predicted[s].push_back(*simulated);
-        std::printf(
-            "troupe converge: [seed %d] %-20s predicted: %s (simulated in %.1f s)\n", seed,
-            each.name.c_str(), described(*simulated).c_str(),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-        std::fflush(stdout);
+      } else {
+        stop_predicting();
       }
     }
   }
@@ -435,6 +454,10 @@ int run_converge(const converge_options& options) {
     print_ranking(names, measured, predicted);
   }
   const int written = write_json_output(out + "/convergence.json", table);
+  if (!prediction_failure.empty()) {
+    std::fprintf(stderr, "troupe converge: no prediction: %s\n", prediction_failure.c_str());
+    return 1;
+  }
   if (failed > 0) {
     std::fprintf(stderr,
                  "troupe converge: %d run%s failed (not counted in the medians); see the "

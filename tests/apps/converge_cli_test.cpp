@@ -152,6 +152,34 @@ TEST_F(ConvergeCliTest, CountsARunThatFailsApartAndExitsWithAnError) {
   EXPECT_FALSE(run["diverged"].get<bool>()) << run.dump();
 }
 
+TEST_F(ConvergeCliTest, GoesOnWithoutThePredictionWhenACalibrationFails) {
+  // The first setting's data cannot be read, so its calibration fails before its run: the race
+  // goes on, and the table gives what the runs measured, without a prediction.
+  const fs::path out = directory_ / "race";
+  const run_result result =
+      troupe("converge " + job(0.3).string() +
+             " --setting 'missing:data.dataset=\"fashion-mnist\",data.path=\"" +
+             (directory_ / "nowhere").string() +
+             "\"' --setting 'plain:parallelism.staleness_correction=\"none\"' --seeds 1 --seconds "
+             "0.01 --out " +
+             out.string());
+  EXPECT_EQ(result.status, 1) << result.output << result.errors;
+  EXPECT_NE(result.errors.find("calibration for missing failed: "), std::string::npos)
+      << result.errors;
+  EXPECT_NE(result.errors.find("the race goes on without the prediction"), std::string::npos)
+      << result.errors;
+  EXPECT_NE(result.output.find("[seed 1] plain                target after "), std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("predicted to target s"), std::string::npos) << result.output;
+  std::ifstream file(out / "convergence.json");
+  const nlohmann::json table = nlohmann::json::parse(file, nullptr, false);
+  ASSERT_TRUE(table.is_array()) << result.output;
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_TRUE(table[0]["runs"][0]["failed"].get<bool>()) << table.dump();
+  EXPECT_TRUE(table[1]["runs"][0]["time_to_target_s"].is_number()) << table.dump();
+  EXPECT_FALSE(table[1].contains("predicted")) << table.dump();
+}
+
 TEST_F(ConvergeCliTest, RefusesAJobWithoutATargetAndAMalformedSetting) {
   run_result result = troupe("converge " + job(0).string() + " --seeds 1");
   EXPECT_EQ(result.status, 2) << result.errors;
