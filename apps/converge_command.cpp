@@ -456,16 +456,14 @@ int run_converge(const converge_options& options) {
   const int written = write_json_output(out + "/convergence.json", table);
   if (!prediction_failure.empty()) {
     std::fprintf(stderr, "troupe converge: no prediction: %s\n", prediction_failure.c_str());
-    return 1;
   }
   if (failed > 0) {
     std::fprintf(stderr,
                  "troupe converge: %d run%s failed (not counted in the medians); see the "
                  "train.log of each\n",
                  failed, failed == 1 ? "" : "s");
-    return 1;
   }
-  return written;
+  return failed > 0 || !prediction_failure.empty() ? 1 : written;
 }
 
 }  // namespace troupe::apps

@@ -306,7 +306,8 @@ void add_converge(CLI::App& app, troupe::apps::converge_options& options) {
       ->check(CLI::Range(1, 99))
       ->capture_default_str();
   converge->add_option("--profile", options.profile_file,
-                       "A calibrated profile (default: calibrate here first)");
+                       "A calibrated profile for every run (default: calibrate each run's "
+                       "setting here, before and after the run, and use the steadier)");
   converge->add_option("--seconds", options.seconds, "Calibration time per block")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -168,6 +168,12 @@ TEST_F(ConvergeCliTest, GoesOnWithoutThePredictionWhenACalibrationFails) {
       << result.errors;
   EXPECT_NE(result.errors.find("the race goes on without the prediction"), std::string::npos)
       << result.errors;
+  // Both are reported at the end: the prediction that stopped and the run that failed.
+  EXPECT_NE(result.errors.find("no prediction: calibration for missing failed: "),
+            std::string::npos)
+      << result.errors;
+  EXPECT_NE(result.errors.find("1 run failed (not counted in the medians)"), std::string::npos)
+      << result.errors;
   EXPECT_NE(result.output.find("[seed 1] plain                target after "), std::string::npos)
       << result.output;
   EXPECT_EQ(result.output.find("predicted to target s"), std::string::npos) << result.output;
