@@ -63,9 +63,11 @@ inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>
                                           const std::vector<std::vector<double>>& predicted) {
   ranking_agreement result;
   const size_t count = std::min(measured.size(), predicted.size());
+  std::vector<std::pair<double, double>> ranges;  // each one's measured middle_range()
   for (size_t i = 0; i < count; ++i) {
     result.measured_medians.push_back(median(measured[i]));
     result.predicted_medians.push_back(median(predicted[i]));
+    ranges.push_back(measured[i].empty() ? std::pair{0.0, 0.0} : middle_range(measured[i]));
   }
   for (size_t i = 0; i < count; ++i) {
     for (size_t j = i + 1; j < count; ++j) {
@@ -76,8 +78,8 @@ inline ranking_agreement compare_rankings(const std::vector<std::vector<double>>
       const double was = result.measured_medians[i] - result.measured_medians[j];
       const double guessed = result.predicted_medians[i] - result.predicted_medians[j];
       if (was == 0 || guessed == 0) continue;
-      const auto [low_i, high_i] = middle_range(measured[i]);
-      const auto [low_j, high_j] = middle_range(measured[j]);
+      const auto [low_i, high_i] = ranges[i];
+      const auto [low_j, high_j] = ranges[j];
       const bool apart = high_i < low_j || high_j < low_i;
       const bool agrees = (was < 0) == (guessed < 0);
       ++result.pairs;
