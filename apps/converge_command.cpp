@@ -1,11 +1,10 @@
 // `troupe converge JOB`: trains a job under several settings and seeds, in alternating order,
 // and prints how soon each setting reaches training.target_accuracy (median and spread of the
 // seconds, final accuracy, diverged runs), beside the simulator's prediction of the same table
-// from this machine's profile, calibrated for each run just before and just after it (numerics
-// on, so its runs learn in virtual time).
+// from this machine's profile, calibrated for each run just before and just after it and
+// simulated once the race is over (converge_prediction.h).
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -16,18 +15,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
-#include "actors/engine/training_loop.h"
 #include "apps/child_train.h"
 #include "apps/commands.h"
+#include "apps/converge_prediction.h"
 #include "apps/run_output.h"
 #include "apps/statistics.h"
 #include "apps/sweep_option.h"
 #include "sim/calibration/calibrate.h"
-#include "sim/calibration/this_machine.h"
 #include "sim/profile.h"
-#include "sim/simulation.h"
 
 namespace troupe::apps {
 namespace {
@@ -44,46 +40,6 @@ struct setting {
   std::string name;
   std::vector<std::string> overrides;
 };
-
-/// One run's outcome, real or simulated.
-struct outcome {
-  bool diverged = false;
-  bool failed = false;  ///< ended with an error other than divergence (counted apart)
-  std::optional<double> to_target_s;
-  double final_accuracy = 0;
-  /// Mean staleness of the backward passes, all stages together (versions a key's weights
-  /// fell behind between its forward and backward pass): where an async prediction learns
-  /// faster or slower than the real run, this is the first thing to compare.
-  std::optional<double> mean_staleness;
-};
-
-/// "target after 131.8 s, final accuracy 0.2342" (or failed, diverged, target not reached).
-std::string described(const outcome& run) {
-  char text[96];
-  if (run.failed || run.diverged) {
-    std::snprintf(text, sizeof text, "%s", run.failed ? "failed" : "diverged");
-  } else if (run.to_target_s) {
-    std::snprintf(text, sizeof text, "target after %.1f s, final accuracy %.4f", *run.to_target_s,
-                  run.final_accuracy);
-  } else {
-    std::snprintf(text, sizeof text, "target not reached, final accuracy %.4f", run.final_accuracy);
-  }
-  return text;
-}
-
-/// The mean staleness of every backward pass of every stage (entry i of a stage's histogram
-/// counts its passes of staleness i), real runs and simulated ones alike; none without passes.
-std::optional<double> mean_staleness(const std::vector<std::vector<int64_t>>& stages) {
-  double passes = 0, total = 0;
-  for (const std::vector<int64_t>& histogram : stages) {
-    for (size_t i = 0; i < histogram.size(); ++i) {
-      passes += static_cast<double>(histogram[i]);
-      total += static_cast<double>(i) * static_cast<double>(histogram[i]);
-    }
-  }
-  if (passes <= 0) return std::nullopt;
-  return total / passes;
-}
 
 /// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
 std::optional<setting> parse_setting(const std::string& text, std::string* error) {
@@ -129,9 +85,9 @@ std::optional<std::vector<setting>> settings_of(const converge_options& options,
 }
 
 /// A real run in a `troupe train` process of its own.
-outcome train_once(const converge_options& options, const std::vector<std::string>& overrides,
-                   const std::string& out) {
-  outcome result;
+race_outcome train_once(const converge_options& options, const std::vector<std::string>& overrides,
+                        const std::string& out) {
+  race_outcome result;
   const auto summary = train_in_child_process(options.job_file, overrides, 0, out);
   if (!summary) {
     std::ifstream log(out + "/train.log");
@@ -160,52 +116,17 @@ outcome train_once(const converge_options& options, const std::vector<std::strin
   return result;
 }
 
-/// The same run simulated on this machine (in one process) with `profile`.
-std::optional<outcome> simulate_once(const converge_options& options,
-                                     const std::vector<std::string>& overrides,
-                                     const sim::machine_profile& profile, std::string* error) {
-  actors::job_error problem;
-  auto config = actors::load_job_file(options.job_file, overrides, &problem);
-  if (!config) {
-    *error = problem.message;
-    return std::nullopt;
-  }
-  auto data = actors::load_job_data(*config, error);
-  if (!data) return std::nullopt;
-  auto machine = sim::this_machine(profile, true, error);
-  if (!machine) return std::nullopt;
-  sim::simulation_options settings;
-  settings.trace_spans = 0;
-  settings.numerics = true;
-  settings.profile = profile;
-  settings.message_cpu_s = profile.inproc_message_cpu_s;
-  settings.message_cpu_per_byte_s = profile.inproc_message_cpu_per_byte_s;
-  actors::quiet_observer quiet;
-  outcome result;
-  auto simulated = sim::simulate(*config, *data, *machine, settings, quiet, error);
-  if (!simulated) {
-    if (error->find("training diverged") == std::string::npos) return std::nullopt;
-    error->clear();
-    result.diverged = true;
-    return result;
-  }
-  result.to_target_s = simulated->summary.time_to_target_s;
-  result.final_accuracy = simulated->summary.final_test_accuracy;
-  result.mean_staleness = mean_staleness(simulated->stage_staleness_histograms);
-  return result;
-}
-
 /// Seconds to the target of the runs that reached it.
-std::vector<double> reached_seconds(const std::vector<outcome>& runs) {
+std::vector<double> reached_seconds(const std::vector<race_outcome>& runs) {
   std::vector<double> seconds;
-  for (const outcome& run : runs) {
+  for (const race_outcome& run : runs) {
     if (run.to_target_s) seconds.push_back(*run.to_target_s);
   }
   return seconds;
 }
 
 /// "median (min-max)" of the runs that reached the target, and how many did.
-std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
+std::string seconds_cell(const std::vector<race_outcome>& runs, int* reached) {
   const std::vector<double> seconds = reached_seconds(runs);
   *reached = static_cast<int>(seconds.size());
   if (seconds.empty()) return "-";
@@ -220,8 +141,8 @@ std::string seconds_cell(const std::vector<outcome>& runs, int* reached) {
 /// counting apart the pairs whose middle runs do not overlap (compare_rankings()): a ranking of
 /// settings within each other's spread is not settled by the runs themselves.
 void print_ranking(const std::vector<std::string>& names,
-                   const std::vector<std::vector<outcome>>& measured,
-                   const std::vector<std::vector<outcome>>& predicted) {
+                   const std::vector<std::vector<race_outcome>>& measured,
+                   const std::vector<std::vector<race_outcome>>& predicted) {
   std::vector<std::vector<double>> measured_seconds, predicted_seconds;
   for (size_t s = 0; s < names.size(); ++s) {
     measured_seconds.push_back(reached_seconds(measured[s]));
@@ -245,18 +166,18 @@ void print_ranking(const std::vector<std::string>& names,
   }
 }
 
-double median_accuracy(const std::vector<outcome>& runs) {
+double median_accuracy(const std::vector<race_outcome>& runs) {
   std::vector<double> accuracies;
-  for (const outcome& run : runs) {
+  for (const race_outcome& run : runs) {
     if (!run.diverged && !run.failed) accuracies.push_back(run.final_accuracy);
   }
   return median(accuracies);
 }
 
 /// The median of the runs' mean staleness ("-" where none reported one).
-std::string staleness_cell(const std::vector<outcome>& runs) {
+std::string staleness_cell(const std::vector<race_outcome>& runs) {
   std::vector<double> means;
-  for (const outcome& run : runs) {
+  for (const race_outcome& run : runs) {
     if (run.mean_staleness) means.push_back(*run.mean_staleness);
   }
   if (means.empty()) return "-";
@@ -265,19 +186,19 @@ std::string staleness_cell(const std::vector<outcome>& runs) {
   return text;
 }
 
-int diverged_count(const std::vector<outcome>& runs) {
-  return static_cast<int>(
-      std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.diverged; }));
+int diverged_count(const std::vector<race_outcome>& runs) {
+  return static_cast<int>(std::count_if(runs.begin(), runs.end(),
+                                        [](const race_outcome& run) { return run.diverged; }));
 }
 
-int failed_count(const std::vector<outcome>& runs) {
+int failed_count(const std::vector<race_outcome>& runs) {
   return static_cast<int>(
-      std::count_if(runs.begin(), runs.end(), [](const outcome& run) { return run.failed; }));
+      std::count_if(runs.begin(), runs.end(), [](const race_outcome& run) { return run.failed; }));
 }
 
-json runs_json(const std::vector<outcome>& runs) {
+json runs_json(const std::vector<race_outcome>& runs) {
   json result = json::array();
-  for (const outcome& run : runs) {
+  for (const race_outcome& run : runs) {
     result.push_back({{"diverged", run.diverged},
                       {"failed", run.failed},
                       {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
@@ -345,49 +266,33 @@ int run_converge(const converge_options& options) {
     return calibrated;
   };
 
-  // The prediction of the run just measured, from `before` and a calibration taken now (or
-  // from --profile); nothing, with `error` set, when a calibration or the simulation fails.
-  const auto predict_run =
-      [&](size_t s, int seed, const std::vector<std::string>& overrides,
-          std::optional<sim::machine_profile> before) -> std::optional<outcome> {
-    const std::string& name = (*settings)[s].name;
-    std::optional<sim::machine_profile> profile = given;
-    if (!given) {
-      auto after = calibrate_for(s, seed, "after");
-      if (!after) return std::nullopt;
-      const bool later = after->work_jitter < before->work_jitter;
-      std::printf(
-          "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
-          "(work_jitter %.3f before, %.3f after)\n",
-          seed, name.c_str(), later ? "after" : "before", before->work_jitter, after->work_jitter);
-      profile = later ? std::move(after) : std::move(before);
-    }
-    // The numerics simulation of a run can take about as long as the run: say so first.
-    std::fprintf(stderr, "troupe converge: [seed %d] simulating %s with its calibration\n", seed,
-                 name.c_str());
-    const auto started = std::chrono::steady_clock::now();
-    auto simulated = simulate_once(options, overrides, *profile, &error);
-    if (!simulated) {
-      error = "simulating " + name + ": " + error;
-      return std::nullopt;
-    }
-    std::printf("troupe converge: [seed %d] %-20s predicted: %s (simulated in %.1f s)\n", seed,
-                name.c_str(), described(*simulated).c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    std::fflush(stdout);
-    return simulated;
+  // The profile that predicts the run just measured: the steadier of `before` and a
+  // calibration taken now (or --profile); nothing, with `error` set, when the calibration fails.
+  const auto profile_for =
+      [&](size_t s, int seed,
+          std::optional<sim::machine_profile> before) -> std::optional<sim::machine_profile> {
+    if (given) return given;
+    auto after = calibrate_for(s, seed, "after");
+    if (!after) return std::nullopt;
+    const bool later = after->work_jitter < before->work_jitter;
+    std::printf(
+        "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
+        "(work_jitter %.3f before, %.3f after)\n",
+        seed, (*settings)[s].name.c_str(), later ? "after" : "before", before->work_jitter,
+        after->work_jitter);
+    return later ? std::move(after) : std::move(before);
   };
 
-  std::vector<std::vector<outcome>> measured(count), predicted(count);
+  std::vector<std::vector<race_outcome>> measured(count), predicted(count);
+  std::vector<run_to_simulate> to_simulate;
+  std::vector<size_t> setting_of;  // of each run to simulate
   // A calibration or simulation that fails ends the prediction, not the race: the runs go on,
   // and the table gives what they measured.
   std::string prediction_failure;
-  const auto stop_predicting = [&] {
+  const auto stop_predicting = [&](const char* consequence) {
     prediction_failure = error;
-    std::fprintf(stderr, "troupe converge: %s; the race goes on without the prediction\n",
-                 error.c_str());
+    std::fprintf(stderr, "troupe converge: %s; %s\n", error.c_str(), consequence);
     predicting = false;
-    predicted.assign(count, {});
   };
   // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
   for (int seed = 1; seed <= options.seeds; ++seed) {
@@ -398,18 +303,38 @@ int run_converge(const converge_options& options) {
       overrides.push_back("training.seed=" + std::to_string(seed));
       const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
       std::optional<sim::machine_profile> before;
-      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) stop_predicting();
+      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) {
+        stop_predicting("the race goes on without the prediction");
+      }
       measured[s].push_back(train_once(options, overrides, run_out));
       std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
                   described(measured[s].back()).c_str());
       std::fflush(stdout);
       if (!predicting) continue;
-      auto simulated = predict_run(s, seed, overrides, std::move(before));
-      if (simulated) {
-        predicted[s].push_back(*simulated);
-      } else {
-        stop_predicting();
+      auto profile = profile_for(s, seed, std::move(before));
+      if (!profile) {
+        stop_predicting("the race goes on without the prediction");
+        continue;
       }
+      to_simulate.push_back({each.name, seed, overrides, std::move(*profile)});
+      setting_of.push_back(s);
+    }
+  }
+  // The simulations, once no run or calibration needs the machine: a numerics simulation can
+  // take longer than its run, so as many run side by side as fill the job's threads.
+  if (predicting) {
+    const int parallel =
+        std::min(simulations_at_once(configs), static_cast<int>(to_simulate.size()));
+    std::printf("troupe converge: simulating the %zu runs, %d at a time\n", to_simulate.size(),
+                parallel);
+    std::fflush(stdout);
+    auto simulated = simulate_runs(options.job_file, to_simulate, parallel, &error);
+    if (simulated) {
+      for (size_t i = 0; i < simulated->size(); ++i) {
+        predicted[setting_of[i]].push_back((*simulated)[i]);
+      }
+    } else {
+      stop_predicting("the table goes without the prediction");
     }
   }
 

@@ -1,14 +1,16 @@
 // `troupe converge` races settings of a job to its target accuracy over seeds, counts the runs
-// that diverge instead of hiding them, and simulates each run beside it from a calibration of
-// its own setting.
+// that diverge instead of hiding them, calibrates each run's setting beside it, and simulates
+// every run from its calibration once the race is over.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -50,15 +52,23 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
   for (const char* row : {"\nnone ", "\npipemare ", "\nexploding ", "\nhalves "}) {
     EXPECT_NE(result.output.find(row), std::string::npos) << row << "\n" << result.output;
   }
-  // Each run's outcome as it ends, and its prediction as that ends.
+  // Each run's outcome as it ends; once the last run is over, the simulations, as many side by
+  // side as fill the job's threads (2 stages of threads / 2 each), and each prediction as it ends.
   EXPECT_NE(result.output.find("[seed 2] exploding            diverged\n"), std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("[seed 2] exploding            predicted: diverged (simulated in "),
             std::string::npos)
       << result.output;
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int side_by_side = std::min(8, threads / std::max(1, threads / 2));
+  const size_t simulating =
+      result.output.find("simulating the 8 runs, " + std::to_string(side_by_side) + " at a time\n");
+  ASSERT_NE(simulating, std::string::npos) << side_by_side << "\n" << result.output;
+  EXPECT_LT(result.output.rfind("predicting from the calibration"), simulating) << result.output;
   size_t predictions = 0;
   for (size_t at = result.output.find("predicted: "); at != std::string::npos;
        at = result.output.find("predicted: ", at + 1)) {
+    EXPECT_GT(at, simulating) << result.output;
     ++predictions;
   }
   EXPECT_EQ(predictions, 8u) << result.output;  // 4 settings × 2 seeds
