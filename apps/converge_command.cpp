@@ -285,7 +285,6 @@ int run_converge(const converge_options& options) {
 
   std::vector<std::vector<race_outcome>> measured(count), predicted(count);
   std::vector<run_to_simulate> to_simulate;
-  std::vector<size_t> setting_of;  // of each run to simulate
   // A calibration or simulation that fails ends the prediction, not the race: the runs go on,
   // and the table gives what they measured.
   std::string prediction_failure;
@@ -316,8 +315,7 @@ int run_converge(const converge_options& options) {
         stop_predicting("the race goes on without the prediction");
         continue;
       }
-      to_simulate.push_back({each.name, seed, overrides, std::move(*profile)});
-      setting_of.push_back(s);
+      to_simulate.push_back({s, each.name, seed, overrides, std::move(*profile)});
     }
   }
   // The simulations, once no run or calibration needs the machine: a numerics simulation can
@@ -331,7 +329,7 @@ int run_converge(const converge_options& options) {
     auto simulated = simulate_runs(options.job_file, to_simulate, parallel, &error);
     if (simulated) {
       for (size_t i = 0; i < simulated->size(); ++i) {
-        predicted[setting_of[i]].push_back((*simulated)[i]);
+        predicted[to_simulate[i].setting].push_back((*simulated)[i]);
       }
     } else {
       stop_predicting("the table goes without the prediction");

@@ -3,6 +3,7 @@
 // race is over.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,7 +36,8 @@ std::optional<double> mean_staleness(const std::vector<std::vector<int64_t>>& st
 /// A run of the race to simulate: the job file with these overrides (its setting's and its
 /// seed), from this profile.
 struct run_to_simulate {
-  std::string name;  ///< the setting's
+  size_t setting = 0;  ///< its index among the race's settings
+  std::string name;    ///< the setting's
   int seed = 1;
   std::vector<std::string> overrides;
   sim::machine_profile profile;
