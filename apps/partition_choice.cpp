@@ -111,6 +111,13 @@ std::string layer_cut_hint(const actors::job_config& config) {
          "] (or \"measured\", which times the blocks)";
 }
 
+std::string interleaving_note(const actors::job_config& config) {
+  const actors::parallelism_config& p = config.parallelism;
+  if (p.mode != "sync" || p.schedule != "interleaved" || p.virtual_stages != 1) return "";
+  return "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as 1F1B; set "
+         "virtual_stages >= 2 (stages a multiple of it) to interleave";
+}
+
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
   auto costs = actors::estimated_block_costs(*config, error);

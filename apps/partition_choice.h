@@ -30,6 +30,10 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
 /// (or "measured", which times the blocks)"; "" otherwise.
 std::string layer_cut_hint(const actors::job_config& config);
 
+/// When `config` asks for the interleaved schedule with one chunk per worker (virtual_stages =
+/// 1, which runs as 1F1B), a line saying so; "" otherwise.
+std::string interleaving_note(const actors::job_config& config);
+
 /// For the commands that predict rather than train (`troupe simulate`): parallelism.partition =
 /// "measured" in `config` becomes the cut points that the cost model's estimate chooses, cuts
 /// inside linear layers included, as `troupe train` would choose them by timing. Other

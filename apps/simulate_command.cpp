@@ -327,6 +327,10 @@ int run_simulate(const simulate_options& options) {
       const std::string hint = layer_cut_hint(*config);
       if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
     }
+    if (const std::string note = interleaving_note(*config); !note.empty()) {
+      std::fprintf(stderr, "%s%s\n", note.c_str(),
+                   sweep_key.empty() ? "" : (" (the row " + sweep_key + "=" + value + ")").c_str());
+    }
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);
     const auto start = std::chrono::steady_clock::now();

@@ -330,11 +330,8 @@ int run_train(const train_options& given) {
       options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
       config->parallelism.mode.c_str(),
       static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
-  if (config->parallelism.mode == "sync" && config->parallelism.schedule == "interleaved" &&
-      config->parallelism.virtual_stages == 1) {
-    std::fprintf(stderr,
-                 "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as "
-                 "1F1B; set virtual_stages >= 2 (stages a multiple of it) to interleave\n");
+  if (const std::string note = interleaving_note(*config); !note.empty()) {
+    std::fprintf(stderr, "%s\n", note.c_str());
   }
   std::printf("%s\n", partition_line->c_str());
   std::fflush(stdout);

@@ -99,6 +99,29 @@ nic = { bandwidth = 1e10 }
   EXPECT_GT(summary["checkpoints"].get<int>(), 0);
 }
 
+TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_dgx_node.toml";
+  const std::string sync =
+      " --set parallelism.stages=2 --set parallelism.mode=sync --set "
+      "parallelism.micro_batches=2 --set training.max_steps=2";
+  run_result result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
+                             " --sweep parallelism.schedule=gpipe,interleaved --out " +
+                             (directory_ / "one").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const std::string note = "with parallelism.virtual_stages = 1 runs as 1F1B";
+  EXPECT_NE(result.errors.find(note), std::string::npos) << result.errors;
+  EXPECT_NE(result.errors.find("(the row parallelism.schedule=interleaved)"), std::string::npos)
+      << result.errors;
+  EXPECT_EQ(result.errors.find("parallelism.schedule=gpipe"), std::string::npos) << result.errors;
+  result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
+                  " --set parallelism.virtual_stages=2"
+                  " --sweep parallelism.schedule=gpipe,interleaved --out " +
+                  (directory_ / "two").string());
+  ASSERT_EQ(result.status, 0) << result.errors;
+  EXPECT_EQ(result.errors.find(note), std::string::npos) << result.errors;
+}
+
 TEST_F(SimulatorCliTest, ValidateRunsEveryConfigurationForRealAndSimulatesIt) {
   const fs::path job =
       write("validated.toml", mlp_model("tanh", "tanh") + synthetic_data(2048, 64) + R"(
