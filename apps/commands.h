@@ -93,6 +93,9 @@ struct simulate_options {
   std::string job_file;
   std::string cluster_file;
   std::vector<std::string> overrides;
+  /// "NAME:KEY=VALUE[,KEY=VALUE...]": a simulation of the job with these overrides, one table
+  /// row each (before the sweep's).
+  std::vector<std::string> settings;
   /// KEY=V1,V2,...: one simulation per value, one table row each.
   std::string sweep;
   std::string out_directory;  ///< empty: runs/simulation

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,52 +34,12 @@ int bad_input(const std::string& message) {
   return 2;
 }
 
-/// A named list of job-file overrides.
-struct setting {
-  std::string name;
-  std::vector<std::string> overrides;
-};
-
-/// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
-std::optional<setting> parse_setting(const std::string& text, std::string* error) {
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    *error = "--setting " + text + ": expected NAME:KEY=VALUE[,KEY=VALUE...]";
-    return std::nullopt;
-  }
-  setting result{text.substr(0, colon), {}};
-  std::stringstream overrides(text.substr(colon + 1));
-  for (std::string item; std::getline(overrides, item, ',');) {
-    if (item.find('=') == std::string::npos) {
-      *error = "--setting " + text + ": '" + item + "' is not KEY=VALUE";
-      return std::nullopt;
-    }
-    result.overrides.push_back(item);
-  }
-  return result;
-}
-
-/// The settings of --setting and --sweep KEY=V1,V2 (one setting per value, named by it).
+/// The settings of --setting and --sweep KEY=V1,V2 (one setting per value, named by it); the job
+/// as it is when there are none.
 std::optional<std::vector<setting>> settings_of(const converge_options& options,
                                                 std::string* error) {
-  std::vector<setting> settings;
-  for (const std::string& text : options.settings) {
-    auto parsed = parse_setting(text, error);
-    if (!parsed) return std::nullopt;
-    settings.push_back(*parsed);
-  }
-  if (!options.sweep.empty()) {
-    auto sweep = parse_sweep(options.sweep, error);
-    if (!sweep) return std::nullopt;
-    for (const std::string& value : sweep->values) {
-      std::string name = value;  // a TOML string's quotes stay out of the name
-      if (name.size() >= 2 && name.front() == '"' && name.back() == '"') {
-        name = name.substr(1, name.size() - 2);
-      }
-      settings.push_back({name, {sweep->key + "=" + value}});
-    }
-  }
-  if (settings.empty()) settings.push_back({"job", {}});
+  auto settings = parse_settings(options.settings, options.sweep, error);
+  if (settings && settings->empty()) settings->push_back({"job", {}});
   return settings;
 }
 

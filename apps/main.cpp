@@ -221,6 +221,12 @@ void add_simulate(CLI::App& app, troupe::apps::simulate_options& options) {
       ->allow_extra_args(false);
   simulate->add_option("--sweep", options.sweep,
                        "KEY=V1,V2,...: simulate once per value and print one row each");
+  simulate
+      ->add_option("--setting", options.settings,
+                   "NAME:KEY=VALUE[,KEY=VALUE...]: simulate the job with these overrides as one "
+                   "row of the table (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
   simulate->add_option("--out", options.out_directory,
                        "Output directory (default: runs/simulation)");
   simulate->add_flag("--numerics", options.numerics,

@@ -276,14 +276,26 @@ int run_simulate(const simulate_options& options) {
   }
   settings.detection_s = options.heartbeat_timeout_s;
   settings.restart_s = options.restart_s;
+  // The table's rows: each --setting, then each value of --sweep; the job alone without them.
   std::string sweep_key;
-  std::vector<std::string> sweep_values{""};
+  std::vector<std::string> sweep_values;
   if (!options.sweep.empty()) {
     auto sweep = parse_sweep(options.sweep, &error);
     if (!sweep) return bad_input(error);
     sweep_key = sweep->key;
     sweep_values = sweep->values;
   }
+  auto rows = parse_settings(options.settings, options.sweep, &error);
+  if (!rows) return bad_input(error);
+  const bool table = !rows->empty();
+  // A row's sweep value, for the summary; none for a --setting's.
+  std::vector<std::string> row_values(rows->size() - sweep_values.size());
+  row_values.insert(row_values.end(), sweep_values.begin(), sweep_values.end());
+  if (!table) {
+    rows->push_back({"", {}});
+    row_values.push_back("");
+  }
+  const std::string row_heading = options.settings.empty() ? sweep_key : "setting";
   const std::string out = options.out_directory.empty() ? "runs/simulation" : options.out_directory;
   if (!make_directory(out, &error)) return bad_input(error);
   metrics_log log(out + "/metrics.jsonl");
@@ -291,7 +303,7 @@ int run_simulate(const simulate_options& options) {
 
   // A sweep over the replicas is a weak-scaling study: each replica keeps the job's batch
   // per replica, so training.batch_size grows with them.
-  const bool weak_scaling = sweep_key == "parallelism.replicas";
+  const bool weak_scaling = options.settings.empty() && sweep_key == "parallelism.replicas";
   int64_t batch_per_replica = 0;
   if (weak_scaling) {
     actors::job_error problem;
@@ -303,33 +315,36 @@ int run_simulate(const simulate_options& options) {
   }
   json runs = json::array();
   json first;
-  if (!sweep_key.empty()) {
-    std::printf("%-16s %12s %12s %10s %10s %10s %12s%s%s\n", sweep_key.c_str(), "samples/s",
+  if (table) {
+    std::printf("%-16s %12s %12s %10s %10s %10s %12s%s%s\n", row_heading.c_str(), "samples/s",
                 "tokens/s", "mean util", "max stale", "peak GB", "simulated s",
                 weak_scaling ? "   batch  weak eff  busiest link" : "",
                 options.numerics ? "   accuracy  to target s" : "");
   }
   double first_rate_per_replica = 0;
-  for (const std::string& value : sweep_values) {
+  for (size_t row = 0; row < rows->size(); ++row) {
+    const std::string& name = (*rows)[row].name;
+    const std::string& value = row_values[row];
     std::vector<std::string> overrides = options.overrides;
-    if (!sweep_key.empty()) overrides.push_back(sweep_key + "=" + value);
+    const std::vector<std::string>& own = (*rows)[row].overrides;
+    overrides.insert(overrides.end(), own.begin(), own.end());
     if (weak_scaling) {
       const int64_t replicas = std::max<int64_t>(1, std::atoll(value.c_str()));
       overrides.push_back("training.batch_size=" + std::to_string(batch_per_replica * replicas));
     }
     actors::job_error problem;
     auto config = actors::load_job_file(options.job_file, overrides, &problem);
-    if (!config) return bad_input(problem.message);
+    if (!config) return bad_input((table ? "setting " + name + ": " : "") + problem.message);
     if (!estimate_measured_partition(&*config, &error)) {
       return bad_input(options.job_file + ": " + error);
     }
-    if (sweep_key.empty()) {
+    if (!table) {
       const std::string hint = layer_cut_hint(*config);
       if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
     }
     if (const std::string note = interleaving_note(*config); !note.empty()) {
       std::fprintf(stderr, "%s%s\n", note.c_str(),
-                   sweep_key.empty() ? "" : (" (the row " + sweep_key + "=" + value + ")").c_str());
+                   table ? (" (the row " + name + ")").c_str() : "");
     }
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);
@@ -343,13 +358,17 @@ int run_simulate(const simulate_options& options) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result->events_per_s = static_cast<double>(result->events) / std::max(1e-9, result->wall_s);
     json summary = summary_json(*result, options.numerics);
-    if (!sweep_key.empty()) {
-      summary["sweep_value"] = value;
+    if (table) {
+      if (value.empty()) {
+        summary["setting"] = name;
+      } else {
+        summary["sweep_value"] = value;
+      }
       double mean = 0, peak = 0;
       for (double u : result->stage_utilization) mean += u / result->stage_utilization.size();
       for (double b : result->device_peak_bytes) peak = std::max(peak, b);
       std::printf(
-          "%-16s %12.1f %12.0f %9.1f%% %10zu %10.2f %12.3f", value.c_str(),
+          "%-16s %12.1f %12.0f %9.1f%% %10zu %10.2f %12.3f", name.c_str(),
           result->summary.samples_per_s, result->summary.tokens_per_s.value_or(0.0), 100 * mean,
           result->staleness_histogram.empty() ? size_t{0} : result->staleness_histogram.size() - 1,
           peak / 1e9, result->virtual_s);
@@ -391,7 +410,7 @@ int run_simulate(const simulate_options& options) {
     runs.push_back(summary);
   }
   json summary = first;
-  if (!sweep_key.empty()) summary["sweep"] = {{"key", sweep_key}, {"runs", runs}};
+  if (table) summary["sweep"] = {{"key", row_heading}, {"runs", runs}};
   if (!write_json_file(out + "/summary.json", summary, &error)) return bad_input(error);
   for (const json& run : runs) {
     for (const json& device : run["peak_memory"]) {
@@ -399,7 +418,8 @@ int run_simulate(const simulate_options& options) {
         const std::string where =
             run.contains("sweep_value")
                 ? " with " + sweep_key + "=" + run["sweep_value"].get<std::string>()
-                : "";
+            : run.contains("setting") ? " with setting " + run["setting"].get<std::string>()
+                                      : "";
         std::fprintf(
             stderr, "troupe simulate: warning: %s would run out of memory (%.2f GB of %.2f GB)%s\n",
             device["device"].get<std::string>().c_str(), device["peak_bytes"].get<double>() / 1e9,

@@ -1,6 +1,7 @@
 #pragma once
 
-// `--sweep KEY=V1,V2,...`, as `troupe simulate` and `troupe converge` take it.
+// `--sweep KEY=V1,V2,...` and `--setting NAME:KEY=VALUE[,KEY=VALUE...]`, as `troupe simulate` and
+// `troupe converge` take them: each names a variant of the job by its job-file overrides.
 
 #include <optional>
 #include <sstream>
@@ -26,6 +27,57 @@ inline std::optional<sweep_option> parse_sweep(const std::string& text, std::str
   std::stringstream values(text.substr(equals + 1));
   for (std::string value; std::getline(values, value, ',');) sweep.values.push_back(value);
   return sweep;
+}
+
+/// A named list of job-file overrides.
+struct setting {
+  std::string name;
+  std::vector<std::string> overrides;
+};
+
+/// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
+inline std::optional<setting> parse_setting(const std::string& text, std::string* error) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    *error = "--setting " + text + ": expected NAME:KEY=VALUE[,KEY=VALUE...]";
+    return std::nullopt;
+  }
+  setting result{text.substr(0, colon), {}};
+  std::stringstream overrides(text.substr(colon + 1));
+  for (std::string item; std::getline(overrides, item, ',');) {
+    if (item.find('=') == std::string::npos) {
+      *error = "--setting " + text + ": '" + item + "' is not KEY=VALUE";
+      return std::nullopt;
+    }
+    result.overrides.push_back(item);
+  }
+  return result;
+}
+
+/// The settings of every --setting in `settings`, then one per value of `sweep` (KEY=V1,V2, ""
+/// for none), named by the value without a TOML string's quotes; nothing, with `error` naming
+/// the option, when one does not parse. Empty when both are.
+inline std::optional<std::vector<setting>> parse_settings(const std::vector<std::string>& settings,
+                                                          const std::string& sweep,
+                                                          std::string* error) {
+  std::vector<setting> result;
+  for (const std::string& text : settings) {
+    auto parsed = parse_setting(text, error);
+    if (!parsed) return std::nullopt;
+    result.push_back(*parsed);
+  }
+  if (!sweep.empty()) {
+    auto parsed = parse_sweep(sweep, error);
+    if (!parsed) return std::nullopt;
+    for (const std::string& value : parsed->values) {
+      std::string name = value;
+      if (name.size() >= 2 && name.front() == '"' && name.back() == '"') {
+        name = name.substr(1, name.size() - 2);
+      }
+      result.push_back({name, {parsed->key + "=" + value}});
+    }
+  }
+  return result;
 }
 
 }  // namespace troupe::apps

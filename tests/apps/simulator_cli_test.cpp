@@ -111,15 +111,43 @@ TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
   ASSERT_EQ(result.status, 0) << result.errors;
   const std::string note = "with parallelism.virtual_stages = 1 runs as 1F1B";
   EXPECT_NE(result.errors.find(note), std::string::npos) << result.errors;
-  EXPECT_NE(result.errors.find("(the row parallelism.schedule=interleaved)"), std::string::npos)
-      << result.errors;
-  EXPECT_EQ(result.errors.find("parallelism.schedule=gpipe"), std::string::npos) << result.errors;
-  result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
-                  " --set parallelism.virtual_stages=2"
-                  " --sweep parallelism.schedule=gpipe,interleaved --out " +
-                  (directory_ / "two").string());
+  EXPECT_NE(result.errors.find("(the row interleaved)"), std::string::npos) << result.errors;
+  EXPECT_EQ(result.errors.find("(the row gpipe)"), std::string::npos) << result.errors;
+}
+
+TEST_F(SimulatorCliTest, SettingsAreRowsOfOverridesEachNamed) {
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_dgx_node.toml";
+  const std::string sync =
+      " --set parallelism.stages=2 --set parallelism.mode=sync --set "
+      "parallelism.micro_batches=2 --set training.max_steps=2";
+  const fs::path out = directory_ / "settings";
+  // Interleaving takes two keys at once: the schedule and the chunks per worker.
+  run_result result =
+      troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
+             " --setting gpipe:parallelism.schedule=gpipe --setting "
+             "interleaved-v2:parallelism.schedule=interleaved,parallelism.virtual_stages=2 --out " +
+             out.string());
   ASSERT_EQ(result.status, 0) << result.errors;
-  EXPECT_EQ(result.errors.find(note), std::string::npos) << result.errors;
+  EXPECT_EQ(result.errors.find("runs as 1F1B"), std::string::npos) << result.errors;
+  EXPECT_EQ(result.output.rfind("setting ", 0), 0u) << result.output;
+  EXPECT_NE(result.output.find("\ngpipe "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("\ninterleaved-v2 "), std::string::npos) << result.output;
+  auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  EXPECT_EQ(summary["sweep"]["key"], "setting");
+  const nlohmann::json runs = summary["sweep"]["runs"];
+  ASSERT_EQ(runs.size(), 2u) << summary.dump();
+  EXPECT_EQ(runs[0]["setting"], "gpipe");
+  EXPECT_EQ(runs[1]["setting"], "interleaved-v2");
+  // Two chunks on one worker: one device's utilization per chunk, against two devices' work.
+  EXPECT_NE(runs[0]["samples_per_s"], runs[1]["samples_per_s"]) << runs.dump();
+
+  expect_one_line(
+      troupe("simulate " + tiny_job().string() + " --cluster " + cluster + " --setting nocolon"),
+      "--setting nocolon: expected NAME:KEY=VALUE");
+  expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+                         " --setting wide:parallelism.stagez=2"),
+                  "setting wide: ");
 }
 
 TEST_F(SimulatorCliTest, ValidateRunsEveryConfigurationForRealAndSimulatesIt) {
@@ -142,8 +170,9 @@ lr = 0.05
     EXPECT_GT(measured, 0) << name;
     EXPECT_GT(predicted, 0) << name;
     EXPECT_GT(row["cpu_us_per_sample"].get<double>(), 0) << name;
+    // A share of the CPU time (a run of 8 steps can be all kernel time at the tick's resolution).
     EXPECT_GT(row["kernel_fraction"].get<double>(), 0) << name;
-    EXPECT_LT(row["kernel_fraction"].get<double>(), 1) << name;
+    EXPECT_LE(row["kernel_fraction"].get<double>(), 1) << name;
     // One run: its own error is the median.
     EXPECT_NEAR(row["error"].get<double>(), predicted / measured - 1, 1e-9) << name;
     EXPECT_EQ(row["measured_runs"].size(), 1u) << name;
