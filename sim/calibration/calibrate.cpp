@@ -170,18 +170,20 @@ class stage_timer {
 
 /// Times every stage of `ranges` with a stage_timer, each core group on its own backend and
 /// thread, the groups at once: `groups` stages compute at a time, as in a real run where they
-/// share the memory bandwidth and the last-level cache. Stage s belongs to group
-/// s × groups / stages (neighbours share a group when there are more stages than groups), and
-/// a group runs its stages' rounds in turn, so that every stage's state is in use between two
-/// rounds of one, as in training. Each group runs `seconds` per block of its stages, and every
-/// stage at least three rounds.
-std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& config,
-                                                     const std::vector<actors::stage_range>& ranges,
-                                                     const std::vector<layers::shape>& shapes,
-                                                     int64_t batch, double seconds, int groups,
-                                                     const std::string& backend_name, int threads,
-                                                     std::string* error) {
+/// share the memory bandwidth and the last-level cache. The stages join the groups so that
+/// their `costs` (a round's, timed alone) come out even, as a run's scheduler keeps the cores
+/// evenly busy, and a group runs its stages' rounds in turn, so that every stage's state is in
+/// use between two rounds of one, as in training. The groups keep pace round by round
+/// (round_barrier): a light group idles while a heavy one finishes its round, as a light
+/// stage does in a pipeline. They go on until every group has run `seconds` per block of its
+/// stages, and every stage at least three rounds.
+std::optional<std::vector<stage_timing>> time_stages(
+    const actors::job_config& config, const std::vector<actors::stage_range>& ranges,
+    const std::vector<double>& costs, const std::vector<layers::shape>& shapes, int64_t batch,
+    double seconds, int groups, const std::string& backend_name, int threads, std::string* error) {
   const size_t stages = ranges.size();
+  const std::vector<int> group_of = balanced_groups(costs, groups);
+  round_barrier barrier(groups);
   std::vector<std::unique_ptr<layers::backend>> backends;
   for (int g = 0; g < groups; ++g) {
     backends.push_back(layers::create_backend(backend_name, threads, error));
@@ -193,7 +195,7 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
     std::vector<stage_timer> timers;
     double group_seconds = 0;
     for (size_t s = 0; s < stages; ++s) {
-      if (static_cast<int>(s * groups / stages) != group) continue;
+      if (group_of[s] != group) continue;
       const actors::stage_range range = ranges[s];
       const layers::shape& input =
           range.first == 0 ? config.model.input_shape : shapes[range.first - 1];
@@ -220,8 +222,12 @@ std::optional<std::vector<stage_timing>> time_stages(const actors::job_config& c
     };
     round();
     for (stage_timer& timer : timers) timer.forget();
+    barrier.arrive_and_wait(false);
     const auto start = clock_type::now();
-    while (timers.front().rounds() < 3 || seconds_since(start) < group_seconds) round();
+    do {
+      round();
+    } while (!barrier.arrive_and_wait(timers.front().rounds() >= 3 &&
+                                      seconds_since(start) >= group_seconds));
     for (size_t i = 0; i < members.size(); ++i) timings[members[i]] = timers[i].timing();
   };
   std::vector<std::thread> workers;
@@ -256,7 +262,17 @@ std::optional<std::vector<block_profile>> time_blocks(const actors::job_config& 
   }
   const int groups =
       std::clamp(actors::job_threads(config) / threads, 1, static_cast<int>(actor_ranges.size()));
-  auto timings = time_stages(config, actor_ranges, shapes, batch, seconds, groups,
+  // A round of each stage: its keys' passes and its step, by the blocks' times alone.
+  std::vector<double> costs;
+  const double keys = keys_in_round(config);
+  for (const actors::stage_range& range : actor_ranges) {
+    double cost = 0;
+    for (size_t b = range.first; b < range.last; ++b) {
+      cost += keys * (blocks[b].forward_s + blocks[b].backward_s) + blocks[b].step_s;
+    }
+    costs.push_back(cost);
+  }
+  auto timings = time_stages(config, actor_ranges, costs, shapes, batch, seconds, groups,
                              actors::device_of_stage(config, 0), threads, error);
   if (!timings) return std::nullopt;
   // A stage's cost: the mean of its replicas', which computed beside each other.

@@ -17,6 +17,44 @@ actors::stage_settings engine_settings(const actors::job_config& config) {
   return actors::stage_settings_of(config, 0, 1, 1, {}, 0);
 }
 
+std::vector<int> balanced_groups(const std::vector<double>& costs, int groups) {
+  std::vector<size_t> order(costs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> totals(static_cast<size_t>(std::max(1, groups)), 0.0);
+  std::vector<int> members(totals.size(), 0);
+  std::vector<int> group_of(costs.size(), 0);
+  for (size_t item : order) {
+    size_t least = 0;
+    for (size_t g = 1; g < totals.size(); ++g) {
+      // An empty group first, so that every group gets an item (costs may be 0).
+      const bool emptier = (members[g] == 0) != (members[least] == 0);
+      if (emptier ? members[g] == 0 : totals[g] < totals[least]) least = g;
+    }
+    group_of[item] = static_cast<int>(least);
+    totals[least] += costs[item];
+    ++members[least];
+  }
+  return group_of;
+}
+
+bool round_barrier::arrive_and_wait(bool enough) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t generation = generation_;
+  enough_ += enough ? 1 : 0;
+  if (++arrived_ == groups_) {
+    last_answer_ = enough_ == groups_;
+    arrived_ = 0;
+    enough_ = 0;
+    ++generation_;
+    all_arrived_.notify_all();
+    return last_answer_;
+  }
+  all_arrived_.wait(lock, [&] { return generation_ != generation; });
+  return last_answer_;
+}
+
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }

@@ -5,7 +5,10 @@
 #include <time.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,34 @@ constexpr float predicted_distance = 0.01f;
 
 /// The engine's settings of a stage of `config`: whether it stashes or predicts weights.
 actors::stage_settings engine_settings(const actors::job_config& config);
+
+/// Which of `groups` groups each of the items of `costs` joins so that the groups' total costs
+/// come out even: the most costly item first, each to the group with the least so far (the
+/// first of those on a tie). Every group gets an item while there are enough.
+std::vector<int> balanced_groups(const std::vector<double>& costs, int groups);
+
+/// Groups that time rounds side by side meet here after each round, as a pipeline's stages each
+/// handle every key once and the slowest sets the pace: a group that finished its round early
+/// waits for the others, idle, as its stages would in training, instead of running more rounds
+/// than they do beside them. A group says whether it has timed enough; all stop together once
+/// every group has.
+class round_barrier {
+ public:
+  explicit round_barrier(int groups) : groups_(groups) {}
+
+  /// Waits until every group has arrived at this round's end; returns whether all of them said
+  /// `enough` (the same answer to each).
+  bool arrive_and_wait(bool enough);
+
+ private:
+  const int groups_;
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+  int arrived_ = 0;
+  int enough_ = 0;
+  uint64_t generation_ = 0;
+  bool last_answer_ = false;
+};
 
 /// Wall seconds from `start` until now.
 double seconds_since(clock_type::time_point start);
