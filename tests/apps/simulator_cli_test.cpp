@@ -99,12 +99,18 @@ nic = { bandwidth = 1e10 }
   EXPECT_GT(summary["checkpoints"].get<int>(), 0);
 }
 
+std::string dgx_cluster() {
+  return std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_dgx_node.toml";
+}
+
+/// The tiny job as a 2-stage sync pipeline of two micro-batches, for two steps.
+const char* const two_sync_stages =
+    " --set parallelism.stages=2 --set parallelism.mode=sync --set parallelism.micro_batches=2 "
+    "--set training.max_steps=2";
+
 TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
-  const std::string cluster =
-      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_dgx_node.toml";
-  const std::string sync =
-      " --set parallelism.stages=2 --set parallelism.mode=sync --set "
-      "parallelism.micro_batches=2 --set training.max_steps=2";
+  const std::string cluster = dgx_cluster();
+  const std::string sync = two_sync_stages;
   run_result result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
                              " --sweep parallelism.schedule=gpipe,interleaved --out " +
                              (directory_ / "one").string());
@@ -116,11 +122,8 @@ TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
 }
 
 TEST_F(SimulatorCliTest, SettingsAreRowsOfOverridesEachNamed) {
-  const std::string cluster =
-      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_dgx_node.toml";
-  const std::string sync =
-      " --set parallelism.stages=2 --set parallelism.mode=sync --set "
-      "parallelism.micro_batches=2 --set training.max_steps=2";
+  const std::string cluster = dgx_cluster();
+  const std::string sync = two_sync_stages;
   const fs::path out = directory_ / "settings";
   // Interleaving takes two keys at once: the schedule and the chunks per worker.
   run_result result =
