@@ -38,8 +38,10 @@ int bad_input(const std::string& message) {
 /// as it is when there are none.
 std::optional<std::vector<setting>> settings_of(const converge_options& options,
                                                 std::string* error) {
-  auto settings = parse_settings(options.settings, options.sweep, error);
-  if (settings && settings->empty()) settings->push_back({"job", {}});
+  std::optional<sweep_option> sweep;
+  if (!options.sweep.empty() && !(sweep = parse_sweep(options.sweep, error))) return std::nullopt;
+  auto settings = parse_settings(options.settings, sweep, error);
+  if (settings && settings->empty()) settings->push_back({"job", {}, ""});
   return settings;
 }
 

@@ -277,24 +277,15 @@ int run_simulate(const simulate_options& options) {
   settings.detection_s = options.heartbeat_timeout_s;
   settings.restart_s = options.restart_s;
   // The table's rows: each --setting, then each value of --sweep; the job alone without them.
-  std::string sweep_key;
-  std::vector<std::string> sweep_values;
-  if (!options.sweep.empty()) {
-    auto sweep = parse_sweep(options.sweep, &error);
-    if (!sweep) return bad_input(error);
-    sweep_key = sweep->key;
-    sweep_values = sweep->values;
+  std::optional<sweep_option> sweep;
+  if (!options.sweep.empty() && !(sweep = parse_sweep(options.sweep, &error))) {
+    return bad_input(error);
   }
-  auto rows = parse_settings(options.settings, options.sweep, &error);
+  const std::string sweep_key = sweep ? sweep->key : "";
+  auto rows = parse_settings(options.settings, sweep, &error);
   if (!rows) return bad_input(error);
   const bool table = !rows->empty();
-  // A row's sweep value, for the summary; none for a --setting's.
-  std::vector<std::string> row_values(rows->size() - sweep_values.size());
-  row_values.insert(row_values.end(), sweep_values.begin(), sweep_values.end());
-  if (!table) {
-    rows->push_back({"", {}});
-    row_values.push_back("");
-  }
+  if (!table) rows->push_back({"", {}, ""});
   const std::string row_heading = options.settings.empty() ? sweep_key : "setting";
   const std::string out = options.out_directory.empty() ? "runs/simulation" : options.out_directory;
   if (!make_directory(out, &error)) return bad_input(error);
@@ -322,12 +313,11 @@ int run_simulate(const simulate_options& options) {
                 options.numerics ? "   accuracy  to target s" : "");
   }
   double first_rate_per_replica = 0;
-  for (size_t row = 0; row < rows->size(); ++row) {
-    const std::string& name = (*rows)[row].name;
-    const std::string& value = row_values[row];
+  for (const setting& row : *rows) {
+    const std::string& name = row.name;
+    const std::string& value = row.swept;
     std::vector<std::string> overrides = options.overrides;
-    const std::vector<std::string>& own = (*rows)[row].overrides;
-    overrides.insert(overrides.end(), own.begin(), own.end());
+    overrides.insert(overrides.end(), row.overrides.begin(), row.overrides.end());
     if (weak_scaling) {
       const int64_t replicas = std::max<int64_t>(1, std::atoll(value.c_str()));
       overrides.push_back("training.batch_size=" + std::to_string(batch_per_replica * replicas));

@@ -33,6 +33,7 @@ inline std::optional<sweep_option> parse_sweep(const std::string& text, std::str
 struct setting {
   std::string name;
   std::vector<std::string> overrides;
+  std::string swept;  ///< the --sweep value it stands for ("" for a --setting's)
 };
 
 /// "NAME:KEY=VALUE,KEY=VALUE" (a --setting), or nothing with `error` set.
@@ -42,7 +43,7 @@ inline std::optional<setting> parse_setting(const std::string& text, std::string
     *error = "--setting " + text + ": expected NAME:KEY=VALUE[,KEY=VALUE...]";
     return std::nullopt;
   }
-  setting result{text.substr(0, colon), {}};
+  setting result{text.substr(0, colon), {}, ""};
   std::stringstream overrides(text.substr(colon + 1));
   for (std::string item; std::getline(overrides, item, ',');) {
     if (item.find('=') == std::string::npos) {
@@ -54,11 +55,11 @@ inline std::optional<setting> parse_setting(const std::string& text, std::string
   return result;
 }
 
-/// The settings of every --setting in `settings`, then one per value of `sweep` (KEY=V1,V2, ""
-/// for none), named by the value without a TOML string's quotes; nothing, with `error` naming
-/// the option, when one does not parse. Empty when both are.
+/// The settings of every --setting in `settings`, then one per value of `sweep` (parsed, or
+/// none), named by the value without a TOML string's quotes; nothing, with `error` naming the
+/// option, when a --setting does not parse. Empty when there are neither.
 inline std::optional<std::vector<setting>> parse_settings(const std::vector<std::string>& settings,
-                                                          const std::string& sweep,
+                                                          const std::optional<sweep_option>& sweep,
                                                           std::string* error) {
   std::vector<setting> result;
   for (const std::string& text : settings) {
@@ -66,15 +67,13 @@ inline std::optional<std::vector<setting>> parse_settings(const std::vector<std:
     if (!parsed) return std::nullopt;
     result.push_back(*parsed);
   }
-  if (!sweep.empty()) {
-    auto parsed = parse_sweep(sweep, error);
-    if (!parsed) return std::nullopt;
-    for (const std::string& value : parsed->values) {
+  if (sweep) {
+    for (const std::string& value : sweep->values) {
       std::string name = value;
       if (name.size() >= 2 && name.front() == '"' && name.back() == '"') {
         name = name.substr(1, name.size() - 2);
       }
-      result.push_back({name, {parsed->key + "=" + value}});
+      result.push_back({name, {sweep->key + "=" + value}, value});
     }
   }
   return result;
