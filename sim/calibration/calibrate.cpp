@@ -432,8 +432,9 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
   const bool sync = config.parallelism.mode == "sync";
   const int keys =
       std::max(1, sync ? config.parallelism.micro_batches : config.parallelism.max_active_keys);
-  auto measured = process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), keys, sync,
-                                              std::max(0.5, 4 * seconds), error);
+  auto measured =
+      process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), profile->batch, keys,
+                                  sync, std::max(0.5, 4 * seconds), error);
   if (!measured) return false;
   auto efficiency = fit_time_slice_efficiency(config, *profile, *measured, error);
   if (!efficiency) return false;

@@ -15,9 +15,12 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 
+#include "actors/hosts/wire_format.h"
+#include "layers/backend_registry.h"
 #include "sim/calibration/measuring.h"
 #include "transport/endpoint.h"
 #include "transport/message.h"
@@ -43,11 +46,61 @@ struct measurement {
   double seconds = 0;
 };
 
+/// The engine's own key frames, as a stage sends and decodes them: each key a payload tensor of
+/// `samples` rows on this process's CPU backend, framed in place, a forward key with its
+/// `samples` labels; each arrival decoded into a tensor of the backend, as a stage takes it.
+class key_frames {
+ public:
+  explicit key_frames(int64_t samples) : samples_(samples) {
+    std::string error;
+    device_ = layers::create_backend("cpu", 1, &error);
+    if (!device_) _exit(3);
+  }
+
+  /// A key of `bytes` of activations (forward, with labels) or gradients (backward). Its
+  /// tensor is made once per kind and size: a stage's work fills a new one, which the stage's
+  /// measured time already holds.
+  transport::message key(transport::message_kind kind, size_t bytes) {
+    actors::key_message& message = made_[{kind, bytes}];
+    if (message.payload.empty()) {
+      const int64_t columns =
+          std::max<int64_t>(1, static_cast<int64_t>(bytes / sizeof(float)) / samples_);
+      message.kind = kind == transport::message_kind::forward ? actors::key_kind::forward
+                                                              : actors::key_kind::backward;
+      message.payload = layers::tensor::from_host(
+          *device_, device_->default_stream(), {samples_, columns},
+          std::vector<float>(static_cast<size_t>(samples_ * columns), 1.0f));
+      if (message.kind == actors::key_kind::forward) {
+        message.labels =
+            std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples_), 0);
+      }
+    }
+    message.key = next_key_++;
+    return actors::to_wire(message, actors::wire_route{1, 0, 1, 0, 0.0});
+  }
+
+  /// Decodes a key that arrived (reports are not keys: they pass as they are).
+  void take(const transport::message& message) {
+    const transport::message_kind kind = message.header.kind;
+    if (kind != transport::message_kind::forward && kind != transport::message_kind::backward) {
+      return;
+    }
+    std::string error;
+    if (!actors::key_from_wire(message, *device_, &error)) _exit(6);
+  }
+
+ private:
+  int64_t samples_;
+  uint64_t next_key_ = 0;
+  std::unique_ptr<layers::backend> device_;
+  std::map<std::pair<transport::message_kind, size_t>, actors::key_message> made_;
+};
+
 /// A process's endpoints: its inbox, whose messages a receiver thread queues for the
 /// process's own thread (as a worker's receiver thread hands them to its stage's thread).
 class process_endpoints {
  public:
-  process_endpoints(const std::string& address) {
+  process_endpoints(const std::string& address, int64_t samples) : frames_(samples) {
     auto in = transport::inbox::bind(context_, address);
     if (!in) _exit(3);
     std::vector<transport::inbox> inboxes;
@@ -66,7 +119,7 @@ class process_endpoints {
     return std::move(*out);
   }
 
-  /// The next message, its payload copied off it as a stage decodes a key.
+  /// The next message, decoded as a stage decodes a key.
   transport::message next() {
     transport::message message;
     {
@@ -75,24 +128,29 @@ class process_endpoints {
       message = std::move(queue_.front());
       queue_.pop_front();
     }
-    for (const transport::frame& payload : message.payloads) {
-      decoded_.resize(payload.bytes);
-      std::memcpy(decoded_.data(), payload.data, payload.bytes);
-    }
+    frames_.take(message);
     return message;
   }
 
+  /// Sends a key of `bytes` (forward or backward) as a stage sends one.
+  void send_key(transport::outbox& out, transport::message_kind kind, size_t bytes) {
+    if (!out.send_waiting(frames_.key(kind, bytes), std::chrono::seconds(30)).ok()) _exit(4);
+  }
+
  private:
+  key_frames frames_;
   transport::transport_context context_;
   std::unique_ptr<transport::receiver_thread> receiver_;
   std::mutex mutex_;
   std::condition_variable arrived_;
   std::deque<transport::message> queue_;
-  std::vector<char> decoded_;
 };
 
-void send(transport::outbox& out, transport::message_kind kind, size_t bytes) {
-  if (!out.send_waiting(filled_message(kind, bytes), std::chrono::seconds(30)).ok()) _exit(4);
+/// A report (a loss, a finished key): a message of one float, as small as a stage's reports.
+void send_report(transport::outbox& out, transport::message_kind kind) {
+  if (!out.send_waiting(filled_message(kind, sizeof(float)), std::chrono::seconds(30)).ok()) {
+    _exit(4);
+  }
 }
 
 std::string address(const std::string& directory, size_t process) {
@@ -102,11 +160,11 @@ std::string address(const std::string& directory, size_t process) {
 /// Stage `index`'s process; never returns. It spins for the stage's time on every key and
 /// sends it on; the last stage and the first (after the key's backward) report to the
 /// coordinator, as stages report losses and finished keys.
-[[noreturn]] void run_stage(const std::vector<pipeline_stage_cost>& stages,
+[[noreturn]] void run_stage(const std::vector<pipeline_stage_cost>& stages, int64_t samples,
                             const std::string& directory, size_t index) {
   const size_t last = stages.size() - 1;
   const size_t coordinator = stages.size();
-  process_endpoints endpoints(address(directory, index));
+  process_endpoints endpoints(address(directory, index), samples);
   transport::outbox next = endpoints.connect(address(directory, index < last ? index + 1 : index));
   transport::outbox previous =
       endpoints.connect(address(directory, index > 0 ? index - 1 : coordinator));
@@ -117,17 +175,18 @@ std::string address(const std::string& directory, size_t process) {
     if (message.header.kind == transport::message_kind::forward) {
       spin(stage.forward_s);
       if (index < last) {
-        send(next, transport::message_kind::forward, stage.output_bytes);
+        endpoints.send_key(next, transport::message_kind::forward, stage.output_bytes);
         continue;
       }
-      send(reports, transport::message_kind::loss_report, sizeof(float));
+      send_report(reports, transport::message_kind::loss_report);
     } else {
       spin(stage.backward_s);
     }
     if (index > 0) {
-      send(previous, transport::message_kind::backward, stages[index - 1].output_bytes);
+      endpoints.send_key(previous, transport::message_kind::backward,
+                         stages[index - 1].output_bytes);
     } else {
-      send(reports, transport::message_kind::control, sizeof(float));  // the key is done
+      send_report(reports, transport::message_kind::control);  // the key is done
     }
   }
 }
@@ -136,11 +195,15 @@ std::string address(const std::string& directory, size_t process) {
 /// `flush`: the next `keys` once all of them are done, as a sync step drains its micro-batches);
 /// once 2 × `keys` are done it measures for at least `seconds`, over whole flushes, and writes
 /// a measurement to `report_fd`. Never returns.
-[[noreturn]] void run_coordinator(size_t input_bytes, int keys, bool flush, double seconds,
-                                  const std::string& directory, size_t stages, int report_fd) {
-  process_endpoints endpoints(address(directory, stages));
+[[noreturn]] void run_coordinator(size_t input_bytes, int64_t samples, int keys, bool flush,
+                                  double seconds, const std::string& directory, size_t stages,
+                                  int report_fd) {
+  process_endpoints endpoints(address(directory, stages), samples);
+  const auto admit = [&](transport::outbox& first) {
+    endpoints.send_key(first, transport::message_kind::forward, input_bytes);
+  };
   transport::outbox first = endpoints.connect(address(directory, 0));
-  for (int k = 0; k < keys; ++k) send(first, transport::message_kind::forward, input_bytes);
+  for (int k = 0; k < keys; ++k) admit(first);
   int64_t finished = 0;
   const int64_t warm_up = 2 * static_cast<int64_t>(keys);
   clock_type::time_point measuring_since;
@@ -158,9 +221,9 @@ std::string address(const std::string& directory, size_t process) {
       }
     }
     if (!flush) {
-      send(first, transport::message_kind::forward, input_bytes);
+      admit(first);
     } else if (finished % keys == 0) {
-      for (int k = 0; k < keys; ++k) send(first, transport::message_kind::forward, input_bytes);
+      for (int k = 0; k < keys; ++k) admit(first);
     }
   }
 }
@@ -168,10 +231,10 @@ std::string address(const std::string& directory, size_t process) {
 }  // namespace
 
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
-                                                  size_t input_bytes, int keys, bool flush,
-                                                  double seconds, std::string* error) {
-  if (stages.empty() || keys < 1) {
-    *error = "a process pipeline needs a stage and a key";
+                                                  size_t input_bytes, int64_t samples, int keys,
+                                                  bool flush, double seconds, std::string* error) {
+  if (stages.empty() || keys < 1 || samples < 1) {
+    *error = "a process pipeline needs a stage and a key of a sample";
     return std::nullopt;
   }
   char pattern[] = "/tmp/troupe-pipeline-XXXXXX";
@@ -196,8 +259,9 @@ std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_sta
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(5);
       close(report[0]);
-      if (process < stages.size()) run_stage(stages, directory, process);
-      run_coordinator(input_bytes, keys, flush, seconds, directory, stages.size(), report[1]);
+      if (process < stages.size()) run_stage(stages, samples, directory, process);
+      run_coordinator(input_bytes, samples, keys, flush, seconds, directory, stages.size(),
+                      report[1]);
     }
     if (child < 0) break;
     children.push_back(child);

@@ -2,12 +2,14 @@
 
 // A stand-in for a pipeline whose stages are processes of their own on this machine: each
 // stage process spins on its core for the stage's measured time per key and passes the key on
-// over ipc:// with the engine's transport, and a coordinator process admits the keys and hears
+// over ipc:// as the engine's own key frames, which it decodes as a stage does (so each message
+// costs what calibration measured for one), and a coordinator process admits the keys and hears
 // the stages' reports. `troupe calibrate` runs it to measure how much of
 // the cores such processes get when they outnumber them: the operating system's switches,
 // wake-ups and uneven spreading over the cores cost what a model of fair sharing does not see.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,11 +27,13 @@ struct pipeline_stage_cost {
 /// Runs one process per stage of `stages` (at least one) and a coordinator's with `keys` keys in
 /// flight: a key of `input_bytes` goes forward through every stage and back, and the
 /// coordinator admits a new one when the first stage reports it done (with `flush`: the next
-/// `keys` when all of them are done, as sync mode drains a step's micro-batches).
+/// `keys` when all of them are done, as sync mode drains a step's micro-batches). The keys are
+/// the engine's key messages of `samples` samples, framed and decoded as stages do, so that
+/// each message costs what the calibrated ipc:// message cost says it does.
 /// Returns the keys per second finished over at least `seconds` after a warm-up; nothing, with
 /// `error` set, when the processes could not start or stopped passing keys.
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
-                                                  size_t input_bytes, int keys, bool flush,
-                                                  double seconds, std::string* error);
+                                                  size_t input_bytes, int64_t samples, int keys,
+                                                  bool flush, double seconds, std::string* error);
 
 }  // namespace troupe::sim

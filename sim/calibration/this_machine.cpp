@@ -80,6 +80,10 @@ std::optional<double> fit_time_slice_efficiency(const actors::job_config& config
   const auto simulated_keys_per_s = [&](double efficiency) -> std::optional<double> {
     machine_profile trial = profile;
     trial.time_slice_efficiency = efficiency;
+    // The stand-in's stages spin for exactly their times: simulated with the real work's
+    // spread, the pipeline would be slowed by what the stand-in never had, and the share fitted
+    // to make up for it would carry the spread into every prediction a second time.
+    trial.work_jitter = 0;
     auto cluster = this_machine(trial, /*in_process=*/false, error);
     if (!cluster) return std::nullopt;
     simulation_options settings;

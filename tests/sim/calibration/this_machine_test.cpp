@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
 
 #include "tests/sim/simulation_fixtures.h"
@@ -83,6 +84,27 @@ TEST(ThisMachineTest, FittedEfficiencyMakesTheSimulatorTrainAtTheMeasuredRate) {
   auto slower = fit_time_slice_efficiency(job, profile, 0.8 * rate, &error);
   ASSERT_TRUE(slower) << error;
   EXPECT_LT(*slower, *fitted - 0.05);
+}
+
+TEST(ThisMachineTest, TheFitSimulatesTheStandInWithoutTheWorksSpread) {
+  // The stand-in's stages spin for exactly their times: a profile whose real work spreads
+  // widely fits the same share as one whose work does not, where a fit that simulated the
+  // spread would need another share to make up for what the spread does to the rate.
+  actors::job_config job = balanced_job(cores() + 1, 1, "async");
+  job.parallelism.max_active_keys = cores() + 1;
+  job.data.synthetic_train = 400 * job.training.batch_size;
+  const machine_profile steady = hand_profile(job);
+  machine_profile spread = steady;
+  spread.work_jitter = 0.5;
+  const double rate = simulated_keys_per_s(job, steady, 0.6);
+  // The spread changes the simulated pipeline's rate: a fit that simulated it would differ.
+  ASSERT_GT(std::abs(simulated_keys_per_s(job, spread, 0.6) / rate - 1), 0.03);
+  std::string error;
+  auto without = fit_time_slice_efficiency(job, steady, rate, &error);
+  ASSERT_TRUE(without) << error;
+  auto with = fit_time_slice_efficiency(job, spread, rate, &error);
+  ASSERT_TRUE(with) << error;
+  EXPECT_DOUBLE_EQ(*with, *without);
 }
 
 TEST(ThisMachineTest, APipelineThatKeepsNoMoreStagesBusyThanCoresKeepsTheFullShare) {
