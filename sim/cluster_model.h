@@ -42,9 +42,11 @@ struct device_model {
   /// its own thread); otherwise a stage waits for a free device and runs to the end of its work
   /// (the stages of one process on a scheduler with a thread per device).
   bool time_sliced = false;
-  /// With `time_sliced`: the share of the pool's devices that its stages get while they
-  /// outnumber the devices (0, 1]; the rest goes to the operating system's switches, wake-ups
-  /// and uneven spreading (`troupe calibrate` measures it for this machine).
+  /// With `time_sliced`, where more stage processes than devices share the pool: the share of
+  /// the pool's devices that the stages' work gets while it keeps them all busy (0, 1]; the
+  /// rest goes to the operating system's switches and the other processes' wake-ups and uneven
+  /// spreading, which a device to spare absorbs (`troupe calibrate` measures it for this
+  /// machine).
   double time_slice_efficiency = 1;
   /// The spread of a piece of work's duration: the standard deviation of its logarithm (each
   /// piece takes its modelled time times e^N(−σ²/2, σ²) with σ = work_jitter, which keeps its

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <set>
 
 #include "actors/engine/partition.h"
 #include "actors/engine/stage_settings.h"
@@ -92,6 +93,7 @@ bool simulator::build(std::string* error) {
   const int workers = interleaved ? stages / config_.parallelism.virtual_stages : stages;
   const int replicas = config_.parallelism.replicas;
   std::vector<std::shared_ptr<actors::pass_turn>> turns;
+  std::vector<std::set<int>> processes_of_pool(pools_.size());  // workers' indices
   for (int actor = 0; actor < actors_count; ++actor) {
     const int s = actors::stage_of_actor(config_, actor);
     const int replica = actors::replica_of_actor(config_, actor);
@@ -100,6 +102,7 @@ bool simulator::build(std::string* error) {
         cluster_.device_of_stage(replica * workers + s % workers, replicas * workers, error);
     if (device < 0) return false;
     device_of_stage_.push_back(device);
+    processes_of_pool[devices_[device].pool].insert(replica * workers + s % workers);
     const actors::stage_range range = (*ranges)[s];
     std::vector<block_work> blocks(work->begin() + range.first, work->begin() + range.last);
     stage_cost cost(std::move(blocks), s + 1 == stages ? loss_work(classes) : kernel_work{},
@@ -127,6 +130,7 @@ bool simulator::build(std::string* error) {
                                   replica),
         *stage_devices_.back()));
   }
+  for (size_t p = 0; p < pools_.size(); ++p) pools_[p].processes = processes_of_pool[p].size();
   stage_busy_s_.assign(actors_count, 0);
   stage_at_work_.assign(actors_count, false);
   sliced_.resize(actors_count);

@@ -110,16 +110,22 @@ struct pool_state {
   std::vector<int> working;
   double updated_s = 0;
 
-  /// device_model::time_slice_efficiency: the share of the devices the stages get while they
-  /// outnumber them.
+  /// Stage processes (a worker's chunks are one) that run on the pool's devices.
+  size_t processes = 0;
+
+  /// device_model::time_slice_efficiency: where the pool hosts more stage processes than it has
+  /// devices, the share of the devices that the stages' work gets while it keeps every device
+  /// busy: the operating system's switches and the other processes' wake-ups take the rest,
+  /// which a pool with a device to spare absorbs.
   double efficiency = 1;
 
-  /// Devices' worth of work each working stage gets per second: a whole device while there
-  /// are enough, else an equal share of the devices that the operating system gives them.
+  /// Devices' worth of work each working stage gets per second: a whole device while a device
+  /// is to spare, else an equal share of what the operating system leaves the stages' work.
   double sliced_rate() const {
     const double stages = static_cast<double>(working.size());
     const double shared = static_cast<double>(devices.size());
-    return stages <= shared ? 1.0 : shared * efficiency / stages;
+    if (stages < shared) return 1.0;
+    return (processes > devices.size() ? shared * efficiency : shared) / stages;
   }
 };
 
