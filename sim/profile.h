@@ -55,8 +55,9 @@ struct machine_profile {
   /// From a key's send to its receiving thread holding it decoded, between threads of one
   /// process (inproc://, a receiver thread and the handler's thread woken in turn); 0: unknown.
   double inproc_latency_s = 0;
-  /// The share of the cores that the job's stages get as processes of their own while they
-  /// outnumber the cores (1: fair sharing): the share at which the simulator trains the job as
+  /// The share of the cores that the job's stages' work gets as processes of their own, more
+  /// of them than cores, while it keeps every core busy (1: fair sharing; see
+  /// pool_state::sliced_rate): the share at which the simulator trains the job as
   /// fast as a stand-in pipeline of the job's stage times ran, measured only when the stages
   /// outnumber the cores (see process_pipeline.h and fit_time_slice_efficiency()).
   double time_slice_efficiency = 1;

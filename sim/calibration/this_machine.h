@@ -23,9 +23,9 @@ std::optional<cluster_model> this_machine(const machine_profile& profile, bool i
 /// The time_slice_efficiency at which the simulator, charging `profile`'s costs on
 /// this_machine() with a process per stage, trains `config` at `keys_per_s` keys per second once
 /// its pipeline is full: what a stand-in pipeline of the job's stages measured. The simulator
-/// slows its pools only while their working stages outnumber the cores, so the share it needs
+/// charges the share only while the working stages keep every core busy, so the share it needs
 /// is lower than the measured rate over fair sharing, the more so the more the job's schedule
-/// (a sync flush) leaves fewer stages working. 1 when even fair sharing is no faster than
+/// (a sync flush) leaves a core to spare. 1 when even fair sharing is no faster than
 /// `keys_per_s`, at least 0.05; nothing, with `error` set, when a simulation fails.
 std::optional<double> fit_time_slice_efficiency(const actors::job_config& config,
                                                 const machine_profile& profile, double keys_per_s,
