@@ -98,11 +98,11 @@ bool simulator::build(std::string* error) {
     const int s = actors::stage_of_actor(config_, actor);
     const int replica = actors::replica_of_actor(config_, actor);
     if (s == 0) turns = actors::make_pass_turns(config_);  // each replica's own
-    const int device =
-        cluster_.device_of_stage(replica * workers + s % workers, replicas * workers, error);
+    const int worker = replica * workers + s % workers;    // its process
+    const int device = cluster_.device_of_stage(worker, replicas * workers, error);
     if (device < 0) return false;
     device_of_stage_.push_back(device);
-    processes_of_pool[devices_[device].pool].insert(replica * workers + s % workers);
+    processes_of_pool[devices_[device].pool].insert(worker);
     const actors::stage_range range = (*ranges)[s];
     std::vector<block_work> blocks(work->begin() + range.first, work->begin() + range.last);
     stage_cost cost(std::move(blocks), s + 1 == stages ? loss_work(classes) : kernel_work{},
