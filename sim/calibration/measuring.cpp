@@ -102,9 +102,6 @@ layers::tensor batched(layers::backend& device, const layers::shape& sample, int
   return layers::tensor::from_host(device, device.default_stream(), dims, values);
 }
 
-namespace {
-
-/// A key message of `samples` × `shape` on `device`, as a stage sends one.
 actors::key_message sample_key(layers::backend& device, const layers::shape& shape,
                                int64_t samples) {
   actors::key_message key;
@@ -113,6 +110,8 @@ actors::key_message sample_key(layers::backend& device, const layers::shape& sha
   key.labels = std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples), 0);
   return key;
 }
+
+namespace {
 
 /// What a receiving end does with each message: counts the keys that decode and wakes the
 /// sender, which waits for each before it sends the next.

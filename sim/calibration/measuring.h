@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/config/job_config.h"
+#include "actors/engine/pipeline_messages.h"
 #include "actors/engine/stage_settings.h"
 #include "layers/backend.h"
 #include "layers/dataset.h"
@@ -80,6 +81,11 @@ transport::message filled_message(transport::message_kind kind, size_t bytes);
 
 /// `batch` samples of shape `sample`, every element 0.5, on `device`.
 layers::tensor batched(layers::backend& device, const layers::shape& sample, int64_t batch);
+
+/// A forward key message of `samples` × `shape` on `device`, with its labels, as a stage sends
+/// one.
+actors::key_message sample_key(layers::backend& device, const layers::shape& shape,
+                               int64_t samples);
 
 /// CPU seconds one end of a key's message of `samples` × `shape` costs over `address`
 /// (ipc://, between worker processes; -1 when it fails), as a stage sends and receives one: the

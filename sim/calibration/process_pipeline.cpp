@@ -65,14 +65,10 @@ class key_frames {
     if (message.payload.empty()) {
       const int64_t columns =
           std::max<int64_t>(1, static_cast<int64_t>(bytes / sizeof(float)) / samples_);
-      message.kind = kind == transport::message_kind::forward ? actors::key_kind::forward
-                                                              : actors::key_kind::backward;
-      message.payload = layers::tensor::from_host(
-          *device_, device_->default_stream(), {samples_, columns},
-          std::vector<float>(static_cast<size_t>(samples_ * columns), 1.0f));
-      if (message.kind == actors::key_kind::forward) {
-        message.labels =
-            std::make_shared<const std::vector<int32_t>>(static_cast<size_t>(samples_), 0);
+      message = sample_key(*device_, {columns}, samples_);
+      if (kind == transport::message_kind::backward) {  // gradients travel without labels
+        message.kind = actors::key_kind::backward;
+        message.labels = nullptr;
       }
     }
     message.key = next_key_++;

@@ -110,10 +110,9 @@ const char* const two_sync_stages =
 
 TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
   const std::string cluster = dgx_cluster();
-  const std::string sync = two_sync_stages;
-  run_result result = troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
-                             " --sweep parallelism.schedule=gpipe,interleaved --out " +
-                             (directory_ / "one").string());
+  run_result result = troupe(
+      "simulate " + tiny_job().string() + " --cluster " + cluster + two_sync_stages +
+      " --sweep parallelism.schedule=gpipe,interleaved --out " + (directory_ / "one").string());
   ASSERT_EQ(result.status, 0) << result.errors;
   const std::string note = "with parallelism.virtual_stages = 1 runs as 1F1B";
   EXPECT_NE(result.errors.find(note), std::string::npos) << result.errors;
@@ -123,11 +122,10 @@ TEST_F(SimulatorCliTest, AScheduleSweepSaysWhichRowInterleavesNothing) {
 
 TEST_F(SimulatorCliTest, SettingsAreRowsOfOverridesEachNamed) {
   const std::string cluster = dgx_cluster();
-  const std::string sync = two_sync_stages;
   const fs::path out = directory_ / "settings";
   // Interleaving takes two keys at once: the schedule and the chunks per worker.
   run_result result =
-      troupe("simulate " + tiny_job().string() + " --cluster " + cluster + sync +
+      troupe("simulate " + tiny_job().string() + " --cluster " + cluster + two_sync_stages +
              " --setting gpipe:parallelism.schedule=gpipe --setting "
              "interleaved-v2:parallelism.schedule=interleaved,parallelism.virtual_stages=2 --out " +
              out.string());
