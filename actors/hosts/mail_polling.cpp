@@ -44,9 +44,9 @@ bool machine_has_spare_core() {
   return running < 0 || cores <= 0 || running <= cores;
 }
 
-poll_end poll_for_mail(caf::scheduled_actor* self, double seconds, clock_source& clock,
-                       bool (*spare_core)()) {
-  if (!self->mailbox().empty()) return poll_end::mail;
+poll_end poll_until(const std::function<bool()>& arrived, double seconds, clock_source& clock,
+                    bool (*spare_core)()) {
+  if (arrived()) return poll_end::mail;
   if (seconds <= 0) return poll_end::budget;
   const double start = clock.now_seconds();
   double next_check = start;
@@ -59,10 +59,15 @@ poll_end poll_for_mail(caf::scheduled_actor* self, double seconds, clock_source&
       if (busy_checks == 2) return poll_end::no_spare_core;
       next_check = now + load_check_interval_s;
     }
-    if (!self->mailbox().empty()) return poll_end::mail;
+    if (arrived()) return poll_end::mail;
     ::sched_yield();
   }
   return poll_end::budget;
+}
+
+poll_end poll_for_mail(caf::scheduled_actor* self, double seconds, clock_source& clock,
+                       bool (*spare_core)()) {
+  return poll_until([self] { return !self->mailbox().empty(); }, seconds, clock, spare_core);
 }
 
 }  // namespace troupe::actors

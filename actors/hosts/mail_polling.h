@@ -7,6 +7,8 @@
 // polls its mailbox for a while before CAF puts it to sleep, as OpenMP runtimes and NCCL's
 // proxy threads spin before they block, but only while the machine has a core to spare.
 
+#include <functional>
+
 #include <caf/all.hpp>
 
 #include "actors/engine/training_loop.h"
@@ -24,10 +26,14 @@ bool machine_has_spare_core();
 /// Why a poll ended.
 enum class poll_end { mail, budget, no_spare_core };
 
-/// Returns once `self` has mail, `seconds` have passed, or the machine has had no core to spare
-/// at two checks in a row (`spare_core`: one at the start, then about every half millisecond).
-/// It yields the core on each turn, so a thread made runnable on the same core gets it.
-/// seconds ≤ 0 returns at once.
+/// Returns once `arrived()` holds, `seconds` have passed, or the machine has had no core to
+/// spare at two checks in a row (`spare_core`: one at the start, then about every half
+/// millisecond). It yields the core on each turn, so a thread made runnable on the same core
+/// gets it. seconds ≤ 0 returns at once (with `mail` when `arrived()` holds).
+poll_end poll_until(const std::function<bool()>& arrived, double seconds, clock_source& clock,
+                    bool (*spare_core)() = machine_has_spare_core);
+
+/// poll_until() the mailbox of `self` holds a message.
 poll_end poll_for_mail(caf::scheduled_actor* self, double seconds, clock_source& clock,
                        bool (*spare_core)() = machine_has_spare_core);
 

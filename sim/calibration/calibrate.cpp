@@ -10,6 +10,7 @@
 #include "actors/engine/stage_device.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"
+#include "actors/hosts/actor_hosting.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/calibration/block_timing.h"
@@ -316,9 +317,9 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
   const bool sync = config.parallelism.mode == "sync";
   const int keys =
       std::max(1, sync ? config.parallelism.micro_batches : config.parallelism.max_active_keys);
-  auto measured =
-      process_pipeline_keys_per_s(stages, bytes(config.model.input_shape), profile->batch, keys,
-                                  sync, std::max(0.5, 4 * seconds), error);
+  auto measured = process_pipeline_keys_per_s(
+      stages, bytes(config.model.input_shape), profile->batch, keys, sync,
+      actors::spin_wait_seconds(config.parallelism), std::max(0.5, 4 * seconds), error);
   if (!measured) return false;
   auto efficiency = fit_time_slice_efficiency(config, *profile, *measured, error);
   if (!efficiency) return false;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -19,6 +20,8 @@
 #include <memory>
 #include <mutex>
 
+#include "actors/hosts/mail_polling.h"
+#include "actors/hosts/steady_clock.h"
 #include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
 #include "sim/calibration/measuring.h"
@@ -93,10 +96,12 @@ class key_frames {
 };
 
 /// A process's endpoints: its inbox, whose messages a receiver thread queues for the
-/// process's own thread (as a worker's receiver thread hands them to its stage's thread).
+/// process's own thread (as a worker's receiver thread hands them to its stage's thread), which
+/// polls for them for up to `spin_wait_s` before it sleeps, as a stage's thread does.
 class process_endpoints {
  public:
-  process_endpoints(const std::string& address, int64_t samples) : frames_(samples) {
+  process_endpoints(const std::string& address, int64_t samples, double spin_wait_s)
+      : frames_(samples), spin_wait_s_(spin_wait_s) {
     auto in = transport::inbox::bind(context_, address);
     if (!in) _exit(3);
     std::vector<transport::inbox> inboxes;
@@ -105,6 +110,7 @@ class process_endpoints {
         context_, std::move(inboxes), [this](transport::message&& message) {
           std::lock_guard<std::mutex> lock(mutex_);
           queue_.push_back(std::move(message));
+          queued_.fetch_add(1, std::memory_order_release);
           arrived_.notify_one();
         });
   }
@@ -117,12 +123,15 @@ class process_endpoints {
 
   /// The next message, decoded as a stage decodes a key.
   transport::message next() {
+    actors::poll_until([this] { return queued_.load(std::memory_order_acquire) > 0; }, spin_wait_s_,
+                       clock_);
     transport::message message;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       arrived_.wait(lock, [&] { return !queue_.empty(); });
       message = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     frames_.take(message);
     return message;
@@ -135,6 +144,9 @@ class process_endpoints {
 
  private:
   key_frames frames_;
+  double spin_wait_s_;
+  actors::steady_clock clock_;
+  std::atomic<size_t> queued_{0};
   transport::transport_context context_;
   std::unique_ptr<transport::receiver_thread> receiver_;
   std::mutex mutex_;
@@ -157,10 +169,10 @@ std::string address(const std::string& directory, size_t process) {
 /// sends it on; the last stage and the first (after the key's backward) report to the
 /// coordinator, as stages report losses and finished keys.
 [[noreturn]] void run_stage(const std::vector<pipeline_stage_cost>& stages, int64_t samples,
-                            const std::string& directory, size_t index) {
+                            double spin_wait_s, const std::string& directory, size_t index) {
   const size_t last = stages.size() - 1;
   const size_t coordinator = stages.size();
-  process_endpoints endpoints(address(directory, index), samples);
+  process_endpoints endpoints(address(directory, index), samples, spin_wait_s);
   transport::outbox next = endpoints.connect(address(directory, index < last ? index + 1 : index));
   transport::outbox previous =
       endpoints.connect(address(directory, index > 0 ? index - 1 : coordinator));
@@ -194,7 +206,7 @@ std::string address(const std::string& directory, size_t process) {
 [[noreturn]] void run_coordinator(size_t input_bytes, int64_t samples, int keys, bool flush,
                                   double seconds, const std::string& directory, size_t stages,
                                   int report_fd) {
-  process_endpoints endpoints(address(directory, stages), samples);
+  process_endpoints endpoints(address(directory, stages), samples, /*spin_wait_s=*/0);
   const auto admit = [&](transport::outbox& first) {
     endpoints.send_key(first, transport::message_kind::forward, input_bytes);
   };
@@ -228,7 +240,8 @@ std::string address(const std::string& directory, size_t process) {
 
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
                                                   size_t input_bytes, int64_t samples, int keys,
-                                                  bool flush, double seconds, std::string* error) {
+                                                  bool flush, double spin_wait_s, double seconds,
+                                                  std::string* error) {
   if (stages.empty() || keys < 1 || samples < 1) {
     *error = "a process pipeline needs a stage and a key of a sample";
     return std::nullopt;
@@ -255,7 +268,7 @@ std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_sta
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(5);
       close(report[0]);
-      if (process < stages.size()) run_stage(stages, samples, directory, process);
+      if (process < stages.size()) run_stage(stages, samples, spin_wait_s, directory, process);
       run_coordinator(input_bytes, samples, keys, flush, seconds, directory, stages.size(),
                       report[1]);
     }

@@ -29,11 +29,14 @@ struct pipeline_stage_cost {
 /// coordinator admits a new one when the first stage reports it done (with `flush`: the next
 /// `keys` when all of them are done, as sync mode drains a step's micro-batches). The keys are
 /// the engine's key messages of `samples` samples, framed and decoded as stages do, so that
-/// each message costs what the calibrated ipc:// message cost says it does.
+/// each message costs what the calibrated ipc:// message cost says it does. A stage process
+/// waits for its next message as a stage's thread does: it polls for up to `spin_wait_s`
+/// (actors::poll_until(), giving way when the machine has no core to spare), then sleeps.
 /// Returns the keys per second finished over at least `seconds` after a warm-up; nothing, with
 /// `error` set, when the processes could not start or stopped passing keys.
 std::optional<double> process_pipeline_keys_per_s(const std::vector<pipeline_stage_cost>& stages,
                                                   size_t input_bytes, int64_t samples, int keys,
-                                                  bool flush, double seconds, std::string* error);
+                                                  bool flush, double spin_wait_s, double seconds,
+                                                  std::string* error);
 
 }  // namespace troupe::sim

@@ -101,6 +101,19 @@ TEST(MailPollingTest, APollEndsWhenMailArrives) {
   self->send_exit(poller, caf::exit_reason::user_shutdown);
 }
 
+TEST(MailPollingTest, APollForAnythingEndsWhenItArrivesOrAtItsBudget) {
+  // Calibration's stand-in stages poll their own queues by the same rule.
+  ticking_clock clock;
+  int asked = 0;
+  EXPECT_EQ(poll_until([&] { return ++asked > 5; }, 1.0, clock, always_spare), poll_end::mail);
+  EXPECT_EQ(asked, 6);
+  ticking_clock other;
+  EXPECT_EQ(poll_until([] { return false; }, 0.02, other, always_spare), poll_end::budget);
+  EXPECT_NEAR(other.readings, 21, 1);
+  ticking_clock crowded;
+  EXPECT_EQ(poll_until([] { return false; }, 1.0, crowded, never_spare), poll_end::no_spare_core);
+}
+
 TEST(MailPollingTest, SyncStagesPollTenMillisecondsAndAsyncStagesNoneUnlessTheJobSays) {
   parallelism_config parallelism;
   parallelism.mode = "sync";

@@ -17,7 +17,7 @@ namespace {
 TEST(ProcessPipelineTest, KeysGoNoFasterThanTheirStagesSpin) {
   std::string error;
   // One stage, one key: each key spins 2 ms of CPU time there, so at most 500 keys per second.
-  auto alone = process_pipeline_keys_per_s({{2e-3, 0, 1024}}, 1024, 4, 1, false, 0.2, &error);
+  auto alone = process_pipeline_keys_per_s({{2e-3, 0, 1024}}, 1024, 4, 1, false, 0, 0.2, &error);
   ASSERT_TRUE(alone) << error;
   EXPECT_LT(*alone, 500 * 1.02);
   EXPECT_GT(*alone, 50);
@@ -25,7 +25,7 @@ TEST(ProcessPipelineTest, KeysGoNoFasterThanTheirStagesSpin) {
   // being its forward and backward), back through the first two (1 ms each): 5 ms per key.
   const std::vector<pipeline_stage_cost> chain = {
       {1e-3, 1e-3, 4096}, {1e-3, 1e-3, 4096}, {1e-3, 0, 4096}};
-  auto one_key = process_pipeline_keys_per_s(chain, 4096, 4, 1, false, 0.2, &error);
+  auto one_key = process_pipeline_keys_per_s(chain, 4096, 4, 1, false, 0, 0.2, &error);
   ASSERT_TRUE(one_key) << error;
   EXPECT_LT(*one_key, 200 * 1.02);
   EXPECT_GT(*one_key, 20);
@@ -40,11 +40,11 @@ TEST(ProcessPipelineTest, AFlushAdmitsTheNextKeysOnlyOnceAllAreDone) {
   // idle cores (not asserted: another test may hold a core).
   const std::vector<pipeline_stage_cost> stages = {{10e-3, 0, 4096}, {10e-3, 0, 4096}};
   std::string error;
-  auto flushed = process_pipeline_keys_per_s(stages, 4096, 4, 2, true, 0.3, &error);
+  auto flushed = process_pipeline_keys_per_s(stages, 4096, 4, 2, true, 0, 0.3, &error);
   ASSERT_TRUE(flushed) << error;
   EXPECT_LT(*flushed, 66.7 * 1.03);
   EXPECT_GT(*flushed, 10);
-  auto streaming = process_pipeline_keys_per_s(stages, 4096, 4, 2, false, 0.3, &error);
+  auto streaming = process_pipeline_keys_per_s(stages, 4096, 4, 2, false, 0, 0.3, &error);
   ASSERT_TRUE(streaming) << error;
   std::printf("two keys, two stages: %.1f keys/s flushed (at most 66.7), %.1f streaming\n",
               *flushed, *streaming);
