@@ -64,7 +64,7 @@ local_workers::~local_workers() {
 void local_workers::terminate_all() {
   for (auto& child : running_children) {
     const pid_t pid = child.load();
-    if (pid > 0) kill(pid, SIGTERM);
+    if (pid > 0) kill(pid, SIGKILL);
   }
 }
 

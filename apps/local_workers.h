@@ -28,7 +28,8 @@ class local_workers {
   bool start_replacement(std::string* error);
   /// The workers that have ended since the last call (reaped), and how.
   std::vector<actors::exited_worker> collect_exited();
-  /// Sends SIGTERM to every running worker of this process (async-signal-safe).
+  /// Kills every running worker of this process (async-signal-safe): SIGKILL, since a worker
+  /// takes SIGTERM as a request to stop the run cleanly, which it passes to its coordinator.
   static void terminate_all();
   /// Waits for the workers to exit (they do after the run's finish message); kills any still
   /// running after `grace_s` seconds.

@@ -47,4 +47,27 @@ std::atomic<int>* install_run_signals() {
 
 std::atomic<bool>* status_requests() { return &status_asked; }
 
+namespace {
+
+std::atomic<bool> worker_stop_requests{false};
+std::atomic<bool> worker_stopping{false};
+
+void on_worker_signal(int signal_number) {
+  if (!worker_stopping.exchange(true)) {
+    worker_stop_requests.store(true);
+    return;
+  }
+  _exit(128 + signal_number);
+}
+
+}  // namespace
+
+std::atomic<bool>* install_worker_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_worker_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  return &worker_stop_requests;
+}
+
 }  // namespace troupe::apps

@@ -4,6 +4,7 @@
 // training goes on; SIGUSR2 asks for a status report of every stage (docs/dashboard.md); SIGTERM
 // (what Slurm sends before preemption) asks for a checkpoint and then a clean stop; a second
 // SIGTERM, or SIGINT (Ctrl-C), ends the process at once, taking the local worker processes with it.
+// `troupe worker` passes a SIGTERM on to its coordinator.
 
 #include <atomic>
 
@@ -15,5 +16,11 @@ std::atomic<int>* install_run_signals();
 
 /// Set by SIGUSR2 (after install_run_signals()): a status report is asked for.
 std::atomic<bool>* status_requests();
+
+/// `troupe worker`'s handler: the first SIGTERM sets the returned flag, which the worker passes
+/// on to its coordinator as a request to checkpoint and stop the run (a launcher's SIGTERM
+/// reaches every task, and a worker that died of it would be recovered instead); the worker
+/// serves on until the coordinator finishes the job. A second SIGTERM ends it at once.
+std::atomic<bool>* install_worker_signals();
 
 }  // namespace troupe::apps

@@ -221,6 +221,7 @@ int run_worker_command(const worker_command_options& options) {
   worker.listen_address = options.listen;
   worker.liveness.timeout_s = options.heartbeat_timeout_s;
   worker.job_hash = options.job_hash;
+  worker.stop_requests = install_worker_signals();
   std::string error;
   auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);
   if (!security) {

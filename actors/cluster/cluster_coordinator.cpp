@@ -165,6 +165,16 @@ class cluster_coordinator {
       if (options_.pipeline.trace) worker_traces_.keep(body, message, stages_);
     } else if (type == "usage") {
       keep_worker_usage(body);
+    } else if (type == "stop") {
+      // A launcher's SIGTERM reaches every task: a worker passes its own on, so that the run
+      // checkpoints and stops cleanly rather than losing the worker.
+      if (!worker_asked_to_stop_) {
+        worker_asked_to_stop_ = true;
+        worker_stop_requests_.store(2);
+        std::fprintf(stderr, "troupe: worker pid %lld on %s: %s; checkpointing and stopping\n",
+                     static_cast<long long>(worker->pid), worker->host.c_str(),
+                     body.value("reason", std::string("it asked to stop")).c_str());
+      }
     }
   }
 
@@ -393,6 +403,7 @@ class cluster_coordinator {
       }
       if (done && parts_->run->finished()) return outcome::done;
       forward_checkpoint_request(self_, current_, options_.pipeline.checkpoint_requests);
+      forward_checkpoint_request(self_, current_, &worker_stop_requests_);
       take_control(0);
       publish_workers();
       watch_run(self_, current_, options_.pipeline, config_.metrics.stall_timeout_s, clock_);
@@ -489,6 +500,10 @@ class cluster_coordinator {
   std::shared_ptr<coordinator_parts> parts_;
   uint64_t job_id_ = 0;
   uint64_t dropped_control_ = 0;  ///< malformed control messages, or from strangers
+  /// 2 once a worker asked to stop the run, until passed on to the coordinator actor (as
+  /// pipeline_options::checkpoint_requests is).
+  std::atomic<int> worker_stop_requests_{0};
+  bool worker_asked_to_stop_ = false;
   size_t ready_ = 0;
   double last_heartbeat_ = 0;
   recovery recovery_{config_.checkpoint.max_restarts};

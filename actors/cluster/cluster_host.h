@@ -3,8 +3,10 @@
 // The engine across processes: a coordinator process that ships the job to worker processes
 // and drives it, and worker processes that host stages. The same actors and frames as in one
 // process, over ipc:// or tcp:// instead of inproc://, plus a control protocol: hello,
-// assignment, ready, heartbeats both ways, finish and the stages' final reports.
+// assignment, ready, heartbeats both ways, finish and the stages' final reports, and a worker's
+// request to stop the run (it got SIGTERM: the coordinator checkpoints and stops, as on its own).
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -36,6 +38,10 @@ struct worker_options {
   /// checkpoint_config_hash() of the job this worker was started for (launchers, where every
   /// rank reads the job file); the coordinator refuses a worker of another job. Empty: any.
   std::string job_hash;
+  /// Set (by a SIGTERM handler) when this worker should ask its coordinator for a checkpoint
+  /// and a clean stop of the run; the worker sends the request once and serves on until the
+  /// coordinator finishes the job. Null: never.
+  std::atomic<bool>* stop_requests = nullptr;
 };
 
 /// A worker's whole life: joins the coordinator, builds the stages it is assigned, serves them

@@ -270,6 +270,9 @@ json await_coordinator(control_queue& control, coordinator_link& coordinator,
           for_this_job(body, job_id, &coordinator.dropped_control))
         return body;
     }
+    if (options.stop_requests != nullptr && options.stop_requests->exchange(false)) {
+      coordinator.send({{"type", "stop"}, {"reason", "the worker was asked to stop (SIGTERM)"}});
+    }
     if (now - last_sent >= heartbeat_s) {
       json heartbeat = heartbeat_body ? heartbeat_body(now) : json::object();
       heartbeat["type"] = "heartbeat";

@@ -59,6 +59,7 @@ const std::map<std::string, std::vector<control_field>>& typed_fields() {
         {"total_steps", control_field_kind::integer},
         {"group_ids", control_field_kind::strings}}},
       {"refuse", {{"reason", control_field_kind::string}}},
+      {"stop", {{"reason", control_field_kind::string}}},
       {"reset", {{"job_id", control_field_kind::unsigned_integer}}},
       {"finish", {{"job_id", control_field_kind::unsigned_integer}}},
   };

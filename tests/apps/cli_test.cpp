@@ -345,10 +345,7 @@ TEST_F(CliTest, LocalWorkerDeathIsReportedAtOnceWithHowItEnded) {
                                     "3600", "--quiet", "--out", out.string()},
                                    directory_ / "train.txt");
   ASSERT_TRUE(wait_until([&] { return read_file(out / "metrics.jsonl").size() > 200; }, 60));
-  std::vector<pid_t> workers;
-  std::istringstream list(
-      read_file("/proc/" + std::to_string(train) + "/task/" + std::to_string(train) + "/children"));
-  for (pid_t child; list >> child;) workers.push_back(child);
+  const std::vector<pid_t> workers = children_of(train);
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[0], SIGKILL);
   int status = 0;

@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using testing::children_of;
 using testing::read_file;
 using testing::run_result;
 using testing::spawn_troupe;
@@ -104,10 +105,7 @@ TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallWithinTheTimeout) {
                    directory_ / "errors.txt");
   ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 400; }, 60))
       << read_file(directory_ / "errors.txt");
-  std::vector<pid_t> workers;
-  std::istringstream list(
-      read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
-  for (pid_t child; list >> child;) workers.push_back(child);
+  const std::vector<pid_t> workers = children_of(pid);
   ASSERT_EQ(workers.size(), 2u);
   // A worker that stops answering (SIGSTOP: no work, no heartbeats) stalls the pipeline.
   kill(workers.back(), SIGSTOP);

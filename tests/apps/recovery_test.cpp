@@ -17,6 +17,53 @@ using json = nlohmann::json;
 
 class RecoveryTest : public troupe_command_test {
  protected:
+  /// A 2-stage async job of 200 epochs of 256 steps: longer than any test waits for.
+  fs::path long_job() {
+    return write("long.toml", R"(
+[model]
+input_shape = [32]
+layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
+)" + synthetic_data(2048, 64) + R"(
+[parallelism]
+stages = 2
+mode = "async"
+[training]
+batch_size = 8
+epochs = 200
+[metrics]
+log_interval = 10
+)");
+  }
+
+  /// Starts the long job with 2 worker processes, all in a process group of their own, and
+  /// sends `signal` to the process `victim` picks (the group: -coordinator) once it trains.
+  /// Returns the coordinator's stderr once it exited with status 0 and a checkpoint of the
+  /// step it stopped at; the test fails otherwise.
+  std::string stop_with_workers(const std::function<pid_t(pid_t coordinator)>& victim,
+                                const fs::path& run) {
+    const pid_t pid = spawn_troupe(
+        {"train", long_job().string(), "--workers", "2", "--quiet", "--out", run.string()},
+        directory_ / "errors.txt", /*own_process_group=*/true);
+    const bool training =
+        wait_until([&] { return read_file(run / "metrics.jsonl").size() > 500; }, 60);
+    if (training) kill(victim(pid), SIGTERM);
+    if (!training) kill(-pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string errors = read_file(directory_ / "errors.txt");
+    EXPECT_TRUE(training) << errors;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << errors;
+    EXPECT_NE(errors.find("stopped at step"), std::string::npos) << errors;
+    EXPECT_EQ(errors.find("restarting"), std::string::npos) << "a worker was lost\n" << errors;
+    const json summary = json::parse(read_file(run / "summary.json"));
+    EXPECT_TRUE(summary["stopped_early"].get<bool>());
+    const std::string step = "step-" + std::to_string(summary["steps"].get<int64_t>());
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / step / "manifest.json")) << step;
+    // Its workers ended with it: the group is empty.
+    EXPECT_TRUE(wait_until([&] { return kill(-pid, 0) != 0; }, 30)) << "a worker outlived its run";
+    return errors;
+  }
+
   /// A 3-stage sync job with a checkpoint every 8 steps (16 steps an epoch).
   fs::path sync_job() {
     return write("sync.toml", mlp_model("tanh", "relu") + synthetic_data(512, 128) + R"(
@@ -115,20 +162,7 @@ TEST_F(RecoveryTest, ResumeFromAnotherJobIsRefusedByName) {
 }
 
 TEST_F(RecoveryTest, SigtermCheckpointsAndStopsThenResumeFinishes) {
-  const fs::path job = write("long.toml", R"(
-[model]
-input_shape = [32]
-layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
-)" + synthetic_data(2048, 64) + R"(
-[parallelism]
-stages = 2
-mode = "async"
-[training]
-batch_size = 8
-epochs = 200
-[metrics]
-log_interval = 10
-)");
+  const fs::path job = long_job();
   const fs::path run = directory_ / "run";
   pid_t pid = spawn_troupe({"train", job.string(), "--quiet", "--out", run.string()},
                            directory_ / "errors.txt");
@@ -148,6 +182,26 @@ log_interval = 10
              " --resume --quiet --out " + run.string());
   ASSERT_EQ(resumed.status, 0) << resumed.errors;
   EXPECT_EQ(json::parse(read_file(run / "summary.json"))["steps"], (step / 256 + 1) * 256);
+}
+
+// A launcher (Slurm before preemption, `timeout`) signals every task: the workers pass their
+// SIGTERM on to the coordinator instead of dying of it, so the run checkpoints and stops as on
+// the coordinator's own, rather than recovering lost workers.
+TEST_F(RecoveryTest, SigtermToEveryProcessOfARunWithWorkersCheckpointsAndStops) {
+  stop_with_workers([](pid_t coordinator) { return -coordinator; }, directory_ / "group");
+}
+
+// A worker that alone gets SIGTERM (its node is being taken away) asks for the same stop.
+TEST_F(RecoveryTest, SigtermToOneWorkerCheckpointsAndStopsTheRun) {
+  const std::string errors = stop_with_workers(
+      [](pid_t coordinator) {
+        const std::vector<pid_t> workers = children_of(coordinator);
+        return workers.empty() ? coordinator : workers.back();
+      },
+      directory_ / "worker");
+  EXPECT_NE(errors.find("was asked to stop (SIGTERM); checkpointing and stopping"),
+            std::string::npos)
+      << errors;
 }
 
 TEST_F(RecoveryTest, WhatACrashDuringSaveLeavesIsNeverLoaded) {
@@ -240,10 +294,7 @@ TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
     // A random moment once training is under way: after 0-2 s of metrics.
     ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 0; }, 60));
     std::this_thread::sleep_for(std::chrono::milliseconds(random() % 2000));
-    std::vector<pid_t> children;
-    std::istringstream list(
-        read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
-    for (pid_t child; list >> child;) children.push_back(child);
+    const std::vector<pid_t> children = children_of(pid);
     ASSERT_FALSE(children.empty());
     const pid_t victim = children[random() % children.size()];
     kill(victim, SIGKILL);

@@ -114,8 +114,11 @@ log_interval = 4
   fs::path directory_;
 };
 
-/// Starts `troupe ARGUMENTS...` in the background with stderr to `errors`.
-inline pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::path& errors) {
+/// Starts `troupe ARGUMENTS...` in the background with stderr to `errors`; with
+/// `own_process_group`, in a process group of its own (its pid), which its workers join, as a
+/// launcher's tasks are signalled together.
+inline pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::path& errors,
+                          bool own_process_group = false) {
   std::vector<std::string> all = {TROUPE_BINARY};
   all.insert(all.end(), arguments.begin(), arguments.end());
   std::vector<char*> argv;
@@ -125,10 +128,25 @@ inline pid_t spawn_troupe(const std::vector<std::string>& arguments, const fs::p
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 2, errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  if (own_process_group) {
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+  }
   pid_t pid = 0;
-  posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn(&pid, TROUPE_BINARY, &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   return pid;
+}
+
+/// The running processes that `pid` started (its worker processes), from /proc.
+inline std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> children;
+  std::ifstream list("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (pid_t child; list >> child;) children.push_back(child);
+  return children;
 }
 
 /// Polls until `done()` or `seconds` pass; returns done().
