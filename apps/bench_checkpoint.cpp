@@ -5,11 +5,16 @@
 // resume after a restart would.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -41,12 +46,33 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+constexpr const char* scratch_prefix = "troupe-bench-checkpoint-";
+
+/// Set by SIGTERM or SIGINT: the benchmark stops after its current round and removes its shards.
+std::atomic<bool> interrupted{false};
+
+void on_interrupt(int) { interrupted.store(true); }
+
+/// Removes the scratch directories of earlier benchmarks whose process is gone (killed before
+/// it could remove them).
+void remove_abandoned_scratch(const fs::path& temp) {
+  std::error_code ignored;
+  for (const fs::directory_entry& entry : fs::directory_iterator(temp, ignored)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(scratch_prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + std::strlen(scratch_prefix), &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry, ignored);
+  }
+}
+
 /// A directory under the system temp directory, removed with its contents when it goes.
 class scratch_directory {
  public:
   scratch_directory()
-      : path_(fs::temp_directory_path() /
-              ("troupe-bench-checkpoint-" + std::to_string(::getpid()))) {
+      : path_(fs::temp_directory_path() / (scratch_prefix + std::to_string(::getpid()))) {
+    remove_abandoned_scratch(fs::temp_directory_path());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -202,7 +228,7 @@ std::optional<measurement> measure(const std::string& name, const actors::job_co
     say(once, "loading...");
     if (!load_round(directory.string(), manifest.config_hash, &result, error)) return std::nullopt;
     ++result.rounds;
-  } while (!once && seconds_since(start) < budget);
+  } while (!once && seconds_since(start) < budget && !interrupted.load());
   return result;
 }
 
@@ -286,6 +312,10 @@ int run_bench_checkpoint(const bench_options& options) {
     return 2;
   }
   std::vector<measurement> results;
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : {SIGINT, SIGTERM}) sigaction(signal_number, &action, nullptr);
   try {
     scratch_directory scratch;
     std::printf(
@@ -302,6 +332,11 @@ int run_bench_checkpoint(const bench_options& options) {
         return 1;
       }
       results.push_back(std::move(*result));
+      if (interrupted.load()) {
+        std::fprintf(stderr, "troupe bench checkpoint: interrupted; removing %s\n",
+                     scratch.path().c_str());
+        return 130;
+      }
     }
   } catch (const std::exception& problem) {
     std::fprintf(stderr, "troupe bench checkpoint: %s\n", problem.what());
