@@ -56,7 +56,8 @@ nlohmann::json to_json(const actors::training_summary& summary) {
                           {"epochs", summary.epochs},
                           {"steps", summary.steps},
                           {"samples_per_s", summary.samples_per_s},
-                          {"wall_s", summary.wall_s}};
+                          {"wall_s", summary.wall_s},
+                          {"evaluated", summary.evaluated}};
   value["time_to_target_s"] =
       summary.time_to_target_s ? nlohmann::json(*summary.time_to_target_s) : nlohmann::json();
   if (summary.tokens_per_s) value["tokens_per_s"] = *summary.tokens_per_s;

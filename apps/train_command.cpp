@@ -385,17 +385,27 @@ int run_train(const train_options& given) {
     std::printf("peak activation memory per stage: %s%s\n", memory.c_str(),
                 config->parallelism.recompute ? " (recompute)" : "");
   }
-  if (summary.bits_per_byte) {
-    std::printf(
-        "validation_loss %.4f  bits_per_byte %.4f  steps %lld  epochs %lld  %.0f tokens/s"
-        "  %.1f s\n",
-        summary.final_test_loss, *summary.bits_per_byte, static_cast<long long>(summary.steps),
-        static_cast<long long>(summary.epochs), summary.tokens_per_s.value_or(0.0), summary.wall_s);
+  // A run stopped before its first evaluation has no figure to give: it says so.
+  const bool unevaluated = !summary.evaluated && summary.final_test_loss == 0;
+  if (summary.tokens_per_s) {
+    char figures[96] = "no evaluation yet";
+    if (!unevaluated && summary.bits_per_byte) {
+      std::snprintf(figures, sizeof figures, "validation_loss %.4f  bits_per_byte %.4f",
+                    summary.final_test_loss, *summary.bits_per_byte);
+    }
+    std::printf("%s  steps %lld  epochs %lld  %.0f tokens/s  %.1f s\n", figures,
+                static_cast<long long>(summary.steps), static_cast<long long>(summary.epochs),
+                summary.tokens_per_s.value_or(0.0), summary.wall_s);
     return 0;
   }
-  std::printf("final_test_accuracy %.4f  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n",
-              summary.final_test_accuracy, static_cast<long long>(summary.steps),
-              static_cast<long long>(summary.epochs), summary.samples_per_s, summary.wall_s);
+  char accuracy[64] = "no evaluation yet";
+  if (!unevaluated) {
+    std::snprintf(accuracy, sizeof accuracy, "final_test_accuracy %.4f",
+                  summary.final_test_accuracy);
+  }
+  std::printf("%s  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n", accuracy,
+              static_cast<long long>(summary.steps), static_cast<long long>(summary.epochs),
+              summary.samples_per_s, summary.wall_s);
   return 0;
 }
 

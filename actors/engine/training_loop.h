@@ -48,6 +48,9 @@ struct training_summary {
   std::optional<double> time_to_target_s;
   std::optional<double> tokens_per_s;   ///< language models (see metrics_record)
   std::optional<double> bits_per_byte;  ///< of the last evaluation
+  /// Whether final_test_* come from an evaluation (this run's, or the resumed checkpoint's):
+  /// a run stopped before its first has none to report.
+  bool evaluated = false;
 };
 
 /// Receives what a run reports; called on the thread that runs the loop.

@@ -108,6 +108,7 @@ training_run::training_run(const job_config& config, const layers::dataset& trai
     summary_.time_to_target_s = resume_->time_to_target_s;
     summary_.final_test_accuracy = resume_->test_accuracy;
     summary_.final_test_loss = resume_->test_loss;
+    summary_.evaluated = resume_->test_loss > 0;
   }
 }
 
@@ -282,6 +283,7 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
   if (evaluation_only_) {
     summary_.final_test_accuracy = evaluation_.accuracy();
     summary_.final_test_loss = evaluation_.mean_loss();
+    summary_.evaluated = true;
     emit_metrics(epoch_, evaluation_, now_s);
     finish(now_s);
     return {};
@@ -299,6 +301,7 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
 void training_run::record_evaluation(double now_s) {
   summary_.final_test_accuracy = evaluation_.accuracy();
   summary_.final_test_loss = evaluation_.mean_loss();
+  summary_.evaluated = true;
   const double target = config_.training.target_accuracy;
   if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
     summary_.time_to_target_s = now_s - start_s_;
@@ -342,7 +345,7 @@ void training_run::finish(double now_s) {
       train_s_ > 0 ? static_cast<double>(train_samples_) / tokens_per_sample() / train_s_ : 0.0;
   if (language_model()) {
     summary_.tokens_per_s = summary_.samples_per_s * tokens_per_sample();
-    summary_.bits_per_byte = summary_.final_test_loss / std::log(2.0);
+    if (summary_.evaluated) summary_.bits_per_byte = summary_.final_test_loss / std::log(2.0);
   }
   finished_ = true;
 }

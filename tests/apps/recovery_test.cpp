@@ -184,6 +184,42 @@ TEST_F(RecoveryTest, SigtermCheckpointsAndStopsThenResumeFinishes) {
   EXPECT_EQ(json::parse(read_file(run / "summary.json"))["steps"], (step / 256 + 1) * 256);
 }
 
+// A run stopped before its first evaluation has no accuracy to report, and says so rather than
+// giving 0.
+TEST_F(RecoveryTest, ARunStoppedBeforeItsFirstEvaluationSaysItHasNone) {
+  const fs::path job = write("one-long-epoch.toml", R"(
+[model]
+input_shape = [32]
+layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
+)" + synthetic_data(400000, 64) + R"(
+[training]
+batch_size = 8
+epochs = 1
+[metrics]
+log_interval = 10
+)");
+  const fs::path run = directory_ / "run";
+  const pid_t pid = spawn_troupe({"train", job.string(), "--quiet", "--out", run.string()},
+                                 directory_ / "errors.txt");
+  ASSERT_TRUE(wait_until([&] { return read_file(run / "metrics.jsonl").size() > 0; }, 60));
+  kill(pid, SIGTERM);  // some 10 of the epoch's 50 000 steps in
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << read_file(directory_ / "errors.txt");
+  const json summary = json::parse(read_file(run / "summary.json"));
+  EXPECT_LT(summary["steps"].get<int64_t>(), 50000);
+  EXPECT_FALSE(summary["evaluated"].get<bool>()) << summary.dump();
+  // The same job run to the end of a shorter epoch evaluated.
+  const run_result whole =
+      troupe("train " + job.string() + " --set training.max_steps=20 --quiet --out " +
+             (directory_ / "whole").string());
+  ASSERT_EQ(whole.status, 0) << whole.errors;
+  EXPECT_TRUE(
+      json::parse(read_file(directory_ / "whole" / "summary.json"))["evaluated"].get<bool>());
+  EXPECT_NE(whole.output.find("final_test_accuracy "), std::string::npos) << whole.output;
+}
+
 // A launcher (Slurm before preemption, `timeout`) signals every task: the workers pass their
 // SIGTERM on to the coordinator instead of dying of it, so the run checkpoints and stops as on
 // the coordinator's own, rather than recovering lost workers.
