@@ -149,6 +149,12 @@ TEST_F(SimulatorCliTest, SettingsAreRowsOfOverridesEachNamed) {
   expect_one_line(troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
                          " --setting wide:parallelism.stagez=2"),
                   "setting wide: ");
+  // A bad row after good ones is refused before the table starts: no header, no rows.
+  const run_result late =
+      troupe("simulate " + tiny_job().string() + " --cluster " + cluster +
+             " --setting fine:parallelism.stages=2 --setting wide:parallelism.stagez=2");
+  expect_one_line(late, "setting wide: ");
+  EXPECT_EQ(late.output, "");
 }
 
 TEST_F(SimulatorCliTest, ValidateRunsEveryConfigurationForRealAndSimulatesIt) {
