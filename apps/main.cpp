@@ -348,6 +348,9 @@ void keep_freed_memory() {
 
 int main(int argc, char** argv) {
   keep_freed_memory();
+  // Line by line into a pipe or a file too (`| tee`, a launcher's log): every command prints
+  // its progress and tables a line at a time, and a line should appear when it is written.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"troupe: asynchronous model-parallel training"};
   app.require_subcommand(1);
   troupe::apps::train_options train;
