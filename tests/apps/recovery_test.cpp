@@ -17,13 +17,18 @@ using json = nlohmann::json;
 
 class RecoveryTest : public troupe_command_test {
  protected:
-  /// A 2-stage async job of 200 epochs of 256 steps: longer than any test waits for.
-  fs::path long_job() {
-    return write("long.toml", R"(
+  /// The long jobs' model: 32 features, 4 classes.
+  static std::string small_model() {
+    return R"(
 [model]
 input_shape = [32]
 layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
-)" + synthetic_data(2048, 64) + R"(
+)";
+  }
+
+  /// A 2-stage async job of 200 epochs of 256 steps: longer than any test waits for.
+  fs::path long_job() {
+    return write("long.toml", small_model() + synthetic_data(2048, 64) + R"(
 [parallelism]
 stages = 2
 mode = "async"
@@ -36,7 +41,7 @@ log_interval = 10
   }
 
   /// Starts the long job with 2 worker processes, all in a process group of their own, and
-  /// sends `signal` to the process `victim` picks (the group: -coordinator) once it trains.
+  /// sends SIGTERM to the process `victim` picks (the group: -coordinator) once it trains.
   /// Returns the coordinator's stderr once it exited with status 0 and a checkpoint of the
   /// step it stopped at; the test fails otherwise.
   std::string stop_with_workers(const std::function<pid_t(pid_t coordinator)>& victim,
@@ -187,11 +192,7 @@ TEST_F(RecoveryTest, SigtermCheckpointsAndStopsThenResumeFinishes) {
 // A run stopped before its first evaluation has no accuracy to report, and says so rather than
 // giving 0.
 TEST_F(RecoveryTest, ARunStoppedBeforeItsFirstEvaluationSaysItHasNone) {
-  const fs::path job = write("one-long-epoch.toml", R"(
-[model]
-input_shape = [32]
-layers = [{ type = "linear", out = 64 }, { type = "relu" }, { type = "linear", out = 4 }]
-)" + synthetic_data(400000, 64) + R"(
+  const fs::path job = write("one-long-epoch.toml", small_model() + synthetic_data(400000, 64) + R"(
 [training]
 batch_size = 8
 epochs = 1
