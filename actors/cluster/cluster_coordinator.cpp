@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <mutex>
 
 #include "actors/cluster/cluster_control.h"
 #include "actors/cluster/cluster_host.h"
 #include "actors/cluster/worker_peers.h"
+#include "actors/cluster/worker_reports.h"
 #include "actors/cluster/worker_traces.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/partition.h"
@@ -68,19 +68,18 @@ class cluster_coordinator {
     finish_workers();
     collect_reports();
     if (options_.pipeline.trace) worker_traces_.merge_into(*options_.pipeline.trace, stages_);
-    if (static_cast<int>(reports_.size()) < stages_) {
-      *error = "only " + std::to_string(reports_.size()) + " of " + std::to_string(stages_) +
-               " stages reported at the end of the run";
+    if (reports_.stages_reported() < stages_) {
+      *error = "only " + std::to_string(reports_.stages_reported()) + " of " +
+               std::to_string(stages_) + " stages reported at the end of the run";
       return std::nullopt;
     }
     pipeline_report report;
     report.summary = parts_->run->summary();
     report.stopped = parts_->run->stopped();
-    for (auto& [stage, stage_result] : reports_) report.stages.push_back(std::move(stage_result));
-    report.dropped_frames = dropped_ + receiver_->dropped();
+    report.dropped_frames = receiver_->dropped();
     report.dropped_control_messages = dropped_control_;
     report.processes.push_back(this_process_usage("coordinator", {}));
-    for (auto& [address, usage] : worker_usage_) report.processes.push_back(usage);
+    reports_.move_into(&report);
     return report;
   }
 
@@ -160,11 +159,11 @@ class cluster_coordinator {
     } else if (type == "ready" && body.value("job_id", uint64_t{0}) == job_id_) {
       ++ready_;
     } else if (type == "report") {
-      keep_report(*worker, body, message);
+      reports_.keep_report(*worker, body, message);
     } else if (type == "trace") {
       if (options_.pipeline.trace) worker_traces_.keep(body, message, stages_);
     } else if (type == "usage") {
-      keep_worker_usage(body);
+      reports_.keep_usage(body);
     } else if (type == "stop") {
       // A launcher's SIGTERM reaches every task: a worker passes its own on, so that the run
       // checkpoints and stops cleanly rather than losing the worker.
@@ -195,28 +194,6 @@ class cluster_coordinator {
     run_monitor* monitor = options_.pipeline.monitor;
     if (monitor == nullptr) return;
     monitor->set_processes(hosting_processes(workers_), recovery_.restarts());
-  }
-
-  /// Keeps a stage's final report, when it comes from the worker that hosts that stage.
-  void keep_report(const worker_peer& worker, const json& body, const transport::message& message) {
-    const int64_t stage = body.value("stage", int64_t{-1});
-    if (std::find(worker.stages.begin(), worker.stages.end(), stage) == worker.stages.end()) {
-      std::fprintf(stderr,
-                   "troupe: dropped a report for stage %lld from %s, which does not host it\n",
-                   static_cast<long long>(stage), worker.describe().c_str());
-      return;
-    }
-    reports_[static_cast<int>(stage)] = report_from(body, message);
-    auto count = message.header.metrics.find("dropped");
-    if (count != message.header.metrics.end() && count->second >= 0)
-      dropped_ += static_cast<uint64_t>(count->second);
-  }
-
-  /// Keeps a worker's account of its CPU time (its last one: a worker sends it at the end).
-  void keep_worker_usage(const json& body) {
-    process_usage usage = process_usage_from_json(body);
-    usage.role = "worker";
-    worker_usage_[body.value("address", std::string())] = std::move(usage);
   }
 
   /// Checks a hello (protocol version, job identity, CURVE key) and adds its worker, or
@@ -470,7 +447,7 @@ class cluster_coordinator {
   /// Waits for the stages' final reports (sent after "finish").
   void collect_reports() {
     const double deadline = clock_.now_seconds() + options_.liveness.timeout_s;
-    while (static_cast<int>(reports_.size()) < stages_) {
+    while (reports_.stages_reported() < stages_) {
       const double left = deadline - clock_.now_seconds();
       if (left <= 0) return;
       take_control(std::min(left, 0.05));
@@ -507,10 +484,8 @@ class cluster_coordinator {
   size_t ready_ = 0;
   double last_heartbeat_ = 0;
   recovery recovery_{config_.checkpoint.max_restarts};
-  std::map<int, stage_report> reports_;
+  worker_reports reports_;  ///< the stages' final reports and the workers' usage
   worker_traces worker_traces_;
-  std::map<std::string, process_usage> worker_usage_;  ///< by worker address
-  uint64_t dropped_ = 0;
   // Last: stopped first, before what its callback touches goes away.
   std::unique_ptr<transport::receiver_thread> receiver_;
 };
