@@ -31,6 +31,7 @@
 #include "actors/storage/checkpoint_store.h"
 #include "apps/bench_models.h"
 #include "apps/commands.h"
+#include "apps/run_signals.h"
 #include "apps/statistics.h"
 #include "layers/backend_registry.h"
 
@@ -312,10 +313,7 @@ int run_bench_checkpoint(const bench_options& options) {
     return 2;
   }
   std::vector<measurement> results;
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigemptyset(&action.sa_mask);
-  for (int signal_number : {SIGINT, SIGTERM}) sigaction(signal_number, &action, nullptr);
+  handle_signals(on_interrupt, {SIGINT, SIGTERM});
   try {
     scratch_directory scratch;
     std::printf(

@@ -36,12 +36,15 @@ void on_signal(int signal_number) {
 
 }  // namespace
 
-std::atomic<int>* install_run_signals() {
+void handle_signals(void (*handler)(int), std::initializer_list<int> signals) {
   struct sigaction action {};
-  action.sa_handler = on_signal;
+  action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
-  for (int signal_number : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2})
-    sigaction(signal_number, &action, nullptr);
+  for (int signal_number : signals) sigaction(signal_number, &action, nullptr);
+}
+
+std::atomic<int>* install_run_signals() {
+  handle_signals(on_signal, {SIGINT, SIGTERM, SIGUSR1, SIGUSR2});
   return &checkpoint_requests;
 }
 
@@ -63,10 +66,7 @@ void on_worker_signal(int signal_number) {
 }  // namespace
 
 std::atomic<bool>* install_worker_signals() {
-  struct sigaction action {};
-  action.sa_handler = on_worker_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
+  handle_signals(on_worker_signal, {SIGTERM});
   return &worker_stop_requests;
 }
 

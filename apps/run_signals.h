@@ -7,6 +7,7 @@
 // `troupe worker` passes a SIGTERM on to its coordinator.
 
 #include <atomic>
+#include <initializer_list>
 
 namespace troupe::apps {
 
@@ -16,6 +17,9 @@ std::atomic<int>* install_run_signals();
 
 /// Set by SIGUSR2 (after install_run_signals()): a status report is asked for.
 std::atomic<bool>* status_requests();
+
+/// Makes `handler` (async-signal-safe) handle each of `signals`.
+void handle_signals(void (*handler)(int), std::initializer_list<int> signals);
 
 /// `troupe worker`'s handler: the first SIGTERM sets the returned flag, which the worker passes
 /// on to its coordinator as a request to checkpoint and stop the run (a launcher's SIGTERM

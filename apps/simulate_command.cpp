@@ -304,22 +304,20 @@ int run_simulate(const simulate_options& options) {
     std::printf("weak scaling: training.batch_size = %lld per replica\n",
                 static_cast<long long>(batch_per_replica));
   }
-  // Each row's overrides; every row's job is checked before the table starts, so that a bad
-  // setting is one line of error, not a header without rows.
-  const auto row_overrides = [&](const setting& row) {
+  // Every row's job, read before the table starts, so that a bad setting is one line of
+  // error, not a header without rows.
+  std::vector<actors::job_config> configs;
+  for (const setting& row : *rows) {
     std::vector<std::string> overrides = options.overrides;
     overrides.insert(overrides.end(), row.overrides.begin(), row.overrides.end());
     if (weak_scaling) {
       const int64_t replicas = std::max<int64_t>(1, std::atoll(row.swept.c_str()));
       overrides.push_back("training.batch_size=" + std::to_string(batch_per_replica * replicas));
     }
-    return overrides;
-  };
-  for (const setting& row : *rows) {
     actors::job_error problem;
-    if (!actors::load_job_file(options.job_file, row_overrides(row), &problem)) {
-      return bad_input((table ? "setting " + row.name + ": " : "") + problem.message);
-    }
+    auto config = actors::load_job_file(options.job_file, overrides, &problem);
+    if (!config) return bad_input((table ? "setting " + row.name + ": " : "") + problem.message);
+    configs.push_back(std::move(*config));
   }
   json runs = json::array();
   json first;
@@ -330,13 +328,11 @@ int run_simulate(const simulate_options& options) {
                 options.numerics ? "   accuracy  to target s" : "");
   }
   double first_rate_per_replica = 0;
-  for (const setting& row : *rows) {
-    const std::string& name = row.name;
-    const std::string& value = row.swept;
-    actors::job_error problem;
-    auto config = actors::load_job_file(options.job_file, row_overrides(row), &problem);
-    if (!config) return bad_input((table ? "setting " + name + ": " : "") + problem.message);
-    if (!estimate_measured_partition(&*config, &error)) {
+  for (size_t index = 0; index < rows->size(); ++index) {
+    const std::string& name = (*rows)[index].name;
+    const std::string& value = (*rows)[index].swept;
+    actors::job_config* config = &configs[index];
+    if (!estimate_measured_partition(config, &error)) {
       return bad_input(options.job_file + ": " + error);
     }
     if (!table) {

@@ -386,10 +386,9 @@ int run_train(const train_options& given) {
                 config->parallelism.recompute ? " (recompute)" : "");
   }
   // A run stopped before its first evaluation has no figure to give: it says so.
-  const bool unevaluated = !summary.evaluated && summary.final_test_loss == 0;
   if (summary.tokens_per_s) {
     char figures[96] = "no evaluation yet";
-    if (!unevaluated && summary.bits_per_byte) {
+    if (summary.bits_per_byte) {
       std::snprintf(figures, sizeof figures, "validation_loss %.4f  bits_per_byte %.4f",
                     summary.final_test_loss, *summary.bits_per_byte);
     }
@@ -399,7 +398,7 @@ int run_train(const train_options& given) {
     return 0;
   }
   char accuracy[64] = "no evaluation yet";
-  if (!unevaluated) {
+  if (summary.evaluated) {
     std::snprintf(accuracy, sizeof accuracy, "final_test_accuracy %.4f",
                   summary.final_test_accuracy);
   }

@@ -281,9 +281,7 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
   evaluation_.add(totals_of(report));
   if (++evaluation_reports_ < evaluation_batches_) return {};
   if (evaluation_only_) {
-    summary_.final_test_accuracy = evaluation_.accuracy();
-    summary_.final_test_loss = evaluation_.mean_loss();
-    summary_.evaluated = true;
+    keep_evaluation_figures();
     emit_metrics(epoch_, evaluation_, now_s);
     finish(now_s);
     return {};
@@ -298,10 +296,14 @@ std::vector<key_message> training_run::handle_evaluation(const stage_output& rep
   return after_evaluation(now_s);
 }
 
-void training_run::record_evaluation(double now_s) {
+void training_run::keep_evaluation_figures() {
   summary_.final_test_accuracy = evaluation_.accuracy();
   summary_.final_test_loss = evaluation_.mean_loss();
   summary_.evaluated = true;
+}
+
+void training_run::record_evaluation(double now_s) {
+  keep_evaluation_figures();
   const double target = config_.training.target_accuracy;
   if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
     summary_.time_to_target_s = now_s - start_s_;

@@ -98,6 +98,8 @@ class training_run {
   void emit_metrics(int64_t epoch, std::optional<batch_totals> test, double now_s,
                     std::optional<int64_t> step = std::nullopt);
   static batch_totals totals_of(const stage_output& report);
+  /// The summary's final figures from the evaluation just finished.
+  void keep_evaluation_figures();
   /// The evaluation just finished: the summary's test figures, the time to target, a record.
   void record_evaluation(double now_s);
   /// Logs the retired steps whose loss reports are all in, in order; `all_reported` logs

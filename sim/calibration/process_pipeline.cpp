@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -110,7 +109,6 @@ class process_endpoints {
         context_, std::move(inboxes), [this](transport::message&& message) {
           std::lock_guard<std::mutex> lock(mutex_);
           queue_.push_back(std::move(message));
-          queued_.fetch_add(1, std::memory_order_release);
           arrived_.notify_one();
         });
   }
@@ -123,15 +121,18 @@ class process_endpoints {
 
   /// The next message, decoded as a stage decodes a key.
   transport::message next() {
-    actors::poll_until([this] { return queued_.load(std::memory_order_acquire) > 0; }, spin_wait_s_,
-                       clock_);
+    actors::poll_until(
+        [this] {
+          std::lock_guard<std::mutex> lock(mutex_);
+          return !queue_.empty();
+        },
+        spin_wait_s_, clock_);
     transport::message message;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       arrived_.wait(lock, [&] { return !queue_.empty(); });
       message = std::move(queue_.front());
       queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     frames_.take(message);
     return message;
@@ -146,7 +147,6 @@ class process_endpoints {
   key_frames frames_;
   double spin_wait_s_;
   actors::steady_clock clock_;
-  std::atomic<size_t> queued_{0};
   transport::transport_context context_;
   std::unique_ptr<transport::receiver_thread> receiver_;
   std::mutex mutex_;
