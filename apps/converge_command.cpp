@@ -63,6 +63,9 @@ race_outcome train_once(const converge_options& options, const std::vector<std::
   if (summary->contains("time_to_target_s") && (*summary)["time_to_target_s"].is_number()) {
     result.to_target_s = (*summary)["time_to_target_s"].get<double>();
   }
+  if (summary->contains("steps_to_target") && (*summary)["steps_to_target"].is_number_integer()) {
+    result.to_target_step = (*summary)["steps_to_target"].get<int64_t>();
+  }
   result.final_accuracy = summary->value("final_test_accuracy", 0.0);
   std::vector<std::vector<int64_t>> stages;
   for (const json& stage : summary->value("stages", json::array())) {
@@ -84,6 +87,18 @@ std::vector<double> reached_seconds(const std::vector<race_outcome>& runs) {
     if (run.to_target_s) seconds.push_back(*run.to_target_s);
   }
   return seconds;
+}
+
+/// The median of the steps at which the runs that reached the target reached it ("-" if none).
+std::string steps_cell(const std::vector<race_outcome>& runs) {
+  std::vector<double> steps;
+  for (const race_outcome& run : runs) {
+    if (run.to_target_s && run.to_target_step) steps.push_back(*run.to_target_step);
+  }
+  if (steps.empty()) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f", median(steps));
+  return text;
 }
 
 /// "median (min-max)" of the runs that reached the target, and how many did.
@@ -119,11 +134,12 @@ void print_ranking(const std::vector<std::string>& names,
     const double measured_j = ranking.measured_medians[pair.j];
     const double predicted_i = ranking.predicted_medians[pair.i];
     const double predicted_j = ranking.predicted_medians[pair.j];
-    std::printf("  %s / %s: measured %.1f %c %.1f s, predicted %.1f %c %.1f s%s\n",
-                names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
-                measured_i < measured_j ? '<' : '>', measured_j, predicted_i,
-                predicted_i < predicted_j ? '<' : '>', predicted_j,
-                pair.apart ? "" : " (their middle runs overlap)");
+    std::printf(
+        "  %s / %s: measured %.1f %c %.1f s (median steps %s / %s), predicted %.1f %c %.1f s%s\n",
+        names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
+        measured_i < measured_j ? '<' : '>', measured_j, steps_cell(measured[pair.i]).c_str(),
+        steps_cell(measured[pair.j]).c_str(), predicted_i, predicted_i < predicted_j ? '<' : '>',
+        predicted_j, pair.apart ? "" : " (their middle runs overlap)");
   }
 }
 
@@ -163,6 +179,7 @@ json runs_json(const std::vector<race_outcome>& runs) {
     result.push_back({{"diverged", run.diverged},
                       {"failed", run.failed},
                       {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
+                      {"steps_to_target", run.to_target_step ? json(*run.to_target_step) : json()},
                       {"final_test_accuracy", run.final_accuracy},
                       {"mean_staleness", run.mean_staleness ? json(*run.mean_staleness) : json()}});
   }
@@ -297,11 +314,11 @@ int run_converge(const converge_options& options) {
     }
   }
 
-  std::printf("\n%-20s %5s %9s %7s %8s %22s %10s %9s", "setting", "runs", "diverged", "failed",
-              "reached", "to target s (min-max)", "final acc", "staleness");
+  std::printf("\n%-20s %5s %9s %7s %8s %22s %6s %10s %9s", "setting", "runs", "diverged", "failed",
+              "reached", "to target s (min-max)", "steps", "final acc", "staleness");
   if (predicting) {
-    std::printf(" | %22s %10s %9s %9s", "predicted to target s", "final acc", "diverged",
-                "staleness");
+    std::printf(" | %22s %6s %10s %9s %9s", "predicted to target s", "steps", "final acc",
+                "diverged", "staleness");
   }
   std::printf("\n");
   json table = json::array();
@@ -310,17 +327,18 @@ int run_converge(const converge_options& options) {
     failed += failed_count(measured[s]);
     int reached = 0, predicted_reached = 0;
     const std::string seconds = seconds_cell(measured[s], &reached);
-    std::printf("%-20s %5zu %9d %7d %8d %22s %10.4f %9s", (*settings)[s].name.c_str(),
+    std::printf("%-20s %5zu %9d %7d %8d %22s %6s %10.4f %9s", (*settings)[s].name.c_str(),
                 measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]), reached,
-                seconds.c_str(), median_accuracy(measured[s]), staleness_cell(measured[s]).c_str());
+                seconds.c_str(), steps_cell(measured[s]).c_str(), median_accuracy(measured[s]),
+                staleness_cell(measured[s]).c_str());
     json row = {{"setting", (*settings)[s].name},
                 {"overrides", (*settings)[s].overrides},
                 {"runs", runs_json(measured[s])}};
     if (predicting) {
       const std::string predicted_seconds = seconds_cell(predicted[s], &predicted_reached);
-      std::printf(" | %22s %10.4f %9d %9s", predicted_seconds.c_str(),
-                  median_accuracy(predicted[s]), diverged_count(predicted[s]),
-                  staleness_cell(predicted[s]).c_str());
+      std::printf(" | %22s %6s %10.4f %9d %9s", predicted_seconds.c_str(),
+                  steps_cell(predicted[s]).c_str(), median_accuracy(predicted[s]),
+                  diverged_count(predicted[s]), staleness_cell(predicted[s]).c_str());
       row["predicted"] = runs_json(predicted[s]);
     }
     std::printf("\n");
@@ -329,7 +347,8 @@ int run_converge(const converge_options& options) {
   std::printf(
       "(seconds from the start of each run to its first evaluation at or above "
       "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
-      "reached it; seeds 1-%d, settings in alternating order; staleness: the median over the runs "
+      "reached it; steps: the median of the optimizer steps completed by then; seeds 1-%d, "
+      "settings in alternating order; staleness: the median over the runs "
       "of the mean staleness of every backward pass)\n",
       configs.front().training.target_accuracy, options.seeds);
   if (predicting) {

@@ -53,6 +53,7 @@ std::optional<race_outcome> simulate_once(const std::string& job_file, const run
     return result;
   }
   result.to_target_s = simulated->summary.time_to_target_s;
+  result.to_target_step = simulated->summary.steps_to_target;
   result.final_accuracy = simulated->summary.final_test_accuracy;
   result.mean_staleness = mean_staleness(simulated->stage_staleness_histograms);
   return result;
@@ -61,11 +62,12 @@ std::optional<race_outcome> simulate_once(const std::string& job_file, const run
 }  // namespace
 
 std::string described(const race_outcome& run) {
-  char text[96];
+  char text[128];
   if (run.failed || run.diverged) {
     std::snprintf(text, sizeof text, "%s", run.failed ? "failed" : "diverged");
   } else if (run.to_target_s) {
-    std::snprintf(text, sizeof text, "target after %.1f s, final accuracy %.4f", *run.to_target_s,
+    std::snprintf(text, sizeof text, "target after %.1f s (step %lld), final accuracy %.4f",
+                  *run.to_target_s, static_cast<long long>(run.to_target_step.value_or(0)),
                   run.final_accuracy);
   } else {
     std::snprintf(text, sizeof text, "target not reached, final accuracy %.4f", run.final_accuracy);

@@ -19,6 +19,7 @@ struct race_outcome {
   bool diverged = false;
   bool failed = false;  ///< ended with an error other than divergence (counted apart)
   std::optional<double> to_target_s;
+  std::optional<int64_t> to_target_step;  ///< optimizer steps completed when it reached it
   double final_accuracy = 0;
   /// Mean staleness of the backward passes, all stages together (versions a key's weights
   /// fell behind between its forward and backward pass): where an async prediction learns

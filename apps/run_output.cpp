@@ -60,6 +60,8 @@ nlohmann::json to_json(const actors::training_summary& summary) {
                           {"evaluated", summary.evaluated}};
   value["time_to_target_s"] =
       summary.time_to_target_s ? nlohmann::json(*summary.time_to_target_s) : nlohmann::json();
+  value["steps_to_target"] =
+      summary.steps_to_target ? nlohmann::json(*summary.steps_to_target) : nlohmann::json();
   if (summary.tokens_per_s) value["tokens_per_s"] = *summary.tokens_per_s;
   if (summary.bits_per_byte) {
     value["validation_loss"] = summary.final_test_loss;

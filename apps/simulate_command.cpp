@@ -192,6 +192,8 @@ json summary_json(const sim::simulation_result& result, bool numerics) {
     }
     summary["time_to_target_s"] =
         result.summary.time_to_target_s ? json(*result.summary.time_to_target_s) : json(nullptr);
+    summary["steps_to_target"] =
+        result.summary.steps_to_target ? json(*result.summary.steps_to_target) : json(nullptr);
   }
   return summary;
 }
@@ -237,7 +239,9 @@ void print_details(const sim::simulation_result& result, bool numerics) {
   if (numerics) {
     std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
                 result.summary.time_to_target_s
-                    ? (std::to_string(*result.summary.time_to_target_s) + " s").c_str()
+                    ? (std::to_string(*result.summary.time_to_target_s) + " s (step " +
+                       std::to_string(result.summary.steps_to_target.value_or(0)) + ")")
+                          .c_str()
                     : "not reached");
   }
 }

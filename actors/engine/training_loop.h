@@ -46,6 +46,9 @@ struct training_summary {
   double samples_per_s = 0;  ///< training samples over time spent training (not evaluating)
   double wall_s = 0;
   std::optional<double> time_to_target_s;
+  /// Optimizer steps completed at that evaluation: the progress the target took, apart from
+  /// the speed it was made at.
+  std::optional<int64_t> steps_to_target;
   std::optional<double> tokens_per_s;   ///< language models (see metrics_record)
   std::optional<double> bits_per_byte;  ///< of the last evaluation
   /// Whether final_test_* come from an evaluation (this run's, or the resumed checkpoint's):

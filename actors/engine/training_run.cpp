@@ -20,6 +20,8 @@ nlohmann::json to_json(const run_progress& progress) {
                          {"test_loss", progress.test_loss}};
   json["time_to_target_s"] =
       progress.time_to_target_s ? nlohmann::json(*progress.time_to_target_s) : nlohmann::json();
+  json["steps_to_target"] =
+      progress.steps_to_target ? nlohmann::json(*progress.steps_to_target) : nlohmann::json();
   return json;
 }
 
@@ -56,6 +58,11 @@ std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::
   auto target = json.find("time_to_target_s");
   if (target != json.end() && target->is_number())
     progress.time_to_target_s = target->get<double>();
+  auto target_step = json.find("steps_to_target");
+  if (target_step != json.end() && target_step->is_number_integer() &&
+      target_step->get<int64_t>() >= 0) {
+    progress.steps_to_target = target_step->get<int64_t>();
+  }
   return progress;
 }
 
@@ -106,6 +113,7 @@ training_run::training_run(const job_config& config, const layers::dataset& trai
     train_samples_ = resume_->train_samples;
     summary_.epochs = epoch_;
     summary_.time_to_target_s = resume_->time_to_target_s;
+    summary_.steps_to_target = resume_->steps_to_target;
     summary_.final_test_accuracy = resume_->test_accuracy;
     summary_.final_test_loss = resume_->test_loss;
     summary_.evaluated = resume_->test_loss > 0;
@@ -307,6 +315,7 @@ void training_run::record_evaluation(double now_s) {
   const double target = config_.training.target_accuracy;
   if (target > 0 && !summary_.time_to_target_s && evaluation_.accuracy() >= target) {
     summary_.time_to_target_s = now_s - start_s_;
+    summary_.steps_to_target = retired_steps();
   }
   emit_metrics(epoch_, evaluation_, now_s);
 }
@@ -317,7 +326,7 @@ std::vector<key_message> training_run::after_evaluation_within_epoch(double now_
   record_evaluation(now_s);
   epoch_start_s_ += now_s - evaluation_start_s_;
   if (checkpoint_requested_) {
-    due_step_ = admission_->retired_count() / keys_per_step(config_);
+    due_step_ = retired_steps();
     after_ = after_checkpoint::admit;
     return {};
   }
@@ -399,11 +408,13 @@ std::vector<key_message> training_run::checkpoint_done(double now_s) {
   return {};
 }
 
+int64_t training_run::retired_steps() const {
+  return admission_ ? admission_->retired_count() / keys_per_step(config_) : 0;
+}
+
 run_progress training_run::progress(double now_s) const {
   run_progress progress;
-  progress.step = due_step_
-                      ? *due_step_
-                      : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
+  progress.step = due_step_ ? *due_step_ : retired_steps();
   progress.epoch = epoch_;
   progress.wall_s = now_s - start_s_;
   progress.train_s = train_s_;
@@ -413,6 +424,7 @@ run_progress training_run::progress(double now_s) const {
     progress.train_samples += epoch_totals_.samples;
   }
   progress.time_to_target_s = summary_.time_to_target_s;
+  progress.steps_to_target = summary_.steps_to_target;
   progress.test_accuracy = summary_.final_test_accuracy;
   progress.test_loss = summary_.final_test_loss;
   return progress;
@@ -425,8 +437,7 @@ void training_run::emit_metrics(int64_t epoch, std::optional<batch_totals> test,
   const batch_totals& span = test ? epoch_totals_ : interval_;
   const double seconds = test ? now_s - epoch_start_s_ : now_s - last_log_s_;
   metrics_record record;
-  record.step =
-      step ? *step : (admission_ ? admission_->retired_count() / keys_per_step(config_) : 0);
+  record.step = step ? *step : retired_steps();
   record.epoch = epoch;
   record.loss = span.mean_loss();
   record.learning_rate =

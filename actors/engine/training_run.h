@@ -34,6 +34,7 @@ struct run_progress {
   double train_s = 0;
   int64_t train_samples = 0;
   std::optional<double> time_to_target_s;
+  std::optional<int64_t> steps_to_target;
   double test_accuracy = 0;  ///< of the latest evaluation
   double test_loss = 0;
 };
@@ -100,6 +101,8 @@ class training_run {
   static batch_totals totals_of(const stage_output& report);
   /// The summary's final figures from the evaluation just finished.
   void keep_evaluation_figures();
+  /// Optimizer steps whose keys have all retired (0 before the first is admitted).
+  int64_t retired_steps() const;
   /// The evaluation just finished: the summary's test figures, the time to target, a record.
   void record_evaluation(double now_s);
   /// Logs the retired steps whose loss reports are all in, in order; `all_reported` logs

@@ -74,6 +74,10 @@ TEST_F(CliTest, TrainsAndWritesOutputs) {
   EXPECT_EQ(summary["epochs"], 2);
   EXPECT_GT(summary["final_test_accuracy"].get<double>(), 0.5);
   EXPECT_TRUE(summary["time_to_target_s"].is_number());
+  // The step of the first evaluation at or above the target: an epoch's end, 16 steps apiece.
+  ASSERT_TRUE(summary["steps_to_target"].is_number_integer()) << summary.dump();
+  EXPECT_EQ(summary["steps_to_target"].get<int64_t>() % 16, 0) << summary.dump();
+  EXPECT_GT(summary["steps_to_target"].get<int64_t>(), 0) << summary.dump();
   std::istringstream lines(read_file(out / "metrics.jsonl"));
   std::string line;
   int records = 0, evaluations = 0;

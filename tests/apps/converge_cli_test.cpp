@@ -88,6 +88,7 @@ TEST_F(ConvergeCliTest, RacesTheSettingsOverSeedsCountingDivergedRuns) {
         EXPECT_EQ(run["diverged"].get<bool>(), exploding) << side << " " << row.dump();
         if (!exploding) {
           EXPECT_TRUE(run["time_to_target_s"].is_number()) << side << " " << row.dump();
+          EXPECT_GT(run["steps_to_target"].get<int64_t>(), 0) << side << " " << row.dump();
           EXPECT_GT(run["final_test_accuracy"].get<double>(), 0.3) << side << " " << row.dump();
           // Both sides report how stale the backward passes were, for comparing them.
           ASSERT_TRUE(run["mean_staleness"].is_number()) << side << " " << row.dump();

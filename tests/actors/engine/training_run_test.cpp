@@ -125,6 +125,7 @@ TEST(TrainingRunTest, ReportsStepsEpochsAndEvaluations) {
   EXPECT_EQ(run.summary.steps, 3 * (1024 / 32));
   EXPECT_EQ(run.summary.epochs, 3);
   ASSERT_TRUE(run.summary.time_to_target_s.has_value());
+  EXPECT_EQ(run.summary.steps_to_target, 32);  // the first evaluation, at the first epoch's end
   int evaluations = 0, logs = 0;
   for (const auto& record : run.records) {
     if (record.test_accuracy) {
@@ -140,6 +141,24 @@ TEST(TrainingRunTest, ReportsStepsEpochsAndEvaluations) {
   EXPECT_EQ(evaluations, 3);
   EXPECT_EQ(logs, 3 * 32 / 16);
   EXPECT_GT(run.summary.samples_per_s, 0);
+}
+
+TEST(TrainingRunTest, ACheckpointsProgressKeepsWhenTheTargetWasReached) {
+  run_progress progress;
+  progress.step = 40;
+  progress.time_to_target_s = 2.5;
+  progress.steps_to_target = 32;
+  std::string error;
+  auto read = progress_from_json(to_json(progress), &error);
+  ASSERT_TRUE(read) << error;
+  EXPECT_EQ(read->time_to_target_s, 2.5);
+  EXPECT_EQ(read->steps_to_target, 32);
+  // A checkpoint written before the target was reached, or by an older build, has neither.
+  nlohmann::json older = to_json(run_progress());
+  older.erase("steps_to_target");
+  read = progress_from_json(older, &error);
+  ASSERT_TRUE(read) << error;
+  EXPECT_FALSE(read->time_to_target_s || read->steps_to_target);
 }
 
 TEST(TrainingRunTest, EvaluatesWithinEpochsWithoutChangingTraining) {
@@ -163,6 +182,8 @@ TEST(TrainingRunTest, EvaluatesWithinEpochsWithoutChangingTraining) {
   EXPECT_EQ(frequent.summary.final_test_accuracy, plain.summary.final_test_accuracy);
   ASSERT_TRUE(frequent.summary.time_to_target_s && plain.summary.time_to_target_s);
   EXPECT_LT(*frequent.summary.time_to_target_s, *plain.summary.time_to_target_s);
+  EXPECT_EQ(frequent.summary.steps_to_target, 10);
+  EXPECT_EQ(plain.summary.steps_to_target, 32);
 }
 
 TEST(TrainingRunTest, MaxStepsStopsEarly) {
