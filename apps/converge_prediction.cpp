@@ -66,9 +66,11 @@ std::string described(const race_outcome& run) {
   if (run.failed || run.diverged) {
     std::snprintf(text, sizeof text, "%s", run.failed ? "failed" : "diverged");
   } else if (run.to_target_s) {
-    std::snprintf(text, sizeof text, "target after %.1f s (step %lld), final accuracy %.4f",
-                  *run.to_target_s, static_cast<long long>(run.to_target_step.value_or(0)),
-                  run.final_accuracy);
+    // A run resumed from a checkpoint of an older build knows the time but not the step.
+    const std::string step =
+        run.to_target_step ? " (step " + std::to_string(*run.to_target_step) + ")" : "";
+    std::snprintf(text, sizeof text, "target after %.1f s%s, final accuracy %.4f", *run.to_target_s,
+                  step.c_str(), run.final_accuracy);
   } else {
     std::snprintf(text, sizeof text, "target not reached, final accuracy %.4f", run.final_accuracy);
   }

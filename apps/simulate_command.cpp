@@ -239,8 +239,10 @@ void print_details(const sim::simulation_result& result, bool numerics) {
   if (numerics) {
     std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
                 result.summary.time_to_target_s
-                    ? (std::to_string(*result.summary.time_to_target_s) + " s (step " +
-                       std::to_string(result.summary.steps_to_target.value_or(0)) + ")")
+                    ? (std::to_string(*result.summary.time_to_target_s) + " s" +
+                       (result.summary.steps_to_target
+                            ? " (step " + std::to_string(*result.summary.steps_to_target) + ")"
+                            : ""))
                           .c_str()
                     : "not reached");
   }
