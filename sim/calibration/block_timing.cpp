@@ -36,7 +36,7 @@ class block_timer {
     gradient.payload = stage_->forward(message_, true);
     gradient.kind = actors::key_kind::backward;
     stage_->backward(gradient, true);
-    stage_->step(0.0f);
+    stage_->step(kTimedStepLearningRate);
   }
 
   void round() {
@@ -57,7 +57,7 @@ class block_timer {
           timed(device_, [&] { stage_->stash_predicted_weights(version, predicted_distance); }));
     }
     stage_->release_weights_before(version);
-    step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
+    step_.push_back(timed(device_, [&] { stage_->step(kTimedStepLearningRate); }));
   }
 
   /// One evaluation forward (none without `evaluation`). Timed after a training round, each

@@ -16,6 +16,11 @@
 
 namespace troupe::sim {
 
+/// The learning rate of a timed optimizer step: above 0, so that the step computes every term of
+/// the update as in training (AdamW's decoupled decay, lr · weight_decay · w, is skipped at 0),
+/// and too small to move a weight.
+inline constexpr float kTimedStepLearningRate = 1e-12f;
+
 /// Times forward, backward (with and without the input gradient), a weight stash and the step
 /// of block `index` alone on `device` for keys of `batch` samples of shape `input`, after an
 /// untimed round, repeating until `seconds` have passed and at least `min_rounds` rounds ran

@@ -100,7 +100,7 @@ class stage_timer {
     if (stash_) stashing_.push_back(timed(device_, [&] { stage_->stash_weights(version); }));
     if (replicated_) time_gradient_round_trip();
     stage_->release_weights_before(version);
-    step_.push_back(timed(device_, [&] { stage_->step(0.0f); }));
+    step_.push_back(timed(device_, [&] { stage_->step(kTimedStepLearningRate); }));
   }
   /// Drops what was timed so far (an untimed first round: first-touch page faults, cold caches).
   void forget() {
