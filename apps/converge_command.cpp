@@ -93,7 +93,7 @@ std::vector<double> reached_seconds(const std::vector<race_outcome>& runs) {
 std::string steps_cell(const std::vector<race_outcome>& runs) {
   std::vector<double> steps;
   for (const race_outcome& run : runs) {
-    if (run.to_target_s && run.to_target_step) steps.push_back(*run.to_target_step);
+    if (run.to_target_step) steps.push_back(*run.to_target_step);
   }
   if (steps.empty()) return "-";
   char text[32];

@@ -237,14 +237,13 @@ void print_details(const sim::simulation_result& result, bool numerics) {
                 *result.summary.bits_per_byte);
   }
   if (numerics) {
-    std::printf("final_test_accuracy %.4f  time to target %s\n", result.summary.final_test_accuracy,
-                result.summary.time_to_target_s
-                    ? (std::to_string(*result.summary.time_to_target_s) + " s" +
-                       (result.summary.steps_to_target
-                            ? " (step " + std::to_string(*result.summary.steps_to_target) + ")"
-                            : ""))
-                          .c_str()
-                    : "not reached");
+    const actors::training_summary& summary = result.summary;
+    std::string target = "not reached";
+    if (summary.time_to_target_s) target = std::to_string(*summary.time_to_target_s) + " s";
+    if (summary.steps_to_target)
+      target += " (step " + std::to_string(*summary.steps_to_target) + ")";
+    std::printf("final_test_accuracy %.4f  time to target %s\n", summary.final_test_accuracy,
+                target.c_str());
   }
 }
 
