@@ -89,16 +89,23 @@ std::vector<double> reached_seconds(const std::vector<race_outcome>& runs) {
   return seconds;
 }
 
-/// The median of the steps at which the runs that reached the target reached it ("-" if none).
-std::string steps_cell(const std::vector<race_outcome>& runs) {
-  std::vector<double> steps;
+/// The median of `field` over the runs that have it, printed with `format` ("-" where none has).
+template <typename T>
+std::string median_cell(const std::vector<race_outcome>& runs,
+                        std::optional<T> race_outcome::*field, const char* format) {
+  std::vector<double> values;
   for (const race_outcome& run : runs) {
-    if (run.to_target_step) steps.push_back(*run.to_target_step);
+    if (run.*field) values.push_back(static_cast<double>(*(run.*field)));
   }
-  if (steps.empty()) return "-";
+  if (values.empty()) return "-";
   char text[32];
-  std::snprintf(text, sizeof text, "%.0f", median(steps));
+  std::snprintf(text, sizeof text, format, median(values));
   return text;
+}
+
+/// The median of the steps at which the runs that reached the target reached it.
+std::string steps_cell(const std::vector<race_outcome>& runs) {
+  return median_cell(runs, &race_outcome::to_target_step, "%.0f");
 }
 
 /// "median (min-max)" of the runs that reached the target, and how many did.
@@ -151,16 +158,9 @@ double median_accuracy(const std::vector<race_outcome>& runs) {
   return median(accuracies);
 }
 
-/// The median of the runs' mean staleness ("-" where none reported one).
+/// The median of the runs' mean staleness.
 std::string staleness_cell(const std::vector<race_outcome>& runs) {
-  std::vector<double> means;
-  for (const race_outcome& run : runs) {
-    if (run.mean_staleness) means.push_back(*run.mean_staleness);
-  }
-  if (means.empty()) return "-";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", median(means));
-  return text;
+  return median_cell(runs, &race_outcome::mean_staleness, "%.2f");
 }
 
 int diverged_count(const std::vector<race_outcome>& runs) {
