@@ -12,14 +12,17 @@ Two comparisons, each printing every round's figures, the medians and the ratios
   pipeline  The MLP 784-2048-2048-2048-2048-10 on synthetic data, batch 64: one stage on one
             core, one stage on both cores, and two asynchronous stages with one core each, cut
             between whole blocks ("balanced") and where "measured" cuts (inside a layer).
-  schedules apps/examples/fashion_mlp_sync.toml (4 stages, M = 4) under the sync schedules
-            gpipe, 1f1b and zb-h1, --steps steps each.
+  schedules apps/examples/fashion_mlp_sync.toml (4 stages) under the sync schedules gpipe,
+            1f1b and zb-h1, --steps steps each, batch --batch in --micro-batches micro-batches;
+            then calibrates this machine for that job and simulates the same three schedules
+            (apps/examples/cluster_this_machine.toml), printing both orders.
 
     python3 apps/bench/cpu_pipeline.py fashion [--rounds 3] [--epochs 3] [--troupe PATH]
     (the PyTorch side needs Debian's python3-torch: run it with /usr/bin/python3 where another
     python3 comes first on the PATH)
     python3 apps/bench/cpu_pipeline.py pipeline [--rounds 5] [--steps 600] [--troupe PATH]
-    python3 apps/bench/cpu_pipeline.py schedules [--rounds 5] [--steps 600] [--troupe PATH]
+    python3 apps/bench/cpu_pipeline.py schedules [--rounds 5] [--steps 600] [--batch 64]
+        [--micro-batches 4] [--no-simulation] [--troupe PATH]
 
 Rounds alternate the contenders (A B C A B C ...), since this machine's speed drifts within
 seconds; medians of the rounds are compared.
@@ -264,18 +267,62 @@ def pipeline(args):
 def schedules(args):
     here = os.path.dirname(os.path.abspath(__file__))
     job = os.path.normpath(os.path.join(here, "..", "examples", "fashion_mlp_sync.toml"))
+    cluster = os.path.normpath(os.path.join(here, "..", "examples", "cluster_this_machine.toml"))
     names = ["gpipe", "1f1b", "zb-h1"]
+    shape = ["training.batch_size=%d" % args.batch,
+             "parallelism.micro_batches=%d" % args.micro_batches,
+             "training.max_steps=%d" % args.steps, "training.epochs=1"]
+    print("4 stages, batch %d in %d micro-batches, %d steps per run" % (
+        args.batch, args.micro_batches, args.steps), flush=True)
     results = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as directory:
         for round_index in range(args.rounds):
             for name in names:
-                overrides = ["parallelism.schedule=\"%s\"" % name,
-                             "training.max_steps=%d" % args.steps, "training.epochs=1"]
+                overrides = shape + ["parallelism.schedule=\"%s\"" % name]
                 summary = run_troupe(args.troupe, job, overrides, os.path.join(directory, "run"))
                 results[name].append(summary)
                 print("round %d  %-6s samples/s %8.1f" % (round_index + 1, name,
                                                          summary["samples_per_s"]), flush=True)
-    report(results, "gpipe", [("samples_per_s", "samples/s", True)])
+        report(results, "gpipe", [("samples_per_s", "samples/s", True)])
+        if args.no_simulation:
+            return
+        # The same sweep in the simulator, charged with this machine's times measured just now.
+        profile = os.path.join(directory, "profile.json")
+        calibrate = [args.troupe, "calibrate", job, "--out", profile]
+        for override in shape:
+            calibrate += ["--set", override]
+        simulate = [args.troupe, "simulate", job, "--cluster", cluster, "--profile", profile,
+                    "--out", os.path.join(directory, "simulation"),
+                    "--sweep", "parallelism.schedule=" + ",".join(names)]
+        for override in shape:
+            simulate += ["--set", override]
+        for command in (calibrate, simulate):
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                sys.exit("cpu_pipeline: %s failed (%d):\n%s" % (" ".join(command),
+                                                                result.returncode, result.stderr))
+        with open(os.path.join(directory, "simulation", "summary.json")) as file:
+            simulated = {run["sweep_value"]: run["samples_per_s"]
+                         for run in json.load(file)["sweep"]["runs"]}
+    print("\nsimulated with a profile calibrated after the rounds:")
+    for name in names:
+        measured = median_of([r["samples_per_s"] for r in results[name]])
+        text = "  %-32s samples/s %.1f" % (name, simulated[name])
+        if name != "gpipe":
+            text += " (%.2fx gpipe)" % (simulated[name] / simulated["gpipe"])
+        print(text + "  prediction %+.1f %%" % (100 * (simulated[name] / measured - 1)))
+    measured = {name: median_of([r["samples_per_s"] for r in results[name]]) for name in names}
+    print("order, slowest first (~: within 1 %%): measured %s; simulated %s" % (
+        slowest_first(measured), slowest_first(simulated)))
+
+
+def slowest_first(rates):
+    """The names of `rates` from the slowest, '<' between them, '~' where within 1 %."""
+    names = sorted(rates, key=lambda name: rates[name])
+    text = names[0]
+    for before, name in zip(names, names[1:]):
+        text += (" ~ " if rates[name] < 1.01 * rates[before] else " < ") + name
+    return text
 
 
 def main():
@@ -284,6 +331,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch", type=int, default=64, help="schedules: training.batch_size")
+    parser.add_argument("--micro-batches", type=int, default=4,
+                        help="schedules: parallelism.micro_batches")
+    parser.add_argument("--no-simulation", action="store_true",
+                        help="schedules: measure only, without calibrating and simulating")
     parser.add_argument("--troupe", default=default_troupe())
     args = parser.parse_args()
     if args.rounds is None:
