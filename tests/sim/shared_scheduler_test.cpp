@@ -272,7 +272,9 @@ TEST(SharedSchedulerTest, OnFewerPooledDevicesThanStagesOneFOneBPassesGpipeWithM
         "4 stages on 2 pooled devices, m=%-2d samples/s: gpipe %.0f, 1f1b %.0f (%.3fx), "
         "zb-h1 %.0f (%.3fx)\n",
         micro_batches, gpipe, one_f_one_b, one_f_one_b / gpipe, zero_bubble, zero_bubble / gpipe);
-    if (micro_batches > 4) EXPECT_GT(one_f_one_b, 1.03 * gpipe) << "m=" << micro_batches;
+    if (micro_batches > 4) {
+      EXPECT_GT(one_f_one_b, 1.03 * gpipe) << "m=" << micro_batches;
+    }
     EXPECT_GE(zero_bubble, one_f_one_b) << "m=" << micro_batches;
     EXPECT_GE(zero_bubble, gpipe) << "m=" << micro_batches;
   }
