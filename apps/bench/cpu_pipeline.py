@@ -118,14 +118,21 @@ def default_troupe():
     return os.path.normpath(os.path.join(here, "..", "..", "build", "apps", "troupe"))
 
 
-def run_troupe(troupe, job_path, overrides, out_dir):
-    command = [troupe, "train", job_path, "--quiet", "--out", out_dir]
-    for override in overrides:
-        command += ["--set", override]
+def set_flags(overrides):
+    """troupe's --set flags for `overrides`."""
+    return [flag for override in overrides for flag in ("--set", override)]
+
+
+def run_checked(command):
+    """Runs `command`, or exits naming it and showing its stderr when it fails."""
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit("cpu_pipeline: %s failed (%d):\n%s" % (" ".join(command), result.returncode,
                                                         result.stderr))
+
+
+def run_troupe(troupe, job_path, overrides, out_dir):
+    run_checked([troupe, "train", job_path, "--quiet", "--out", out_dir] + set_flags(overrides))
     with open(os.path.join(out_dir, "summary.json")) as file:
         return json.load(file)
 
@@ -288,30 +295,20 @@ def schedules(args):
             return
         # The same sweep in the simulator, charged with this machine's times measured just now.
         profile = os.path.join(directory, "profile.json")
-        calibrate = [args.troupe, "calibrate", job, "--out", profile]
-        for override in shape:
-            calibrate += ["--set", override]
-        simulate = [args.troupe, "simulate", job, "--cluster", cluster, "--profile", profile,
-                    "--out", os.path.join(directory, "simulation"),
-                    "--sweep", "parallelism.schedule=" + ",".join(names)]
-        for override in shape:
-            simulate += ["--set", override]
-        for command in (calibrate, simulate):
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                sys.exit("cpu_pipeline: %s failed (%d):\n%s" % (" ".join(command),
-                                                                result.returncode, result.stderr))
+        run_checked([args.troupe, "calibrate", job, "--out", profile] + set_flags(shape))
+        run_checked([args.troupe, "simulate", job, "--cluster", cluster, "--profile", profile,
+                     "--out", os.path.join(directory, "simulation"),
+                     "--sweep", "parallelism.schedule=" + ",".join(names)] + set_flags(shape))
         with open(os.path.join(directory, "simulation", "summary.json")) as file:
             simulated = {run["sweep_value"]: run["samples_per_s"]
                          for run in json.load(file)["sweep"]["runs"]}
+    measured = {name: median_of([r["samples_per_s"] for r in results[name]]) for name in names}
     print("\nsimulated with a profile calibrated after the rounds:")
     for name in names:
-        measured = median_of([r["samples_per_s"] for r in results[name]])
         text = "  %-32s samples/s %.1f" % (name, simulated[name])
         if name != "gpipe":
             text += " (%.2fx gpipe)" % (simulated[name] / simulated["gpipe"])
-        print(text + "  prediction %+.1f %%" % (100 * (simulated[name] / measured - 1)))
-    measured = {name: median_of([r["samples_per_s"] for r in results[name]]) for name in names}
+        print(text + "  prediction %+.1f %%" % (100 * (simulated[name] / measured[name] - 1)))
     print("order, slowest first (~: within 1 %%): measured %s; simulated %s" % (
         slowest_first(measured), slowest_first(simulated)))
 
