@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "layers/cpu/cpu_backend.h"
-#include "layers/random.h"
+#include "tests/support/test_helpers.h"
 
 namespace troupe::layers::cpu_testing {
 
@@ -51,13 +51,7 @@ class device_array {
 
 using floats = device_array<float>;
 
-inline std::vector<float> random_values(size_t count, uint64_t seed, float low = -1.0f,
-                                        float high = 1.0f) {
-  random_generator generator(seed);
-  std::vector<float> values(count);
-  for (float& v : values) v = generator.uniform(low, high);
-  return values;
-}
+using ::troupe::testing::random_values;
 
 inline void expect_near_all(const std::vector<float>& actual, const std::vector<float>& expected,
                             float tolerance) {

@@ -22,7 +22,7 @@ TEST(CudaBackendTest, NameKindAndDefaultStream) {
 TEST(CudaBackendTest, CopiesRoundTrip) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
-  const std::vector<float> values = random_floats(1000, 1);
+  const std::vector<float> values = random_values(1000, 1);
   std::vector<float> expected(1000, -1.0f);
   std::copy(values.begin(), values.begin() + 500, expected.begin() + 100);
   expect_parity(
@@ -135,7 +135,7 @@ TEST(CudaBackendTest, PinnedHostBuffersCopyAndAreReused) {
   TROUPE_REQUIRE_CUDA(pair);
   backend& device = *pair.cuda;
   const size_t count = 100000;
-  const std::vector<float> values = random_floats(count, 61);
+  const std::vector<float> values = random_values(count, 61);
   device_array<float> data(device, values);
   const stream s = device.create_stream();
   auto* host = static_cast<float*>(device.allocate_host(count * sizeof(float)));
@@ -168,8 +168,8 @@ TEST(CudaBackendTest, ConcurrentStreamsFromThreads) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const int n = 96;
-  const auto a = random_floats(n * n, 171);
-  const auto b = random_floats(n * n, 172);
+  const auto a = random_values(n * n, 171);
+  const auto b = random_values(n * n, 172);
   // Each stage-like thread runs GEMM and a reduction on its own stream of the same backend.
   const auto run = [&](backend& device, std::vector<float>* result) {
     const stream s = device.create_stream();

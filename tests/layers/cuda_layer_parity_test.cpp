@@ -19,8 +19,8 @@ TEST(CudaParityTest, Im2colAndCol2im) {
     const size_t image_size = size_t(g.batch) * g.channels * g.height * g.width;
     const size_t columns_size =
         size_t(g.batch) * g.out_height * g.out_width * g.channels * g.kernel * g.kernel;
-    const auto image = random_floats(image_size, 101);
-    const auto columns = random_floats(columns_size, 102);
+    const auto image = random_values(image_size, 101);
+    const auto columns = random_values(columns_size, 102);
     const std::string what = "k" + std::to_string(g.kernel) + " s" + std::to_string(g.stride) +
                              " p" + std::to_string(g.padding);
     expect_parity(
@@ -53,7 +53,7 @@ TEST(CudaParityTest, MaxPoolForwardAndBackward) {
     const size_t in_size = size_t(g.batch) * g.channels * g.height * g.width;
     const size_t out_size = size_t(g.batch) * g.channels * g.out_height * g.out_width;
     const auto x = tied_floats(in_size, 111);
-    const auto dy = random_floats(out_size, 112);
+    const auto dy = random_values(out_size, 112);
     const std::string what = "k" + std::to_string(g.kernel) + " s" + std::to_string(g.stride);
     // Overlapping windows add several gradients into one pixel; the order may differ.
     const tolerance t = g.stride < g.kernel ? tolerance{1e-6, 1e-7} : exact;
@@ -77,7 +77,7 @@ TEST(CudaParityTest, DropoutMasksMatchBitForBit) {
   TROUPE_REQUIRE_CUDA(pair);
   const size_t count = 10007;
   const uint64_t seed = 1234, offset = 77;
-  const auto x = random_floats(count, 121);
+  const auto x = random_values(count, 121);
   for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
     const auto op = [&](backend& device) {
       device_array<float> dx(device, x), y(device, count), mask(device, count);
@@ -109,7 +109,7 @@ TEST(CudaParityTest, SgdSteps) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const size_t count = 5003;
-  const auto weights = random_floats(count, 131);
+  const auto weights = random_values(count, 131);
   sgd_parameters plain;
   plain.learning_rate = 0.1f;
   sgd_parameters momentum;
@@ -126,7 +126,7 @@ TEST(CudaParityTest, SgdSteps) {
           device_array<float> w(device, weights), g(device, count);
           device_array<float> v(device, std::vector<float>(count, 0.0f));
           for (uint64_t step = 0; step < 3; ++step) {
-            g.upload(random_floats(count, 140 + step));
+            g.upload(random_values(count, 140 + step));
             device.sgd_step(device.default_stream(), w.data(), g.data(),
                             p.momentum == 0.0f ? nullptr : v.data(), count, p);
           }
@@ -140,7 +140,7 @@ TEST(CudaParityTest, AdamSteps) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const size_t count = 5003;
-  const auto weights = random_floats(count, 151);
+  const auto weights = random_values(count, 151);
   adam_parameters p;
   p.learning_rate = 1e-3f;
   p.weight_decay = 0.01f;
@@ -160,7 +160,7 @@ TEST(CudaParityTest, AdamSteps) {
           step.beta1 = 0.9f + 0.01f * static_cast<float>(step.step % 3);
           step.momentum_product *= step.beta1;
         }
-        g.upload(random_floats(count, seed + step.step));
+        g.upload(random_values(count, seed + step.step));
         device.adam_step(device.default_stream(), w.data(), g.data(), m.data(), v.data(), count,
                          step);
       }

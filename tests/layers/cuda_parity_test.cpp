@@ -26,11 +26,11 @@ TEST(CudaParityTest, GemmAllTransposes) {
           const int ldc = d.n + 4;
           const int rows_a = ta == transpose::no ? d.m : d.k;
           const int rows_b = tb == transpose::no ? d.k : d.n;
-          const auto a = random_floats(size_t(rows_a) * lda, 11);
-          const auto b = random_floats(size_t(rows_b) * ldb, 12);
+          const auto a = random_values(size_t(rows_a) * lda, 11);
+          const auto b = random_values(size_t(rows_b) * ldb, 12);
           // With beta == 0, C must not be read: NaN there must not leak into the result.
           const auto c = beta == 0.0f ? std::vector<float>(size_t(d.m) * ldc, nan_value)
-                                      : random_floats(size_t(d.m) * ldc, 13);
+                                      : random_values(size_t(d.m) * ldc, 13);
           const auto op = [&](backend& device) {
             device_array<float> da(device, a), db(device, b), dc(device, c);
             device.gemm(device.default_stream(), ta, tb, d.m, d.n, d.k, 0.75f, da.data(), lda,
@@ -59,7 +59,7 @@ TEST(CudaParityTest, GemmEmptyInnerDimension) {
   const int m = 5, n = 4, ldc = 6;
   for (float beta : {0.0f, 2.0f}) {
     const auto c =
-        beta == 0.0f ? std::vector<float>(m * ldc, nan_value) : random_floats(m * ldc, 3);
+        beta == 0.0f ? std::vector<float>(m * ldc, nan_value) : random_values(m * ldc, 3);
     expect_parity(
         pair,
         [&](backend& device) {
@@ -111,9 +111,9 @@ TEST(CudaParityTest, GemmAtReducedPrecision) {
           const int lda = (ta == transpose::no ? d.k : d.m) + 3;
           const int ldb = (tb == transpose::no ? d.n : d.k) + 2;
           const int ldc = d.n + 4;
-          const auto a = random_floats(size_t(ta == transpose::no ? d.m : d.k) * lda, 41);
-          const auto b = random_floats(size_t(tb == transpose::no ? d.k : d.n) * ldb, 42);
-          const auto c = random_floats(size_t(d.m) * ldc, 43);
+          const auto a = random_values(size_t(ta == transpose::no ? d.m : d.k) * lda, 41);
+          const auto b = random_values(size_t(tb == transpose::no ? d.k : d.n) * ldb, 42);
+          const auto c = random_values(size_t(d.m) * ldc, 43);
           const float alpha = 0.75f, beta = 0.5f;
           const auto op = [&](backend& device) {
             const stream s = device.create_stream();
@@ -154,7 +154,7 @@ TEST(CudaParityTest, GemmBackAtFp32IsBitForBitTheDefault) {
   TROUPE_REQUIRE_CUDA(pair);
   backend& device = *pair.cuda;
   const int m = 96, n = 80, k = 112;
-  const auto a = random_floats(size_t(m) * k, 51), b = random_floats(size_t(k) * n, 52);
+  const auto a = random_values(size_t(m) * k, 51), b = random_values(size_t(k) * n, 52);
   device_array<float> da(device, a), db(device, b), plain(device, m * n), reset(device, m * n),
       rounded(device, m * n);
   const stream s = device.create_stream();
@@ -177,8 +177,8 @@ TEST(CudaParityTest, RowAndChannelVectors) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const int rows = 67, cols = 130;
-  const auto matrix = random_floats(rows * cols, 21);
-  const auto vector = random_floats(cols, 22);
+  const auto matrix = random_values(rows * cols, 21);
+  const auto vector = random_values(cols, 22);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -188,8 +188,8 @@ TEST(CudaParityTest, RowAndChannelVectors) {
       },
       exact, "add_row_vector");
   const int batch = 3, channels = 5, spatial = 49;
-  const auto data = random_floats(batch * channels * spatial, 23);
-  const auto bias = random_floats(channels, 24);
+  const auto data = random_values(batch * channels * spatial, 23);
+  const auto bias = random_values(channels, 24);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -209,9 +209,9 @@ TEST(CudaParityTest, SumRowsIsDeterministic) {
   };
   for (dims d : {dims{67, 130}, dims{1000, 3}, dims{1, 40}, dims{0, 5}}) {
     for (float beta : {0.0f, 0.5f}) {
-      const auto matrix = random_floats(size_t(d.rows) * d.cols, 31);
+      const auto matrix = random_values(size_t(d.rows) * d.cols, 31);
       const auto out =
-          beta == 0.0f ? std::vector<float>(d.cols, nan_value) : random_floats(d.cols, 32);
+          beta == 0.0f ? std::vector<float>(d.cols, nan_value) : random_values(d.cols, 32);
       const auto op = [&](backend& device) {
         device_array<float> dm(device, matrix), dout(device, out);
         device.sum_rows(device.default_stream(), dm.data(), d.rows, d.cols, beta, dout.data());
@@ -233,9 +233,9 @@ TEST(CudaParityTest, SumChannelsIsDeterministic) {
   };
   for (dims d : {dims{3, 5, 49}, dims{64, 16, 196}, dims{2, 3, 1}}) {
     for (float beta : {0.0f, 0.5f}) {
-      const auto data = random_floats(size_t(d.batch) * d.channels * d.spatial, 41);
+      const auto data = random_values(size_t(d.batch) * d.channels * d.spatial, 41);
       const auto out =
-          beta == 0.0f ? std::vector<float>(d.channels, nan_value) : random_floats(d.channels, 42);
+          beta == 0.0f ? std::vector<float>(d.channels, nan_value) : random_values(d.channels, 42);
       const auto op = [&](backend& device) {
         device_array<float> dd(device, data), dout(device, out);
         device.sum_channels(device.default_stream(), dd.data(), d.batch, d.channels, d.spatial,
@@ -257,7 +257,7 @@ TEST(CudaParityTest, TransposeBatched) {
     int batch, rows, cols;
   };
   for (dims d : {dims{3, 37, 45}, dims{2, 1, 100}, dims{1, 64, 64}, dims{5, 100, 1}}) {
-    const auto in = random_floats(size_t(d.batch) * d.rows * d.cols, 51);
+    const auto in = random_values(size_t(d.batch) * d.rows * d.cols, 51);
     expect_parity(
         pair,
         [&](backend& device) {
@@ -275,8 +275,8 @@ TEST(CudaParityTest, CopyMatrix) {
   TROUPE_REQUIRE_CUDA(pair);
   // Columns [5, 5 + 30) of a 37 x 45 matrix into columns [2, 32) of a 37 x 40 one.
   const int rows = 37, cols = 30;
-  const auto source = random_floats(size_t(rows) * 45, 52);
-  const auto target = random_floats(size_t(rows) * 40, 53);
+  const auto source = random_values(size_t(rows) * 45, 52);
+  const auto target = random_values(size_t(rows) * 40, 53);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -292,8 +292,8 @@ TEST(CudaParityTest, AxpyAndMultiply) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const size_t count = 100003;
-  const auto x = random_floats(count, 61);
-  const auto y = random_floats(count, 62);
+  const auto x = random_values(count, 61);
+  const auto y = random_values(count, 62);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -318,7 +318,7 @@ TEST(CudaParityTest, SumIsDeterministic) {
   TROUPE_REQUIRE_CUDA(pair);
   for (size_t count :
        {size_t{0}, size_t{1}, size_t{1000}, size_t{2048}, size_t{2049}, size_t{(1 << 18) + 3}}) {
-    const auto x = random_floats(count, 71);
+    const auto x = random_values(count, 71);
     const auto op = [&](backend& device) {
       device_array<float> dx(device, x), dout(device, 1);
       device.sum(device.default_stream(), dx.data(), count, dout.data());
@@ -334,8 +334,8 @@ TEST(CudaParityTest, Activations) {
   if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const size_t count = 10007;
-  const auto x = random_floats(count, 81, -4.0f, 4.0f);
-  const auto dy = random_floats(count, 82);
+  const auto x = random_values(count, 81, -4.0f, 4.0f);
+  const auto dy = random_values(count, 82);
   for (activation f : {activation::relu, activation::tanh, activation::gelu}) {
     const tolerance t = f == activation::relu ? exact : rounding;
     const std::string what = "activation " + std::to_string(int(f));
@@ -370,7 +370,7 @@ TEST(CudaParityTest, SoftmaxCrossEntropyWithTies) {
   for (dims d :
        {dims{67, 10, false}, dims{5, 1000, false}, dims{300, 33, true}, dims{1, 1, false}}) {
     const auto logits = d.ties ? tied_floats(size_t(d.rows) * d.cols, 91)
-                               : random_floats(size_t(d.rows) * d.cols, 91, -5.0f, 5.0f);
+                               : random_values(size_t(d.rows) * d.cols, 91, -5.0f, 5.0f);
     const std::vector<int32_t> labels = labels_for(logits, d.rows, d.cols);
     for (bool with_gradient : {true, false}) {
       const auto op = [&](backend& device) {

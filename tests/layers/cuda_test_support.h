@@ -21,6 +21,7 @@
 #include "layers/backend.h"
 #include "layers/backend_registry.h"
 #include "layers/random.h"
+#include "tests/support/test_helpers.h"
 
 namespace troupe::layers::cuda_testing {
 
@@ -94,17 +95,11 @@ inline tolerance summed(double terms) { return {1e-5, 1e-6 * std::max(1.0, terms
 
 const float nan_value = std::numeric_limits<float>::quiet_NaN();
 
-inline std::vector<float> random_floats(size_t count, uint64_t seed, float low = -1.0f,
-                                        float high = 1.0f) {
-  random_generator generator(seed);
-  std::vector<float> values(count);
-  for (float& v : values) v = generator.uniform(low, high);
-  return values;
-}
+using ::troupe::testing::random_values;
 
 /// Values from {0, 0.5, 1, 1.5}, so that maxima tie often.
 inline std::vector<float> tied_floats(size_t count, uint64_t seed) {
-  std::vector<float> values = random_floats(count, seed, 0.0f, 4.0f);
+  std::vector<float> values = random_values(count, seed, 0.0f, 4.0f);
   for (float& v : values) v = std::floor(v) * 0.5f;
   return values;
 }

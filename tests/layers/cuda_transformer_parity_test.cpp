@@ -16,7 +16,7 @@ TEST(CudaTransformerParityTest, GemmBatchedThroughRowStrides) {
   TROUPE_REQUIRE_CUDA(pair);
   // Four heads of width 8 side by side in rows of 3 × 32 (queries, keys, values), T = 12.
   const int t = 12, width = 32, heads = 4, head = 8;
-  const auto qkv = random_floats(size_t(t) * 3 * width, 301);
+  const auto qkv = random_values(size_t(t) * 3 * width, 301);
   for (transpose tb : {transpose::no, transpose::yes}) {
     expect_parity(
         pair,
@@ -37,10 +37,10 @@ TEST(CudaTransformerParityTest, LayerNormForwardAndBackward) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const int rows = 37, cols = 96;
-  const auto x = random_floats(size_t(rows) * cols, 311, -3.0f, 3.0f);
-  const auto gamma = random_floats(cols, 312, 0.5f, 1.5f);
-  const auto beta = random_floats(cols, 313);
-  const auto dy = random_floats(size_t(rows) * cols, 314);
+  const auto x = random_values(size_t(rows) * cols, 311, -3.0f, 3.0f);
+  const auto gamma = random_values(cols, 312, 0.5f, 1.5f);
+  const auto beta = random_values(cols, 313);
+  const auto dy = random_values(size_t(rows) * cols, 314);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -61,8 +61,8 @@ TEST(CudaTransformerParityTest, CausalSoftmaxAndItsGradient) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TROUPE_REQUIRE_CUDA(pair);
   const int batch = 6, t = 45;
-  const auto scores = random_floats(size_t(batch) * t * t, 321, -6.0f, 6.0f);
-  const auto dp = random_floats(scores.size(), 322);
+  const auto scores = random_values(size_t(batch) * t * t, 321, -6.0f, 6.0f);
+  const auto dp = random_values(scores.size(), 322);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -89,9 +89,9 @@ TEST(CudaTransformerParityTest, EmbeddingGatherAndDeterministicScatter) {
   for (float& id : ids) id = static_cast<float>(generator.below(vocab));
   ids[7] = -1.0f;         // outside the vocabulary: a row of zeros, no gradient
   ids[8] = float(vocab);  // likewise
-  const auto table = random_floats(size_t(vocab) * dim, 332);
-  const auto dout = random_floats(size_t(count) * dim, 333);
-  const auto previous = random_floats(table.size(), 334);
+  const auto table = random_values(size_t(vocab) * dim, 332);
+  const auto dout = random_values(size_t(count) * dim, 333);
+  const auto previous = random_values(table.size(), 334);
   expect_parity(
       pair,
       [&](backend& device) {
@@ -143,12 +143,12 @@ TEST(CudaTransformerParityTest, WholeBlocks) {
   layer_spec norm;
   norm.type = "layernorm";
   const shape tokens{16, 32};
-  const auto x = random_floats(2 * 16 * 32, 341);
+  const auto x = random_values(2 * 16 * 32, 341);
   for (const layer_spec& spec : {block, head, norm}) {
     shape out;
     std::string error;
     ASSERT_TRUE(infer_output_shape(spec, tokens, &out, &error)) << error;
-    const auto upstream = random_floats(2 * size_t(element_count(out)), 342);
+    const auto upstream = random_values(2 * size_t(element_count(out)), 342);
     expect_parity(
         pair, [&](backend& device) { return block_pass(device, spec, tokens, x, upstream); },
         summed(128), spec.type);
@@ -159,7 +159,7 @@ TEST(CudaTransformerParityTest, WholeBlocks) {
   embedding.dim = 32;
   std::vector<float> ids(2 * 16);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = float((i * 7) % 30);
-  const auto upstream = random_floats(2 * 16 * 32, 343);
+  const auto upstream = random_values(2 * 16 * 32, 343);
   expect_parity(
       pair, [&](backend& device) { return block_pass(device, embedding, {16}, ids, upstream); },
       summed(4), "embedding");
