@@ -118,6 +118,17 @@ std::string interleaving_note(const actors::job_config& config) {
          "virtual_stages >= 2 (stages a multiple of it) to interleave";
 }
 
+std::string interleaved_workers_note(const actors::job_config& config) {
+  const actors::parallelism_config& p = config.parallelism;
+  if (p.mode != "sync" || p.schedule != "interleaved" || p.virtual_stages < 2) return "";
+  const int workers = p.stages / p.virtual_stages;
+  return "troupe: interleaved runs the " + std::to_string(p.stages) + " stages as " +
+         std::to_string(p.virtual_stages) + " chunks on " +
+         (workers == 1 ? "one worker (device)"
+                       : "each of " + std::to_string(workers) + " workers (devices)") +
+         "; other schedules give each stage a worker of its own";
+}
+
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
   auto costs = actors::estimated_block_costs(*config, error);

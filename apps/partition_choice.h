@@ -34,6 +34,10 @@ std::string layer_cut_hint(const actors::job_config& config);
 /// 1, which runs as 1F1B), a line saying so; "" otherwise.
 std::string interleaving_note(const actors::job_config& config);
 
+/// When `config` interleaves (virtual_stages >= 2), a line saying on how many workers its
+/// stages run, for a table whose other rows give each stage a worker of its own; "" otherwise.
+std::string interleaved_workers_note(const actors::job_config& config);
+
 /// For the commands that predict rather than train (`troupe simulate`): parallelism.partition =
 /// "measured" in `config` becomes the cut points that the cost model's estimate chooses, cuts
 /// inside linear layers included, as `troupe train` would choose them by timing. Other

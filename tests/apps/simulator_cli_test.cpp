@@ -131,6 +131,13 @@ TEST_F(SimulatorCliTest, SettingsAreRowsOfOverridesEachNamed) {
              out.string());
   ASSERT_EQ(result.status, 0) << result.errors;
   EXPECT_EQ(result.errors.find("runs as 1F1B"), std::string::npos) << result.errors;
+  // The interleaved row's 2 stages run on one worker; the gpipe row's on two.
+  EXPECT_NE(result.errors.find("interleaved runs the 2 stages as 2 chunks on one worker "
+                               "(device); other schedules give each stage a worker of its own "
+                               "(the row interleaved-v2)"),
+            std::string::npos)
+      << result.errors;
+  EXPECT_EQ(result.errors.find("(the row gpipe)"), std::string::npos) << result.errors;
   EXPECT_EQ(result.output.rfind("setting ", 0), 0u) << result.output;
   EXPECT_NE(result.output.find("\ngpipe "), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("\ninterleaved-v2 "), std::string::npos) << result.output;
