@@ -111,16 +111,14 @@ std::string layer_cut_hint(const actors::job_config& config) {
          "] (or \"measured\", which times the blocks)";
 }
 
-std::string interleaving_note(const actors::job_config& config) {
+std::string interleaving_note(const actors::job_config& config, bool in_table) {
   const actors::parallelism_config& p = config.parallelism;
-  if (p.mode != "sync" || p.schedule != "interleaved" || p.virtual_stages != 1) return "";
-  return "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as 1F1B; set "
-         "virtual_stages >= 2 (stages a multiple of it) to interleave";
-}
-
-std::string interleaved_workers_note(const actors::job_config& config) {
-  const actors::parallelism_config& p = config.parallelism;
-  if (p.mode != "sync" || p.schedule != "interleaved" || p.virtual_stages < 2) return "";
+  if (p.mode != "sync" || p.schedule != "interleaved") return "";
+  if (p.virtual_stages == 1) {
+    return "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as 1F1B; "
+           "set virtual_stages >= 2 (stages a multiple of it) to interleave";
+  }
+  if (!in_table) return "";
   const int workers = p.stages / p.virtual_stages;
   return "troupe: interleaved runs the " + std::to_string(p.stages) + " stages as " +
          std::to_string(p.virtual_stages) + " chunks on " +

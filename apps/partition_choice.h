@@ -32,11 +32,9 @@ std::string layer_cut_hint(const actors::job_config& config);
 
 /// When `config` asks for the interleaved schedule with one chunk per worker (virtual_stages =
 /// 1, which runs as 1F1B), a line saying so; "" otherwise.
-std::string interleaving_note(const actors::job_config& config);
-
-/// When `config` interleaves (virtual_stages >= 2), a line saying on how many workers its
-/// stages run, for a table whose other rows give each stage a worker of its own; "" otherwise.
-std::string interleaved_workers_note(const actors::job_config& config);
+/// With `in_table`, also when it interleaves (virtual_stages >= 2): a line saying on how many
+/// workers its stages run, since the table's other rows give each stage a worker of its own.
+std::string interleaving_note(const actors::job_config& config, bool in_table = false);
 
 /// For the commands that predict rather than train (`troupe simulate`): parallelism.partition =
 /// "measured" in `config` becomes the cut points that the cost model's estimate chooses, cuts

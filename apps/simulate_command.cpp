@@ -344,12 +344,9 @@ int run_simulate(const simulate_options& options) {
       const std::string hint = layer_cut_hint(*config);
       if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
     }
-    if (const std::string note = interleaving_note(*config); !note.empty()) {
+    if (const std::string note = interleaving_note(*config, table); !note.empty()) {
       std::fprintf(stderr, "%s%s\n", note.c_str(),
                    table ? (" (the row " + name + ")").c_str() : "");
-    }
-    if (const std::string note = interleaved_workers_note(*config); table && !note.empty()) {
-      std::fprintf(stderr, "%s (the row %s)\n", note.c_str(), name.c_str());
     }
     auto data = actors::load_job_data(*config, &error);
     if (!data) return bad_input(error);

@@ -255,7 +255,7 @@ TEST(SharedSchedulerTest, OnFewerPooledDevicesThanStagesOneFOneBPassesGpipeWithM
   // where the heavy stages wait on each other's first and last passes; 1F1B, once its
   // micro-batches outnumber the stages, interleaves forwards and backwards without that turn.
   // With as many micro-batches as stages it only removes choices (measured on this machine:
-  // 1F1B 0.97x GPipe at m = 4, 1.08x at m = 16; README, Results).
+  // 1F1B 0.96x GPipe at m = 4, 1.07x at m = 16; README, Results).
   auto rate = [](int micro_batches, const std::string& schedule) {
     actors::job_config config = balanced_job(4, micro_batches, "sync");
     config.model.layers.erase(config.model.layers.begin());  // no layernorm before stage 0
