@@ -149,4 +149,44 @@ TEST(RepositoryTest, OnlyTheRegistryTestsForCudaBuilds) {
   EXPECT_EQ(hits, std::vector<std::string>{"layers/backend_registry.cpp"});
 }
 
+/// Table cells of a Markdown file longer than `limit` characters, as "FILE:LINE (N chars)".
+std::vector<std::string> long_table_cells(const fs::path& file, size_t limit) {
+  std::vector<std::string> hits;
+  const std::vector<std::string> lines = lines_of(read_file(source_dir / file));
+  for (size_t number = 0; number < lines.size(); ++number) {
+    if (lines[number].rfind("|", 0) != 0) continue;
+    std::istringstream cells(lines[number]);
+    for (std::string cell; std::getline(cells, cell, '|');) {
+      if (cell.size() > limit) {
+        hits.push_back(file.string() + ":" + std::to_string(number + 1) + " (" +
+                       std::to_string(cell.size()) + " chars)");
+      }
+    }
+  }
+  return hits;
+}
+
+TEST(RepositoryTest, TheReadmeIsAShortFrontDoor) {
+  const std::string readme = read_file(source_dir / "README.md");
+  EXPECT_LE(lines_of(readme).size(), 300u) << "reference belongs in docs/guide/";
+  EXPECT_EQ(readme.find("../shared"), std::string::npos) << "the README points outside";
+  EXPECT_EQ(long_table_cells("README.md", 320), std::vector<std::string>{});
+}
+
+TEST(RepositoryTest, ResultsHoldOneCurrentFigurePerCell) {
+  // Measurements keep one current figure with its date, commit and command; history is git's.
+  EXPECT_EQ(long_table_cells(fs::path("docs") / "results.md", 320), std::vector<std::string>{});
+}
+
+TEST(RepositoryTest, EveryGuidePageTheReadmeLinksExists) {
+  const std::string readme = read_file(source_dir / "README.md");
+  const std::regex link(R"(\]\((docs/[^)#]+))");
+  int links = 0;
+  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), link);
+       it != std::sregex_iterator(); ++it, ++links) {
+    EXPECT_TRUE(fs::exists(source_dir / (*it)[1].str())) << (*it)[1].str();
+  }
+  EXPECT_GE(links, 10);
+}
+
 }  // namespace
