@@ -169,7 +169,7 @@ def probe(name, candidates, measure, rounds, unit):
     medians = [statistics.median(values) for values in rates]
     best = max(range(len(candidates)), key=lambda index: medians[index])
     for index, candidate in enumerate(candidates):
-        print("  probe %-52s %10.1f %s%s" % (describe(candidate), medians[index], unit,
+        print("  probe %-60s %10.1f %s%s" % (describe(candidate), medians[index], unit,
                                               "  <- chosen" if index == best else ""), flush=True)
     return Choice(candidates[best], list(zip(candidates, rates)))
 
@@ -283,17 +283,17 @@ def troupe_choice(args, name, troupe, job, overrides, stages, out, per_step, uni
         return troupe_rate(troupe, job, overrides + job_overrides(setting), steps, out, per_step,
                            env=environment(setting))
 
-    steps_per_s = run(candidates[0], 5) / per_step
-    steps = max(5, int(args.probe_seconds * steps_per_s))
+    steps_per_s = run(candidates[0], 3) / per_step
+    steps = max(3, int(args.probe_seconds * steps_per_s))
     return chosen(None, name, candidates, lambda setting: run(setting, steps), args, unit)
 
 
 def add_arguments(parser, troupe=True, probe_seconds=3.0, probe_rounds=2):
     """The probe's flags: --probe-seconds, --probe-rounds, --pytorch-setting and, with `troupe`,
     --troupe-setting; and two that the scripts pass to their own child processes."""
-    parser.add_argument("--probe-seconds", type=float, default=probe_seconds,
+    parser.add_argument("--probe-seconds", type=positive(float), default=probe_seconds,
                         help="timed seconds of each candidate setting in the probe")
-    parser.add_argument("--probe-rounds", type=int, default=probe_rounds,
+    parser.add_argument("--probe-rounds", type=positive(int), default=probe_rounds,
                         help="rounds of the probe, each over every candidate")
     parser.add_argument("--pytorch-setting", type=setting_type("pytorch"), default=None,
                         help="skip PyTorch's probe and use this setting: KEY=VALUE,... "
@@ -314,4 +314,16 @@ def setting_type(side):
             return parse_setting(text, side)
         except ValueError as error:
             raise argparse.ArgumentTypeError("%s setting %s: %s" % (side, text, error))
+    return parse
+
+
+def positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError("%s: expected a number above 0" % text)
+        return value
     return parse
