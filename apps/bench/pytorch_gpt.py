@@ -152,7 +152,11 @@ def resolved_config(args):
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
         args.set + ["training.max_steps=1", "training.epochs=1", "checkpoint.interval_steps=0",
                     "checkpoint.interval_s=0", "metrics.progress=false"]))
-    return json.load(open(os.path.join(out, "config.json")))
+    with open(os.path.join(out, "config.json")) as file:
+        config = json.load(file)
+    # Removed now: `train` may start this program again, which skips the removal at exit.
+    shutil.rmtree(work, ignore_errors=True)
+    return config
 
 
 def train(args):
