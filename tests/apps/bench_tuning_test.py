@@ -18,6 +18,7 @@ from unittest import mock
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "apps", "bench")
 sys.path.insert(0, BENCH)
+sys.dont_write_bytecode = True  # nothing written into the source tree
 
 import converge_race  # noqa: E402
 import tuning  # noqa: E402
