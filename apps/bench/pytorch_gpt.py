@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
 """The GPT of a troupe job, built in PyTorch: checked against troupe, trained, and timed.
 
-The model is read from the resolved job troupe writes (DIR/config.json), block for block:
-embedding (token table "weight" and learned "position"), transformer_block (nanoGPT's
-pre-LayerNorm block: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, GELU),
-layernorm and lm_head. Each block is a submodule named as troupe names it ("embedding0",
-"transformer_block1", ..., "lm_head8"), so the module's state_dict keys are troupe's tensor
-names without their "stage{i}." prefix: troupe's safetensors files load with load_state_dict.
-The data is troupe's text data rebuilt byte for byte: the job's files in name order
-(regular files, no ".dat" or ".u8"), concatenated, the last data.validation_fraction held out,
-cut into sequences of data.context bytes labelled with the byte after each.
+The model, the data and the training step are gpt_model.py's: the job's blocks, named as
+troupe names them (troupe's safetensors files load with load_state_dict), and troupe's text
+data rebuilt byte for byte.
 
     pytorch_gpt.py compare JOB [--steps 50] [--set KEY=VALUE ...]
         troupe exports the job's initial weights and trains `steps` steps in sync mode with
@@ -26,10 +20,15 @@ cut into sequences of data.context bytes labelled with the byte after each.
         each (medians) and the ratios to PyTorch. Each side is timed over `steps` steps after
         3 warm-up steps that are not counted (troupe's from its per-step metrics records).
 
-PyTorch runs on the CPU with --threads threads (default 2), or with --device cuda on the GPU,
-where troupe's runs get parallelism.devices = "cuda" too. --precision fp32|tf32|bf16 sets both
-sides' GEMM arithmetic: troupe's training.precision, and PyTorch's TF32 matmuls or bf16
-autocast (fp32 master weights either way).
+PyTorch runs on the CPU, or with --device cuda on the GPU, where troupe's runs get
+parallelism.devices = "cuda" too. `train` and `speed` first tune each side as its users do
+(tuning.py): a short probe of PyTorch's OMP_WAIT_POLICY, threads and OPENBLAS_NUM_THREADS
+(--probe-seconds, --probe-rounds; --pytorch-setting KEY=VALUE,... or --threads N skips it), and
+in `speed` of each troupe configuration's parallelism.threads and spin_wait_ms
+(--troupe-setting skips it); they print the setting chosen beside the rate of PyTorch's
+default settings in the probe. --precision fp32|tf32|bf16 sets both sides' GEMM arithmetic:
+troupe's training.precision, and PyTorch's TF32 matmuls or bf16 autocast (fp32 master weights
+either way).
 """
 
 import argparse
@@ -39,219 +38,21 @@ import math
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
-AUTOCAST_BF16 = False  # set by --precision bf16
+import gpt_model
+import tuning
+from gpt_model import Model, learning_rate_at, make_optimizer, read_safetensors, text_splits, \
+    train_step, validation_loss
+
 # speed: steps each side runs before its timing starts (set-up, allocation, the GEMM search).
-WARMUP_STEPS = 3
+WARMUP_STEPS = tuning.WARMUP_STEPS
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-# ---- the model ---------------------------------------------------------------------------------
-
-class Embedding(nn.Module):
-    def __init__(self, vocab, dim, positions):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim).uniform_(-0.0346, 0.0346))
-        self.position = nn.Parameter(torch.empty(positions, dim).uniform_(-0.0346, 0.0346))
-
-    def forward(self, ids):
-        length = ids.shape[1]
-        return self.weight[ids] + self.position[:length]
-
-
-class Attention(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        self.heads = heads
-        self.c_attn = nn.Linear(width, 3 * width)
-        self.c_proj = nn.Linear(width, width)
-
-    def forward(self, x):
-        batch, length, width = x.shape
-        q, k, v = self.c_attn(x).split(width, dim=2)
-        shape = (batch, length, self.heads, width // self.heads)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(width // self.heads))
-        mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
-        y = F.softmax(scores, dim=-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(batch, length, width))
-
-
-class Mlp(nn.Module):
-    def __init__(self, width, ratio):
-        super().__init__()
-        self.c_fc = nn.Linear(width, ratio * width)
-        self.c_proj = nn.Linear(ratio * width, width)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, width, heads, ratio, dropout):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(width, eps=1e-5)
-        self.attn = Attention(width, heads)
-        self.ln_2 = nn.LayerNorm(width, eps=1e-5)
-        self.mlp = Mlp(width, ratio)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        x = x + self.dropout(self.attn(self.ln_1(x)))
-        return x + self.dropout(self.mlp(self.ln_2(x)))
-
-
-class Model(nn.Module):
-    """The blocks of a troupe job's model.layers, named "{type}{index}"."""
-
-    def __init__(self, config):
-        super().__init__()
-        context = config["data"]["context"]
-        width = None
-        for index, spec in enumerate(config["model"]["layers"]):
-            kind = spec["type"]
-            if kind == "embedding":
-                width = spec["dim"]
-                module = Embedding(spec["vocab"], width, spec.get("positions") or context)
-            elif kind == "transformer_block":
-                module = Block(width, spec["heads"], spec.get("mlp_ratio", 4), spec.get("dropout", 0))
-            elif kind == "layernorm":
-                module = nn.LayerNorm(width, eps=1e-5)
-            elif kind in ("lm_head", "linear"):
-                out = spec["vocab"] if kind == "lm_head" else spec["out"]
-                module = nn.Linear(width, out, bias=spec.get("bias", kind == "linear"))
-                width = out
-            elif kind == "gelu":
-                module = nn.GELU()
-            elif kind == "relu":
-                module = nn.ReLU()
-            elif kind == "dropout":
-                module = nn.Dropout(spec.get("p", 0.5))
-            else:
-                raise SystemExit(f"pytorch_gpt: no PyTorch counterpart of layer type '{kind}'")
-            self.add_module(f"{kind}{index}", module)
-
-    def forward(self, ids):
-        x = ids
-        for module in self.children():
-            x = module(x)
-        return x
-
-
-def read_safetensors(path):
-    """{name: tensor} of a float32 safetensors file, names without their "stage{i}." prefix."""
-    with open(path, "rb") as file:
-        header_size = struct.unpack("<Q", file.read(8))[0]
-        header = json.loads(file.read(header_size))
-        data = file.read()
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if entry["dtype"] != "F32":
-            raise SystemExit(f"pytorch_gpt: {path}: tensor {name} is {entry['dtype']}, not F32")
-        begin, end = entry["data_offsets"]
-        values = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32)
-        bare = name.split(".", 1)[1] if name.startswith("stage") else name
-        tensors[bare] = values.reshape(entry["shape"])
-    return tensors
-
-
-# ---- the data ----------------------------------------------------------------------------------
-
-def text_files(path):
-    if os.path.isfile(path):
-        return [path]
-    files = []
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if name.startswith(".") or name.endswith((".dat", ".u8")) or os.path.islink(full):
-            continue
-        if os.path.isfile(full) and os.path.getsize(full) > 0:
-            files.append(full)
-    return files
-
-
-def text_splits(config, device="cpu"):
-    """(train, validation): int64 tensors [sequences, context + 1] of troupe's text data."""
-    data = config["data"]
-    everything = b"".join(open(f, "rb").read() for f in text_files(data["path"]))
-    held_out = int(len(everything) * data["validation_fraction"])
-    split = len(everything) - held_out
-
-    def sequences(raw):
-        context = data["context"]
-        count = (len(raw) - 1) // context
-        values = torch.tensor(list(raw[: count * context + 1]), dtype=torch.int64)
-        inputs = values[: count * context].view(count, context)
-        targets = values[1: count * context + 1].view(count, context)
-        return inputs.to(device), targets.to(device)
-
-    return sequences(everything[:split]), sequences(everything[split:])
-
-
-# ---- training ----------------------------------------------------------------------------------
-
-def learning_rate_at(training, step, total_steps):
-    """troupe's learning_rate_at for the constant and cosine schedules, with warm-up."""
-    rate = training["lr"]
-    if training["lr_schedule"] == "cosine" and total_steps > 0:
-        rate = 0.5 * training["lr"] * (1.0 + math.cos(math.pi * min(step / total_steps, 1.0)))
-    if training["warmup_steps"] > 0 and step < training["warmup_steps"]:
-        rate *= (step + 1) / training["warmup_steps"]
-    return rate
-
-
-def make_optimizer(model, training):
-    kind = training["optimizer"]
-    betas = (training["beta1"], training["beta2"])
-    if kind == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=training["lr"], betas=betas,
-                                 eps=training["epsilon"], weight_decay=training["weight_decay"])
-    if kind == "adam":
-        return torch.optim.Adam(model.parameters(), lr=training["lr"], betas=betas,
-                                eps=training["epsilon"], weight_decay=training["weight_decay"])
-    return torch.optim.SGD(model.parameters(), lr=training["lr"], momentum=training["momentum"],
-                           weight_decay=training["weight_decay"])
-
-
-def train_step(model, optimizer, training, inputs, targets, rate):
-    for group in optimizer.param_groups:
-        group["lr"] = rate
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16, enabled=AUTOCAST_BF16):
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
-    loss.backward()
-    if training.get("clip_norm", 0) > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), training["clip_norm"])
-    optimizer.step()
-    return loss.item()
-
-
-def validation_loss(model, validation, batch=64):
-    inputs, targets = validation
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for first in range(0, inputs.shape[0], batch):
-            logits = model(inputs[first: first + batch])
-            total += F.cross_entropy(logits.view(-1, logits.shape[-1]),
-                                     targets[first: first + batch].reshape(-1),
-                                     reduction="sum").item()
-            count += targets[first: first + batch].numel()
-    model.train()
-    return total / count
 
 
 # ---- running troupe ----------------------------------------------------------------------------
@@ -351,11 +152,20 @@ def resolved_config(args):
     run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
         args.set + ["training.max_steps=1", "training.epochs=1", "checkpoint.interval_steps=0",
                     "checkpoint.interval_s=0", "metrics.progress=false"]))
-    return json.load(open(os.path.join(out, "config.json")))
+    with open(os.path.join(out, "config.json")) as file:
+        config = json.load(file)
+    # Removed now: `train` may start this program again, which skips the removal at exit.
+    shutil.rmtree(work, ignore_errors=True)
+    return config
 
 
 def train(args):
     config = resolved_config(args)
+    if args.pytorch_setting is None:
+        with tempfile.TemporaryDirectory(prefix="troupe_gpt_probe_") as work:
+            choice = pytorch_choice(args, written_config(config, work))
+        tuning.restart_with(choice)
+    tuning.enter_pytorch(args.pytorch_setting, torch)
     torch.manual_seed(config["training"]["seed"])
     model = Model(config).to(args.device)
     training = config["training"]
@@ -386,57 +196,77 @@ def train(args):
                   f"{time.perf_counter() - start:.0f} s", flush=True)
     trained_s = time.perf_counter() - start
     loss = validation_loss(model, validation)
+    tokens_per_s = step * batch * inputs.shape[1] / trained_s
+    choice = tuning.Choice(args.pytorch_setting, probed=args.default_rate is not None)
+    print(tuning.summary_line("pytorch", choice, tokens_per_s, "tokens/s", args.default_rate))
     print(json.dumps({"framework": f"pytorch {torch.__version__}", "steps": step,
-                      "train_s": round(trained_s, 1),
-                      "tokens_per_s": step * batch * inputs.shape[1] / trained_s,
-                      "validation_loss": loss, "bits_per_byte": loss / math.log(2)}))
+                      "train_s": round(trained_s, 1), "tokens_per_s": tokens_per_s,
+                      "validation_loss": loss, "bits_per_byte": loss / math.log(2),
+                      "setting": tuning.setting_text(args.pytorch_setting)}))
     return 0
 
 
-def pytorch_tokens_per_s(config, steps, device, warmup=WARMUP_STEPS):
+def written_config(config, directory):
+    """`config` in a file of `directory`, for the child processes that time PyTorch."""
+    path = os.path.join(directory, "config.json")
+    with open(path, "w") as file:
+        json.dump(config, file)
+    return path
+
+
+def pytorch_tokens_per_s(config, device, steps=None, seconds=None):
+    """PyTorch's tokens/s over `steps` steps (or `seconds`) after WARMUP_STEPS uncounted ones."""
     torch.manual_seed(1)
     model = Model(config).to(device)
     training = config["training"]
     optimizer = make_optimizer(model, training)
     (inputs, targets), _ = text_splits(config, device)
     batch = training["batch_size"]
-    for step in range(warmup):
-        train_step(model, optimizer, training, inputs[step * batch:(step + 1) * batch],
-                   targets[step * batch:(step + 1) * batch], training["lr"])
-    start = time.perf_counter()
-    for step in range(warmup, warmup + steps):
-        train_step(model, optimizer, training, inputs[step * batch:(step + 1) * batch],
-                   targets[step * batch:(step + 1) * batch], training["lr"])
-    return steps * batch * inputs.shape[1] / (time.perf_counter() - start)
+    batches = max(1, inputs.shape[0] // batch)
+    counter = iter(range(10 ** 9))
+
+    def step():
+        first = next(counter) % batches * batch
+        train_step(model, optimizer, training, inputs[first:first + batch],
+                   targets[first:first + batch], training["lr"])
+
+    rate = tuning.timed_rate(step, seconds=seconds, steps=steps, warmup=WARMUP_STEPS)
+    return rate * batch * inputs.shape[1]
 
 
-def troupe_tokens_per_s(args, layout, steps, warmup=WARMUP_STEPS):
-    """troupe's tokens/s over the steps after its first `warmup`, as PyTorch's is measured:
-    from the per-step metrics records (log_interval 1), so that neither side's rate counts
-    the first steps' one-off costs (CUDA and cuBLAS set-up, the GEMM search, allocation)."""
-    work = scratch_directory("troupe_gpt_speed_")
-    out = os.path.join(work, "run")
-    run_troupe(args.troupe, ["train", args.job, "--out", out] + settings(
-        args.set + layout + [f"training.max_steps={warmup + steps}", "checkpoint.interval_steps=0",
-                             "checkpoint.interval_s=0", "data.validation_fraction=0.001",
-                             "metrics.log_interval=1", "metrics.progress=false"]))
-    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-    # Step records only: the epoch's evaluation record also carries test_loss.
-    wall = {record["step"]: record["wall_s"] for record in records if "test_loss" not in record}
-    first = min((step for step in wall if step >= warmup), default=None)
-    last = max(wall, default=None)
-    if first is None or last <= first:
-        global failed
-        failed = True
-        raise SystemExit(f"pytorch_gpt: troupe's run in {out} logged too few steps "
-                         f"({sorted(wall)}) to time {steps} after {warmup} warm-up steps")
-    config = json.load(open(os.path.join(out, "config.json")))
-    tokens_per_step = config["training"]["batch_size"] * config["data"]["context"]
-    return (last - first) * tokens_per_step / (wall[last] - wall[first])
+def pytorch_command(args, config_file, setting):
+    """The command of a `pytorch-speed` child process that times PyTorch with `setting`."""
+    return [sys.executable, os.path.abspath(__file__), "pytorch-speed", args.job, "--config",
+            config_file, "--steps", str(args.steps), "--device", args.device, "--precision",
+            args.precision, "--pytorch-setting", tuning.setting_text(setting)]
 
 
-def speed(args):
-    config = resolved_config(args)
+def pytorch_choice(args, config_file):
+    """PyTorch's setting: --pytorch-setting (or --threads), or the fastest in a probe whose
+    candidates each time --probe-seconds of steps in a process of their own."""
+    def measure(setting):
+        command = pytorch_command(args, config_file, setting)
+        command += ["--probe-child", str(args.probe_seconds)]
+        return tuning.child_result(command, setting, "the PyTorch probe")["tokens_per_s"]
+
+    candidates = tuning.pytorch_candidates(gpu=args.device != "cpu")
+    return tuning.chosen(args.pytorch_setting, "pytorch", candidates, measure, args, "tokens/s")
+
+
+def pytorch_speed(args):
+    """A child process of `speed`: PyTorch's tokens/s with --pytorch-setting, as a JSON line."""
+    tuning.enter_pytorch(args.pytorch_setting or {}, torch)
+    config = json.load(open(args.config))
+    if args.probe_child is not None:
+        rate = pytorch_tokens_per_s(config, args.device, seconds=args.probe_child)
+    else:
+        rate = pytorch_tokens_per_s(config, args.device, steps=args.steps)
+    print(json.dumps({"tokens_per_s": rate}))
+    return 0
+
+
+def layouts_of(args):
+    """{name: overrides} of troupe's configurations: one stage, then each of --pipelines."""
     layouts = {"troupe 1 stage": ["parallelism.stages=1", "parallelism.mode=sync",
                                   "parallelism.micro_batches=1"]}
     for text in args.pipelines:
@@ -445,13 +275,44 @@ def speed(args):
             f"parallelism.stages={stages}", f"parallelism.mode={mode}",
             f"parallelism.micro_batches={micro}", f"parallelism.max_active_keys={stages}",
             f"parallelism.min_update_interval={micro}"]
+    return layouts
+
+
+def speed(args):
+    config = resolved_config(args)
+    work = scratch_directory("troupe_gpt_speed_")
+    config_file = written_config(config, work)
+    layouts = layouts_of(args)
+    # troupe's tokens/s from its per-step metrics records, as PyTorch's is measured, so that
+    # neither side's rate counts the first steps' one-off costs (CUDA and cuBLAS set-up, the
+    # GEMM search, allocation); an evaluation of 0.1 % held out at most.
+    keys = {name: args.set + layout + ["data.validation_fraction=0.001"]
+            for name, layout in layouts.items()}
+    tokens_per_step = config["training"]["batch_size"] * config["data"]["context"]
+    out = os.path.join(work, "run")
+    # Each side as its users would run it: the fastest setting of a short probe.
+    pytorch = pytorch_choice(args, config_file)
+    troupe = {name: tuning.troupe_choice(args, name, args.troupe, args.job, keys[name],
+                                         int(layout[0].split("=")[1]), out, tokens_per_step,
+                                         "tokens/s", gpu=args.device != "cpu")
+              for name, layout in layouts.items()}
     rates = {name: [] for name in ["pytorch"] + list(layouts)}
     for round_index in range(args.rounds):
-        rates["pytorch"].append(pytorch_tokens_per_s(config, args.steps, args.device))
-        for name, layout in layouts.items():
-            rates[name].append(troupe_tokens_per_s(args, layout, args.steps))
+        rates["pytorch"].append(tuning.child_result(
+            pytorch_command(args, config_file, pytorch.setting), pytorch.setting,
+            "the PyTorch run")["tokens_per_s"])
+        for name in layouts:
+            setting = troupe[name].setting
+            rates[name].append(tuning.troupe_rate(
+                args.troupe, args.job, keys[name] + tuning.job_overrides(setting), args.steps,
+                out, tokens_per_step, env=tuning.environment(setting)))
         print(f"round {round_index + 1}: " + "  ".join(
             f"{name} {values[-1]:.0f}" for name, values in rates.items()), flush=True)
+    print_speed(args, config, rates, pytorch, troupe)
+    return 0
+
+
+def print_speed(args, config, rates, pytorch, troupe):
     reference = statistics.median(rates["pytorch"])
     layers = config["model"]["layers"]
     blocks = sum(1 for spec in layers if spec["type"] == "transformer_block")
@@ -459,24 +320,27 @@ def speed(args):
     print(f"\nGPT of {blocks} transformer blocks, width {layers[0].get('dim')}, "
           f"{parameters / 1e6:.1f} M parameters, batch "
           f"{config['training']['batch_size']} x {config['data']['context']} tokens, "
-          f"{args.precision} on {device_name(args.device)}, "
-          f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads, "
+          f"{args.precision} on {device_name(args.device)}, PyTorch {torch.__version__}, "
           f"median of {args.rounds} alternating rounds of {args.steps} steps after {WARMUP_STEPS} "
           "warm-up steps")
     print(f"{'configuration':40s} {'tokens/s':>10s} {'ratio':>7s}")
     for name, values in rates.items():
         median = statistics.median(values)
         print(f"{name:40s} {median:10.0f} {median / reference:7.2f}")
-    return 0
+    print("settings:")
+    print("  " + tuning.summary_line("pytorch", pytorch, reference, "tokens/s"))
+    for name, choice in troupe.items():
+        print(f"  {name} ({choice.label()})")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["compare", "train", "speed"])
+    parser.add_argument("mode", choices=["compare", "train", "speed", "pytorch-speed"])
     parser.add_argument("job", help="troupe job file (TOML)")
     parser.add_argument("--set", action="append", default=[], help="job override KEY=VALUE")
     parser.add_argument("--troupe", default="", help="troupe binary (default: build/apps/troupe)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="PyTorch's threads, no probe (--pytorch-setting threads=N)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (PyTorch and troupe)")
     parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=50)
@@ -485,9 +349,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pipelines", nargs="*", default=["2:async:4", "4:async:4", "2:sync:4", "4:sync:8"],
                         help="pipeline layouts STAGES:MODE:MICRO_BATCHES to time")
+    # pytorch-speed (a child process of speed): the job resolved, as config.json.
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    tuning.add_arguments(parser)
     args = parser.parse_args()
     args.troupe = troupe_binary(args.troupe)
-    torch.set_num_threads(args.threads)
+    if args.threads is not None and args.pytorch_setting is None:
+        args.pytorch_setting = {"threads": str(args.threads)}
     if args.device != "cpu":
         if not torch.cuda.is_available():
             raise SystemExit(f"pytorch_gpt: --device {args.device}: this PyTorch sees no GPU")
@@ -497,13 +365,19 @@ def main():
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    global AUTOCAST_BF16
-    AUTOCAST_BF16 = args.precision == "bf16"
+    gpt_model.AUTOCAST_BF16 = args.precision == "bf16"
+    if args.mode == "pytorch-speed":
+        return pytorch_speed(args)
     if args.mode == "compare":
+        if args.pytorch_setting is not None:
+            tuning.enter_pytorch(args.pytorch_setting, torch)
         return compare(args)
-    if args.mode == "train":
-        return train(args)
-    return speed(args)
+    try:
+        return train(args) if args.mode == "train" else speed(args)
+    except SystemExit as failure:
+        global failed
+        failed = failed or failure.code not in (0, None)  # keep the runs' logs
+        raise
 
 
 if __name__ == "__main__":

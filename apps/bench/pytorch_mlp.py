@@ -10,15 +10,23 @@ torch.cuda.synchronize() calls and prints one line:
 
     pytorch_mlp precision=bf16 samples_per_s=123456.7 ...
 
-which compares with troupe's `troupe_mlp precision=bf16 samples_per_s=...` line.
+which compares with troupe's `troupe_mlp precision=bf16 samples_per_s=...` line. First it
+tries the CPU settings a PyTorch user tries (tuning.py; on a GPU the CPU's threads only launch
+kernels and copy batches, so the probe is short: OMP_WAIT_POLICY unset or PASSIVE, PyTorch's
+threads or one), each for --probe-seconds in a process of its own, and measures with the
+fastest; the line names it (setting=) beside the default settings' rate in the probe
+(default_rate=). --pytorch-setting KEY=VALUE,... (or 'default') skips the probe.
 """
 
 import argparse
+import json
 import sys
 import time
 
 import torch
 from torch import nn
+
+import tuning
 
 WIDTHS = [784, 8192, 8192, 8192, 8192, 10]
 
@@ -50,7 +58,19 @@ def parse_arguments():
                         help="upload each batch from host memory (as troupe does) or not")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=1)
+    tuning.add_arguments(parser, troupe=False, probe_seconds=1.0, probe_rounds=1)
     return parser.parse_args()
+
+
+def probe(args):
+    """The fastest of the GPU candidates, each timed in a process of its own."""
+    def measure(setting):
+        command = [sys.executable] + sys.argv + ["--pytorch-setting", tuning.setting_text(setting),
+                                                 "--probe-child", str(args.probe_seconds)]
+        return tuning.child_result(command, setting, "the PyTorch probe")["samples_per_s"]
+
+    return tuning.chosen(None, "pytorch_mlp", tuning.pytorch_candidates(gpu=True), measure, args,
+                         "samples/s")
 
 
 def main():
@@ -58,6 +78,9 @@ def main():
     if not torch.cuda.is_available():
         print("pytorch_mlp: no CUDA device", file=sys.stderr)
         return 2
+    if args.pytorch_setting is None:
+        tuning.restart_with(probe(args))
+    tuning.enter_pytorch(args.pytorch_setting, torch)
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
     set_precision(args.precision)
@@ -82,6 +105,10 @@ def main():
         optimizer.step()
         return loss.item()
 
+    if args.probe_child is not None:
+        rate = tuning.timed_rate(step, seconds=args.probe_child)
+        print(json.dumps({"samples_per_s": rate * args.batch}))
+        return 0
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
@@ -99,7 +126,9 @@ def main():
     tflops = flops_per_step * args.steps / seconds / 1e12
     print(f"pytorch_mlp precision={args.precision} samples_per_s={samples_per_s:.1f} "
           f"tflops={tflops:.1f} batch={args.batch} steps={args.steps} data={args.data} "
-          f"loss={last_loss:.4f} gpu={torch.cuda.get_device_name(device).replace(' ', '_')}")
+          f"loss={last_loss:.4f} gpu={torch.cuda.get_device_name(device).replace(' ', '_')} "
+          f"setting={tuning.setting_text(args.pytorch_setting)} default_rate="
+          f"{'-' if args.default_rate is None else '%.1f' % args.default_rate}")
     return 0
 
 

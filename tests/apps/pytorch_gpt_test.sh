@@ -2,7 +2,8 @@
 # apps/bench/pytorch_gpt.py compare and speed on a small GPT. compare: troupe (2 stages, sync,
 # 2 micro-batches, AdamW, global gradient clipping) and PyTorch, from the same initial weights
 # on the same batches, must give every step's loss within 1e-4 relative. speed must time each
-# side. Skips (exit 77) where no Python with PyTorch is installed.
+# side after a short probe of its settings, and name the setting chosen (or given). Skips
+# (exit 77) where no Python with PyTorch is installed.
 # Usage: pytorch_gpt_test.sh BUILD_DIR
 set -euo pipefail
 build="$1"
@@ -49,11 +50,23 @@ output="$("$python" "$source/apps/bench/pytorch_gpt.py" compare "$scratch/gpt.to
 echo "$output"
 grep -q ": PASS$" <<<"$output"
 # speed: both sides timed over the same steps after the same warm-up; troupe's rate comes from
-# its per-step metrics records, so a run that logged too few steps would fail here.
+# its per-step metrics records, so a run that logged too few steps would fail here. Each side
+# first probes its settings (briefly here) and names the one it chose.
 output="$("$python" "$source/apps/bench/pytorch_gpt.py" speed "$scratch/gpt.toml" \
-  --troupe "$build/apps/troupe" --rounds 1 --steps 4 --pipelines 2:async:2)" || { echo "$output"; exit 1; }
+  --troupe "$build/apps/troupe" --rounds 1 --steps 4 --pipelines 2:async:2 \
+  --probe-seconds 0.05 --probe-rounds 1)" || { echo "$output"; exit 1; }
 echo "$output"
 grep -q "after 3 warm-up steps" <<<"$output"
 for name in pytorch "troupe 1 stage" "troupe 2 stages async M=2"; do
   grep -qE "^$name +[1-9][0-9]* +[0-9.]+$" <<<"$output" || { echo "no positive tokens/s for '$name'"; exit 1; }
+  grep -qE "^  $name \(tuned: .+\)" <<<"$output" || { echo "no tuned setting for '$name'"; exit 1; }
 done
+grep -qE "default settings: [0-9.]+ tokens/s in the probe" <<<"$output" || { echo "no default rate"; exit 1; }
+# A setting given skips the probe and is named as given.
+output="$("$python" "$source/apps/bench/pytorch_gpt.py" speed "$scratch/gpt.toml" \
+  --troupe "$build/apps/troupe" --rounds 1 --steps 4 --pipelines \
+  --pytorch-setting OMP_WAIT_POLICY=PASSIVE,threads=1 --troupe-setting threads=1)" || { echo "$output"; exit 1; }
+echo "$output"
+grep -q "probing" <<<"$output" && { echo "probed although both settings were given"; exit 1; }
+grep -q "pytorch (given: OMP_WAIT_POLICY=PASSIVE, threads 1)" <<<"$output"
+grep -q "troupe 1 stage (given: threads 1)" <<<"$output"

@@ -6,7 +6,7 @@
 #   lib/            every shared library they load that the device image lacks
 #                   (tests/gpu/device_image_libraries.txt); those over 1 MiB as NAME.xz
 #   data/fashion-mnist/, data/text/ (the fortunes text, for the GPT example), apps/examples/,
-#   apps/bench/pytorch_mlp.py and pytorch_gpt.py
+#   apps/bench/pytorch_mlp.py and pytorch_gpt.py (with the modules they import)
 #   run.sh          DIR/run.sh NAME [ARGS...] runs bin/NAME with the bundle's libraries
 #   manifest.json   what was built, from which commit, with which CUDA
 # Usage: tests/gpu/bundle.sh DIR [--build-dir BUILD] [--no-build]
@@ -76,7 +76,7 @@ done
 cp "$repository/tests/gpu/run.sh" "$bundle/run.sh"
 cp "$data"/*-ubyte* "$bundle/data/fashion-mnist/"
 cp "$repository"/apps/examples/*.toml "$bundle/apps/examples/"
-cp "$repository/apps/bench/pytorch_mlp.py" "$repository/apps/bench/pytorch_gpt.py" "$bundle/apps/bench/"
+cp "$repository"/apps/bench/{pytorch_mlp,pytorch_gpt,gpt_model,tuning}.py "$bundle/apps/bench/"
 # The GPT example's text: the fortunes files as troupe's text data set reads them (regular
 # files, no .dat or .u8 indexes).
 text="${TROUPE_TEXT:-/usr/share/games/fortunes}"

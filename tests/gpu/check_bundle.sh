@@ -17,7 +17,7 @@ problems=0
 problem() { echo "check_bundle.sh: $*"; problems=$((problems + 1)); }
 
 for required in run.sh manifest.json bin/troupe bin/troupe_device_summary apps/bench/pytorch_mlp.py \
-  apps/examples/fashion_mlp.toml; do
+  apps/bench/tuning.py apps/bench/gpt_model.py apps/examples/fashion_mlp.toml; do
   [ -e "$bundle/$required" ] || problem "$bundle/$required is missing"
 done
 ls "$bundle"/data/fashion-mnist/train-images-idx3-ubyte* >/dev/null 2>&1 || problem "no Fashion-MNIST in $bundle/data/fashion-mnist"
