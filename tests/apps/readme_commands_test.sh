@@ -4,7 +4,8 @@
 # repository's apps/ (so runs/ and installs go there, not into the checkout), with
 # ./build/apps/troupe and `build` meaning this build, /tmp/ meaning the scratch directory, and
 # every `troupe train` or `troupe converge` that sets no training.max_steps shortened to 40 steps,
-# so that each finishes within a minute. Usage: readme_commands_test.sh BUILD_DIR [README]
+# so that each finishes within a minute; the job and cluster files of its ```toml blocks are
+# trained and simulated. Usage: readme_commands_test.sh BUILD_DIR [README]
 set -euo pipefail
 build="$(cd "$1" && pwd)"
 source="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -55,5 +56,28 @@ while IFS= read -r original; do
     tail -n 20 "$log" | sed 's/^/     | /'
   fi
 done <"$commands"
-echo "readme_commands_test.sh: $((count - failed)) of $count README commands work"
+# The README's TOML examples: a job file trains, a cluster file simulates the example job.
+awk -v dir="$scratch" '
+  /^```toml$/ { inside = 1; blocks++; next }
+  /^```/ { inside = 0; next }
+  inside { print > (dir "/readme-" blocks ".toml") }' "$readme"
+for file in "$scratch"/readme-*.toml; do
+  [ -e "$file" ] || continue
+  count=$((count + 1))
+  if grep -q '^\[model\]' "$file"; then
+    what="the job file"
+    set -- train "$file" --set training.max_steps=20 --out "$scratch/readme-job"
+  else
+    what="the cluster file"
+    set -- simulate apps/examples/fashion_mlp.toml --cluster "$file" --set training.max_steps=50
+  fi
+  if (cd "$scratch" && timeout 120 "$build/apps/troupe" "$@") >"$file.log" 2>&1 </dev/null; then
+    echo "ok   $what of $(basename "$file")"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $what of $(basename "$file")"
+    tail -n 20 "$file.log" | sed 's/^/     | /'
+  fi
+done
+echo "readme_commands_test.sh: $((count - failed)) of $count README commands and examples work"
 [ "$failed" -eq 0 ]
