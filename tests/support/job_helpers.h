@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -97,16 +98,24 @@ inline weights sequential_weights(actors::job_config config, const layers::datas
   return result;
 }
 
-/// Largest |a - b| over each tensor relative to that tensor's largest |b|.
+/// Largest |a - b| over each tensor relative to that tensor's largest |b| (absolute where b is
+/// all zeros). NaN, which fails every EXPECT_LE and EXPECT_GT it meets, when the two hold no
+/// tensors, tensors of different counts or sizes, or a NaN or an infinity: a comparison of weights
+/// that cannot be compared must not pass.
 inline double max_relative_difference(const weights& a, const weights& b) {
+  const double not_comparable = std::numeric_limits<double>::quiet_NaN();
+  if (a.size() != b.size() || b.empty()) return not_comparable;
   double worst = 0;
   for (size_t t = 0; t < b.size(); ++t) {
+    if (a[t].size() != b[t].size()) return not_comparable;
     double scale = 0, difference = 0;
     for (size_t i = 0; i < b[t].size(); ++i) {
-      scale = std::max(scale, std::fabs(static_cast<double>(b[t][i])));
-      difference = std::max(difference, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+      const double expected = b[t][i], actual = a[t][i];
+      if (!std::isfinite(expected) || !std::isfinite(actual)) return not_comparable;
+      scale = std::max(scale, std::fabs(expected));
+      difference = std::max(difference, std::fabs(actual - expected));
     }
-    worst = std::max(worst, difference / scale);
+    worst = std::max(worst, scale > 0 ? difference / scale : difference);
   }
   return worst;
 }
