@@ -16,11 +16,95 @@
 #                                   GPU bars as met, missed or not measured
 # Without a GPU it runs to its end, reports every GPU step as skipped and still writes
 # summary.json. Exit status: 0 when no step failed, 1 otherwise, 2 on bad usage.
+# On a machine with a GPU, a step of GPU tests in which every test skipped, or any test found no
+# CUDA device, fails: a CUDA runtime that does not start makes them all skip.
 # Usage: OUT=DIR tests/gpu/device_check.sh [BUNDLE]
 #   BUNDLE defaults to $TROUPE_BUNDLE, then device-bundle/ in the repository, then the bundle
 #   that tests/gpu/bundle.sh made last (build/last-device-bundle).
+# Sourced (`source tests/gpu/device_check.sh`), it only defines gpu_test_filter, gtest_counts,
+# gpu_tests_verdict and the filters' extra patterns, for tests of them.
 set -uo pipefail
 repository="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# gpu_test_filter FOLDER [EXTRA]: the gtest filter of the GPU tests whose sources are under
+# tests/FOLDER: every suite of its cuda_*.cpp files whole, and elsewhere each test whose body
+# asks whether there is a device (cuda_device_count(), nccl_compiled(), TROUPE_REQUIRE_CUDA:
+# it skips itself, or checks something else, without one), then the colon-separated patterns
+# of EXTRA. Built from the sources, so that a new GPU suite or test cannot be left out.
+gpu_test_filter() {
+  local folder="$1" extra="${2:-}" file
+  {
+    while read -r file; do
+      awk -v whole="$(case "${file##*/}" in cuda_*) echo 1 ;; *) echo 0 ;; esac)" '
+        /^(TEST|TEST_F|TEST_P)\(/ {
+          header = $0
+          while (header !~ /\)/ && (getline more) > 0) header = header more
+          parametrized = header ~ /^TEST_P/
+          sub(/^[A-Z_]+\( */, "", header)
+          split(header, parts, /[ ,)]+/)
+          suite = parts[1]; name = parts[2]; listed = 0
+          if (whole) print (parametrized ? "*" : "") suite ".*"
+          next
+        }
+        !whole && suite != "" && !listed && /cuda_device_count\(|nccl_compiled\(|TROUPE_REQUIRE_CUDA/ {
+          print (parametrized ? "*" : "") suite "." name (parametrized ? "/*" : "")
+          listed = 1
+        }' "$file"
+    done < <(find "$repository/tests/$folder" -name '*.cpp' | sort)
+    tr ':' '\n' <<<"$extra"
+  } | awk 'NF && !seen[$0]++' | paste -sd: -
+}
+
+# gtest_counts XML: "TESTS FAILED SKIPPED NO_DEVICE" of a gtest XML report: its tests, those
+# that failed, those skipped, and those skipped with "no CUDA device"; zeros without a report.
+gtest_counts() {
+  local xml="$1" failed
+  if [ ! -s "$xml" ]; then
+    echo "0 0 0 0"
+    return
+  fi
+  failed="$(sed -n 's/.*<testsuites tests="[0-9]*" failures="\([0-9]*\)".*/\1/p' "$xml" | head -1)"
+  echo "$(grep -c '<testcase ' "$xml") ${failed:-0} $(grep -c '<testcase [^>]*result="skipped"' "$xml")" \
+    "$(grep -c '<skipped message="[^"]*no CUDA device' "$xml")"
+}
+
+# gpu_tests_verdict GPU CUDA_BUILT RC XML: "STATUS<TAB>DETAIL" of a step of GPU tests that
+# exited with RC and wrote XML, on a machine with a GPU or not (GPU yes/no) from a bundle with
+# the CUDA backend or without (CUDA_BUILT yes/no). Without a GPU the tests skip themselves:
+# "skipped" when they ran. With one, the step fails when the bundle has no CUDA backend, every
+# test skipped, or a test found no CUDA device.
+gpu_tests_verdict() {
+  local gpu="$1" cuda_built="$2" rc="$3" xml="$4" tests failed skipped no_device counts
+  read -r tests failed skipped no_device < <(gtest_counts "$xml")
+  counts="$tests tests, $failed failed, $skipped skipped"
+  if [ "$rc" -ne 0 ]; then
+    printf 'failed\texit status %s: %s\n' "$rc" "$counts"
+  elif [ ! -s "$xml" ]; then
+    printf 'failed\tno gtest XML report\n'
+  elif [ "$tests" -eq 0 ]; then
+    printf 'failed\tthe filter matched no test\n'
+  elif [ "$gpu" != yes ]; then
+    printf 'skipped\tno GPU (nvidia-smi is missing or lists none): %s\n' "$counts"
+  elif [ "$cuda_built" != yes ]; then
+    printf 'failed\ta GPU, but the bundle was built without CUDA: %s\n' "$counts"
+  elif [ "$skipped" -eq "$tests" ]; then
+    printf 'failed\tevery test skipped though nvidia-smi lists a GPU: %s\n' "$counts"
+  elif [ "$no_device" -gt 0 ]; then
+    printf 'failed\t%s found no CUDA device though nvidia-smi lists a GPU: %s\n' "$no_device" "$counts"
+  else
+    printf 'passed\t%s\n' "$counts"
+  fi
+}
+
+# Besides the tests found in the sources, the GPU steps run the CPU side of the precision and
+# device-group suites (troupe_layers_tests) and every test named for CUDA, a GPU, reduced
+# precision or NCCL (troupe_actors_tests).
+layers_extra='GemmPrecisionTest.*:DeviceGroupTest.*'
+actors_extra='*Cuda*:*Gpu*:*ReducedPrecision*:*Nccl*'
+
+# Sourced: the functions and filters above only.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
+
 bundle="${1:-${TROUPE_BUNDLE:-}}"
 if [ -z "$bundle" ] && [ -x "$repository/device-bundle/run.sh" ]; then bundle="$repository/device-bundle"; fi
 if [ -z "$bundle" ] && [ -f "$repository/build/last-device-bundle" ]; then bundle="$(cat "$repository/build/last-device-bundle")"; fi
@@ -82,19 +166,17 @@ fi
 
 # 2. The GPU tests; without a GPU they skip themselves, which proves the bundled executables run.
 test_step() {  # test_step NAME PROGRAM FILTER XML
+  local verdict
   timed "$(($(remaining) / 3))" "$run" "$2" --gtest_filter="$3" --gtest_output="xml:$4"
-  local counts
-  counts="$(grep -c '<testcase ' "$4" 2>/dev/null) tests, $(grep -c '<failure ' "$4" 2>/dev/null) failed, $(grep -c '<skipped ' "$4" 2>/dev/null) skipped"
-  if [ "$rc" -ne 0 ] || [ ! -s "$4" ]; then
-    record "$1" failed "$took" "exit status $rc: $counts"
-  elif [ -n "$skip_reason" ]; then
-    record "$1" skipped "$took" "$skip_reason: $counts"
-  else
-    record "$1" passed "$took" "$counts"
-  fi
+  verdict="$(gpu_tests_verdict "$gpu" "$cuda_built" "$rc" "$4")"
+  record "$1" "${verdict%%$'\t'*}" "$took" "${verdict#*$'\t'}"
 }
-test_step gpu_tests_layers troupe_layers_tests 'CudaBackendTest.*:CudaParityTest.*:GemmPrecisionTest.*:DeviceGroupTest.*' "$OUT/gpu-tests-layers.xml"
-test_step gpu_tests_actors troupe_actors_tests '*Cuda*:*Gpu*:*ReducedPrecision*:*Nccl*' "$OUT/gpu-tests-actors.xml"
+layers_filter="$(gpu_test_filter layers "$layers_extra")"
+actors_filter="$(gpu_test_filter actors "$actors_extra")"
+note "GPU tests of troupe_layers_tests: $layers_filter"
+note "GPU tests of troupe_actors_tests: $actors_filter"
+test_step gpu_tests_layers troupe_layers_tests "$layers_filter" "$OUT/gpu-tests-layers.xml"
+test_step gpu_tests_actors troupe_actors_tests "$actors_filter" "$OUT/gpu-tests-actors.xml"
 
 # 3. compute-sanitizer over a short 2-stage training run on the GPU.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
