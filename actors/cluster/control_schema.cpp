@@ -1,5 +1,7 @@
 #include "actors/cluster/control_schema.h"
 
+#include <cstdint>
+#include <limits>
 #include <map>
 
 namespace troupe::actors {
@@ -10,7 +12,7 @@ namespace {
 
 /// Fields any control message may carry: the sender's address, pid and clock stamps.
 const std::vector<control_field> common_fields = {{"address", control_field_kind::string},
-                                                  {"pid", control_field_kind::integer},
+                                                  {"pid", control_field_kind::natural},
                                                   {"clock_s", control_field_kind::number},
                                                   {"sent_s", control_field_kind::number},
                                                   {"echo", control_field_kind::object}};
@@ -19,29 +21,28 @@ const std::vector<control_field> common_fields = {{"address", control_field_kind
 const std::map<std::string, std::vector<control_field>>& typed_fields() {
   static const std::map<std::string, std::vector<control_field>> fields = {
       {"hello",
-       {{"protocol", control_field_kind::integer},
+       {{"protocol", control_field_kind::index},
         {"job_hash", control_field_kind::string},
         {"host", control_field_kind::string},
         {"public_key", control_field_kind::string}}},
       {"heartbeat",
        {{"activity", control_field_kind::array}, {"spans", control_field_kind::array}}},
       {"ready",
-       {{"stages", control_field_kind::integers},
-        {"job_id", control_field_kind::unsigned_integer}}},
+       {{"stages", control_field_kind::indices}, {"job_id", control_field_kind::identifier}}},
       {"report",
-       {{"stage", control_field_kind::integer},
-        {"version", control_field_kind::integer},
-        {"peak_contexts", control_field_kind::unsigned_integer},
-        {"peak_activation_bytes", control_field_kind::integer},
-        {"staleness", control_field_kind::integers},
-        {"weight_staleness", control_field_kind::integers},
-        {"replica_staleness", control_field_kind::integers}}},
+       {{"stage", control_field_kind::index},
+        {"version", control_field_kind::natural},
+        {"peak_contexts", control_field_kind::natural},
+        {"peak_activation_bytes", control_field_kind::natural},
+        {"staleness", control_field_kind::naturals},
+        {"weight_staleness", control_field_kind::naturals},
+        {"replica_staleness", control_field_kind::naturals}}},
       {"trace",
-       {{"stages", control_field_kind::integers}, {"clock_offset_s", control_field_kind::number}}},
+       {{"stages", control_field_kind::indices}, {"clock_offset_s", control_field_kind::number}}},
       {"usage",
        {{"role", control_field_kind::string},
         {"host", control_field_kind::string},
-        {"stages", control_field_kind::integers},
+        {"stages", control_field_kind::indices},
         {"user_s", control_field_kind::number},
         {"system_s", control_field_kind::number},
         {"voluntary_switches", control_field_kind::number},
@@ -49,63 +50,90 @@ const std::map<std::string, std::vector<control_field>>& typed_fields() {
       {"assign",
        {{"job_toml", control_field_kind::string},
         {"overrides", control_field_kind::strings},
-        {"stages", control_field_kind::integers},
+        {"stages", control_field_kind::indices},
         {"addresses", control_field_kind::strings},
         {"keys", control_field_kind::strings},
         {"coordinator", control_field_kind::string},
         {"coordinator_key", control_field_kind::string},
-        {"job_id", control_field_kind::unsigned_integer},
-        {"steps_per_epoch", control_field_kind::integer},
-        {"total_steps", control_field_kind::integer},
+        {"job_id", control_field_kind::identifier},
+        {"steps_per_epoch", control_field_kind::natural},
+        {"total_steps", control_field_kind::natural},
         {"group_ids", control_field_kind::strings}}},
       {"refuse", {{"reason", control_field_kind::string}}},
       {"stop", {{"reason", control_field_kind::string}}},
-      {"reset", {{"job_id", control_field_kind::unsigned_integer}}},
-      {"finish", {{"job_id", control_field_kind::unsigned_integer}}},
+      {"reset", {{"job_id", control_field_kind::identifier}}},
+      {"finish", {{"job_id", control_field_kind::identifier}}},
   };
   return fields;
 }
 
-/// Whether `value` is an array whose every element satisfies `test`.
-template <typename Test>
-bool all_of(const json& value, Test test) {
-  if (!value.is_array()) return false;
-  for (const json& element : value)
-    if (!test(element)) return false;
-  return true;
+/// What `value` is, for a message: a number as written (cut short), else its JSON type.
+std::string described(const json& value) {
+  if (!value.is_number()) return value.type_name();
+  const std::string text = value.dump();
+  return text.size() <= 32 ? text : text.substr(0, 32) + "...";
 }
 
-/// Each kind: how a message describes it, and the test a value of it passes.
+/// Whether `value` is an integer from 0 to `most`. nlohmann::json keeps an integer beyond
+/// int64_t's range as unsigned, and one beyond uint64_t's as a float (not an integer).
+bool natural_up_to(const json& value, uint64_t most) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>() <= most;
+  return value.is_number_integer() && value.get<int64_t>() >= 0 &&
+         static_cast<uint64_t>(value.get<int64_t>()) <= most;
+}
+
+bool is_index(const json& value) { return natural_up_to(value, std::numeric_limits<int>::max()); }
+bool is_natural(const json& value) {
+  return natural_up_to(value, std::numeric_limits<int64_t>::max());
+}
+bool is_identifier(const json& value) {
+  return natural_up_to(value, std::numeric_limits<uint64_t>::max());
+}
+
+/// Each kind: how a message describes it, the test a value (or each element of an array
+/// kind) passes, and whether it is an array kind.
 struct kind_rule {
   const char* name;
   bool (*holds)(const json& value);
+  bool array = false;
 };
 
 const kind_rule& rule_of(control_field_kind kind) {
   static const kind_rule rules[] = {
       {"a string", [](const json& v) { return v.is_string(); }},
-      {"an integer", [](const json& v) { return v.is_number_integer(); }},
-      {"a non-negative integer", [](const json& v) { return v.is_number_unsigned(); }},
+      {"an integer from 0 to 2147483647", is_index},
+      {"an integer from 0 to 9223372036854775807", is_natural},
+      {"an integer from 0 to 18446744073709551615", is_identifier},
       {"a number", [](const json& v) { return v.is_number(); }},
       {"an object", [](const json& v) { return v.is_object(); }},
-      {"an array of integers",
-       [](const json& v) {
-         return all_of(v, [](const json& e) { return e.is_number_integer(); });
-       }},
-      {"an array of strings",
-       [](const json& v) { return all_of(v, [](const json& e) { return e.is_string(); }); }},
+      {"an array of integers from 0 to 2147483647", is_index, true},
+      {"an array of integers from 0 to 9223372036854775807", is_natural, true},
+      {"an array of strings", [](const json& v) { return v.is_string(); }, true},
       {"an array", [](const json& v) { return v.is_array(); }},
   };
   return rules[static_cast<int>(kind)];
+}
+
+/// Why `value` is not of `rule`'s kind, after "got": its type or value, or the first element
+/// of an array that is not; "" when it is.
+std::string kind_problem(const json& value, const kind_rule& rule) {
+  if (!rule.array) return rule.holds(value) ? "" : described(value);
+  if (!value.is_array()) return described(value);
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!rule.holds(value[i])) return described(value[i]) + " at [" + std::to_string(i) + "]";
+  }
+  return "";
 }
 
 /// The first field of `rules` that `body` carries with another kind, described; "" if none.
 std::string field_problem(const json& body, const std::vector<control_field>& rules) {
   for (const control_field& rule : rules) {
     const auto found = body.find(rule.name);
-    if (found == body.end() || rule_of(rule.kind).holds(*found)) continue;
-    return std::string("field '") + rule.name + "' must be " + rule_of(rule.kind).name + ", got " +
-           found->type_name();
+    if (found == body.end()) continue;
+    const kind_rule& kind = rule_of(rule.kind);
+    const std::string problem = kind_problem(*found, kind);
+    if (problem.empty()) continue;
+    return std::string("field '") + rule.name + "' must be " + kind.name + ", got " + problem;
   }
   return "";
 }

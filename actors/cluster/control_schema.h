@@ -14,14 +14,18 @@
 
 namespace troupe::actors {
 
-/// The kinds a field may have (rule_of() in control_schema.cpp follows this order).
+/// The kinds a field may have (rule_of() in control_schema.cpp follows this order). An integer
+/// kind holds exactly the values of the C++ type its handlers read it into, so that no value
+/// that passes wraps around there.
 enum class control_field_kind {
   string,
-  integer,           ///< any JSON integer
-  unsigned_integer,  ///< a JSON integer >= 0
+  index,       ///< an integer from 0 to INT_MAX, read as int: a stage, a protocol version
+  natural,     ///< an integer from 0 to INT64_MAX, read as int64_t: steps, counts, bytes, a pid
+  identifier,  ///< an integer from 0 to UINT64_MAX, read as uint64_t: a job id
   number,
   object,
-  integers,  ///< an array of integers
+  indices,   ///< an array of indexes
+  naturals,  ///< an array of naturals
   strings,   ///< an array of strings
   array,
 };
@@ -37,8 +41,9 @@ std::optional<std::vector<control_field>> control_fields(const std::string& type
 
 /// Why `body` is not a well-formed control message: not an object, no "type" string, a type
 /// the protocol does not have, or a field of the wrong kind (a string where a number belongs,
-/// an array of anything but integers for stage indices...); "" when it is one. Fields a type
-/// does not name are allowed, and missing ones are left to the handler's defaults, so what
+/// an array of anything but integers for stage indices, an integer its C++ type cannot hold
+/// such as a stage of 2^40 or a negative count...), with the value; "" when it is one. Fields a
+/// type does not name are allowed, and missing ones are left to the handler's defaults, so what
 /// passes can be read with json::value() without an exception.
 std::string control_body_problem(const nlohmann::json& body);
 
