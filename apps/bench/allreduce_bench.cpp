@@ -51,6 +51,41 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+/// Rank `rank`'s contribution at position `i`: small integers, distinct across ranks and
+/// positions (repeating every 64 positions), so that every sum is exact in float32 and a value
+/// summed into the wrong place, missed or counted twice shows.
+float contribution(int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 13) % 64); }
+
+/// Buffers of `ranks` ranks of `floats` values each, filled with their contributions.
+std::vector<std::vector<float>> contributions(int ranks, int64_t floats) {
+  std::vector<std::vector<float>> buffers(ranks, std::vector<float>(floats));
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t i = 0; i < floats; ++i) buffers[r][i] = contribution(r, i);
+  }
+  return buffers;
+}
+
+/// Exits with a line naming the first wrong value unless every element of every rank's buffer
+/// holds what `rounds` all-reduces in place make of the contributions: their sum, times the
+/// rank count for each round after the first.
+void check_sums(const char* what, const std::vector<std::vector<float>>& buffers, int rounds) {
+  const int ranks = static_cast<int>(buffers.size());
+  std::vector<float> expected(64);
+  for (int64_t i = 0; i < 64; ++i) {
+    double sum = 0;
+    for (int r = 0; r < ranks; ++r) sum += contribution(r, i);
+    expected[i] = static_cast<float>(sum * std::pow(ranks, rounds - 1));
+  }
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < buffers[r].size(); ++i) {
+      if (buffers[r][i] == expected[i % 64]) continue;
+      std::fprintf(stderr, "troupe-allreduce-bench: %s: rank %d summed wrong at %zu: %g, not %g\n",
+                   what, r, i, buffers[r][i], expected[i % 64]);
+      std::exit(1);
+    }
+  }
+}
+
 /// One round of every rank, each in its own thread, started together; returns the slowest
 /// rank's time per round, `rounds` times (the first warms the connections up: callers drop it).
 std::vector<double> time_rounds(int ranks, int rounds, const std::function<void(int rank)>& setup,
@@ -82,7 +117,7 @@ std::vector<double> time_rounds(int ranks, int rounds, const std::function<void(
 /// pipelined chunks) over AllreduceRing (the whole buffer around the ring R − 1 times).
 std::vector<double> gloo_rounds(int ranks, int64_t floats, int rounds, bool chunked) {
   gloo::rendezvous::HashStore store;
-  std::vector<std::vector<float>> buffers(ranks, std::vector<float>(floats, 1.0f));
+  std::vector<std::vector<float>> buffers = contributions(ranks, floats);
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(ranks);
   std::vector<std::unique_ptr<gloo::Algorithm>> algorithms(ranks);
   const auto setup = [&](int rank) {
@@ -98,7 +133,10 @@ std::vector<double> gloo_rounds(int ranks, int64_t floats, int rounds, bool chun
                                                                       static_cast<int>(floats));
     }
   };
-  return time_rounds(ranks, rounds, setup, [&](int rank) { algorithms[rank]->run(); });
+  std::vector<double> times =
+      time_rounds(ranks, rounds, setup, [&](int rank) { algorithms[rank]->run(); });
+  check_sums(chunked ? "gloo chunked" : "gloo ring", buffers, rounds);
+  return times;
 }
 
 /// troupe's ring: rank r's inbox on a loopback tcp port, its outbox to rank r + 1's inbox.
@@ -152,7 +190,7 @@ std::vector<double> troupe_rounds(int ranks, int64_t floats, int rounds, bool cu
       std::exit(1);
     }
   }
-  std::vector<std::vector<float>> buffers(ranks, std::vector<float>(floats, 1.0f));
+  std::vector<std::vector<float>> buffers = contributions(ranks, floats);
   std::vector<std::unique_ptr<ring_all_reduce>> rings(ranks);
   // The engine's own wire format for the pieces (actors/hosts/wire_format.h).
   std::string backend_error;
@@ -189,13 +227,7 @@ std::vector<double> troupe_rounds(int ranks, int64_t floats, int rounds, bool cu
   for (auto& authenticator : authenticators) {
     if (authenticator) authenticator->stop();
   }
-  for (int r = 0; r < ranks; ++r) {
-    if (buffers[r].front() != static_cast<float>(std::pow(ranks, rounds))) {
-      std::fprintf(stderr, "troupe-allreduce-bench: rank %d summed wrong: %g\n", r,
-                   buffers[r].front());
-      std::exit(1);
-    }
-  }
+  check_sums(curve ? "troupe+CURVE" : "troupe", buffers, rounds);
   return times;
 }
 
