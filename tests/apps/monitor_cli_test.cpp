@@ -97,7 +97,7 @@ TEST_F(MonitorCliTest, StatusReportOnSigusr2NamesTheWorkersThatHostTheStages) {
   EXPECT_NE(errors.find("  stage 1 (worker pid"), std::string::npos) << errors;
 }
 
-TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallWithinTheTimeout) {
+TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallOnceTheTimeoutPasses) {
   const fs::path run = directory_ / "run";
   const pid_t pid =
       spawn_troupe({"train", long_job().string(), "--out", run.string(), "--quiet", "--workers",
@@ -111,7 +111,9 @@ TEST_F(MonitorCliTest, AStoppedWorkerIsReportedAsAStallWithinTheTimeout) {
   kill(workers.back(), SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   const auto stall = [&] { return read_file(run / "metrics.jsonl").find("\"event\":\"stall\""); };
-  const bool reported = wait_until([&] { return stall() != std::string::npos; }, 2 + 2);
+  // The deadline only bounds the wait (well inside the heartbeat timeout); when the stall
+  // fell due is the report's own silent_s, checked below.
+  const bool reported = wait_until([&] { return stall() != std::string::npos; }, 30);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   kill(workers.back(), SIGCONT);
