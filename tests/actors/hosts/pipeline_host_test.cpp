@@ -17,6 +17,7 @@
 #include "actors/config/job_data.h"
 #include "actors/engine/learning_rate.h"
 #include "actors/engine/sequential_trainer.h"
+#include "actors/hosts/actor_hosting.h"
 #include "actors/hosts/pipeline_host.h"
 #include "layers/backend_registry.h"
 #include "tests/support/engine_helpers.h"
@@ -161,55 +162,22 @@ TEST(PipelineHostTest, AsyncStalenessStaysWithinItsBoundAndTheRunEvaluates) {
   EXPECT_GT(report.summary.final_test_accuracy, 0.5);
 }
 
-// Each stage's handler computes for about a millisecond here. A message for a stage that is
-// idle must start being handled at once, whatever the other stage is doing: a scheduler that
-// parks it behind another stage's busy handler (CAF's work stealing without polling) makes the
-// async stages take turns instead of computing at the same time.
-TEST(PipelineHostTest, AMessageForAnIdleStageIsHandledWithoutWaitingForAnother) {
-  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: stages take turns";
-  job_config config = testing::small_pipeline_job(2, 1, "async", "gpipe", 64 * 60);
-  config.model.input_shape = {512};
-  config.model.layers = {testing::block("linear", 1024), testing::block("relu"),
-                         testing::block("linear", 1024), testing::block("relu"),
-                         testing::block("linear", 4)};
-  config.training.batch_size = 64;
-  config.training.epochs = 1;
-  config.parallelism.partition = "balanced";
-  config.parallelism.max_active_keys = 2;
-  config.parallelism.min_update_interval = 1;
-  config.parallelism.threads = 2;
-  const nlohmann::json timeline = traced_run(config);
-  std::vector<std::pair<double, double>> busy[2];  // per stage: [start, end) in µs
-  std::map<uint64_t, std::pair<double, const nlohmann::json*>> sent;
-  std::vector<const nlohmann::json*> received;
-  for (const auto& event : timeline["traceEvents"]) {
-    const int stage = event["tid"].get<int>() - 1;
-    if (event["ph"] == "X" && event["name"] != "idle" && (stage == 0 || stage == 1)) {
-      const double start = event["ts"].get<double>();
-      busy[stage].push_back({start, start + event["dur"].get<double>()});
-    } else if (event["ph"] == "s") {
-      sent[event["id"].get<uint64_t>()] = {event["ts"].get<double>(), &event};
-    } else if (event["ph"] == "f" && (stage == 0 || stage == 1)) {
-      received.push_back(&event);
-    }
+// A message for a stage that is idle must start being handled at once, whatever the other
+// stages are doing. With CAF's work stealing (without its polling, which preempts the stages'
+// GEMM threads) a message from a non-actor thread lands in a busy thread's queue and waits
+// until that handler ends or an idle thread wakes to steal it, every 10 ms: async stages take
+// turns. How long a message waits is the machine's to say (`troupe bench pipeline` measures the
+// async rate it costs; on a loaded machine the waits of both schedulers overlap); what the
+// engine decides is the scheduler: one queue that all its threads share, each blocked until a
+// message arrives.
+TEST(PipelineHostTest, ActorSystemsShareOneSchedulerQueue) {
+  for (const auto& [threads, expected] : {std::pair{3, size_t{3}}, std::pair{0, size_t{1}}}) {
+    caf::actor_system_config settings;
+    configure_scheduler(settings, threads);
+    EXPECT_EQ(caf::get_or(settings, "scheduler.policy", caf::atom("stealing")),
+              caf::atom("sharing"));
+    EXPECT_EQ(caf::get_or(settings, "scheduler.max-threads", size_t{0}), expected) << threads;
   }
-  // From a send to the handling of a message whose stage had nothing to do at the send.
-  std::vector<double> waits;
-  for (const nlohmann::json* event : received) {
-    const int stage = (*event)["tid"].get<int>() - 1;
-    const double sent_us = sent.at((*event)["id"].get<uint64_t>()).first;
-    const bool idle = std::none_of(busy[stage].begin(), busy[stage].end(), [&](const auto& span) {
-      return span.first <= sent_us && sent_us < span.second;
-    });
-    if (idle) waits.push_back((*event)["ts"].get<double>() - sent_us);
-  }
-  ASSERT_GT(waits.size(), 20u);
-  std::sort(waits.begin(), waits.end());
-  const double p50 = waits[waits.size() / 2], p75 = waits[waits.size() * 3 / 4];
-  std::printf("%zu messages for an idle stage: waited %.0f us (median), %.0f us (75th pct)\n",
-              waits.size(), p50, p75);
-  // 25-50 us here, alone or next to other tests; 750-850 us when parked behind a busy handler.
-  EXPECT_LT(p50, 400);
 }
 
 TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
