@@ -3,11 +3,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "actors/cluster/cluster_host.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
+#include "actors/config/job_warnings.h"
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/sequential_trainer.h"
@@ -212,6 +216,20 @@ nlohmann::json monitor_info(const actors::job_config& config, const train_option
           {"pid", static_cast<int64_t>(::getpid())}};
 }
 
+/// The job's warnings (actors/config/job_warnings.h), once, by the process that runs the job:
+/// the recovery one only when its stages run in worker processes, the one case where a lost
+/// worker is recovered from.
+void print_warnings(const actors::job_config& config, const train_options& options,
+                    const std::vector<std::string>& warnings) {
+  for (const std::string& warning : warnings) {
+    std::fprintf(stderr, "troupe: warning: %s\n", warning.c_str());
+  }
+  if (options.workers == 0) return;
+  if (const std::optional<std::string> warning = actors::recovery_warning(config)) {
+    std::fprintf(stderr, "troupe: warning: %s: %s\n", options.job_file.c_str(), warning->c_str());
+  }
+}
+
 }  // namespace
 
 int run_worker_command(const worker_command_options& options) {
@@ -244,7 +262,8 @@ int run_worker_command(const worker_command_options& options) {
 
 int run_train(const train_options& given) {
   actors::job_error job_problem;
-  auto config = actors::load_job_file(given.job_file, given.overrides, &job_problem);
+  std::vector<std::string> warnings;
+  auto config = actors::load_job_file(given.job_file, given.overrides, &job_problem, &warnings);
   if (!config) return bad_input(job_problem.message);
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
@@ -334,6 +353,7 @@ int run_train(const train_options& given) {
   if (const std::string note = interleaving_note(*config); !note.empty()) {
     std::fprintf(stderr, "%s\n", note.c_str());
   }
+  print_warnings(*config, options, warnings);
   std::printf("%s\n", partition_line->c_str());
   std::fflush(stdout);
   if (const std::string hint = layer_cut_hint(*config); !hint.empty()) {

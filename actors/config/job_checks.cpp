@@ -1,5 +1,7 @@
 #include "actors/config/job_checks.h"
 
+#include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,9 +93,29 @@ problem check_collective(const parallelism_config& p) {
 
 }  // namespace
 
-problem check_consistency(job_config* config) {
+int default_micro_batches(const job_config& config) {
+  const parallelism_config& p = config.parallelism;
+  const int64_t batch = config.training.batch_size;
+  // A job with more stages than blocks is refused below; the search stays within the blocks.
+  if (p.mode != "sync" || p.stages <= 1 || batch % p.replicas != 0 ||
+      static_cast<size_t>(p.stages) > config.model.layers.size()) {
+    return 1;
+  }
+  const int64_t per_replica = batch / p.replicas;
+  for (int64_t keys = p.stages; keys <= 2 * int64_t{p.stages}; ++keys) {
+    if (per_replica % keys == 0) return static_cast<int>(keys);
+  }
+  int64_t keys = p.stages - 1;
+  while (per_replica % keys != 0) --keys;
+  return static_cast<int>(keys);
+}
+
+problem check_consistency(job_config* config, const std::set<std::string>& set_keys) {
   parallelism_config& p = config->parallelism;
   const training_config& t = config->training;
+  if (set_keys.count("parallelism.micro_batches") == 0) {
+    p.micro_batches = default_micro_batches(*config);
+  }
   const std::string stages = std::to_string(p.stages);
   if (t.batch_size % p.micro_batches != 0) {
     return "parallelism.micro_batches (" + std::to_string(p.micro_batches) +

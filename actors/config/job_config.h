@@ -45,6 +45,8 @@ struct parallelism_config {
   /// virtual_stages non-adjacent stages: worker w runs stages w, w + workers, ...).
   std::string schedule = "gpipe";
   int virtual_stages = 1;
+  /// Keys per batch. Unset in a sync pipeline: one per stage, or the nearest divisor of the
+  /// batch of each replica (default_micro_batches() in actors/config/job_checks.h); else 1.
   int micro_batches = 1;
   int max_active_keys = 0;      ///< 0: the number of stages
   int min_update_interval = 0;  ///< 0: micro_batches

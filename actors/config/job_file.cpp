@@ -11,6 +11,7 @@
 #include <set>
 
 #include "actors/config/job_checks.h"
+#include "actors/config/job_warnings.h"
 #include "actors/config/layer_cuts.h"
 #include "actors/config/toml_fields.h"
 #include "layers/layer_registry.h"
@@ -288,8 +289,21 @@ std::vector<section> job_schema(job_config& config) {
             number_field("stall_timeout_s", &m.stall_timeout_s, kNonNegative)}}};
 }
 
+/// "section.key" for every key of every section that `root` (the file with its overrides) sets.
+std::set<std::string> keys_set_in(const toml::table& root) {
+  std::set<std::string> keys;
+  for (const auto& [name, node] : root) {
+    if (const toml::table* table = node.as_table()) {
+      for (const auto& entry : *table) {
+        keys.insert(std::string(name.str()) + "." + std::string(entry.first.str()));
+      }
+    }
+  }
+  return keys;
+}
+
 problem read_job(const toml::table& root, const std::set<std::string>& overridden,
-                 job_config* config) {
+                 const std::set<std::string>& set_keys, job_config* config) {
   const std::vector<section> schema = job_schema(*config);
   std::vector<std::string> section_names, key_names;
   for (const auto& s : schema) {
@@ -311,7 +325,7 @@ problem read_job(const toml::table& root, const std::set<std::string>& overridde
     const naming names{"", s.name + ".", key_names, &overridden};
     if (problem error = read_fields(table ? *table : kEmpty, s.fields, names)) return error;
   }
-  return check_consistency(config);
+  return check_consistency(config, set_keys);
 }
 
 std::optional<job_config> fail(job_error* error, std::string message) {
@@ -322,7 +336,7 @@ std::optional<job_config> fail(job_error* error, std::string message) {
 std::optional<job_config> parse_job_or_throw(const std::string& toml_text,
                                              const std::string& source_name,
                                              const std::vector<std::string>& overrides,
-                                             job_error* error) {
+                                             job_error* error, std::vector<std::string>* warnings) {
   toml::table root;
   if (problem message = parse_toml(toml_text, source_name, &root)) return fail(error, *message);
   std::set<std::string> overridden;
@@ -332,8 +346,15 @@ std::optional<job_config> parse_job_or_throw(const std::string& toml_text,
     }
   }
   job_config config;
-  if (problem message = read_job(root, overridden, &config)) {
+  const std::set<std::string> set_keys = keys_set_in(root);
+  if (problem message = read_job(root, overridden, set_keys, &config)) {
     return fail(error, source_name + ": " + *message);
+  }
+  if (warnings != nullptr) {
+    warnings->clear();
+    for (const std::string& warning : job_warnings(config, set_keys)) {
+      warnings->push_back(source_name + ": " + warning);
+    }
   }
   return config;
 }
@@ -341,17 +362,18 @@ std::optional<job_config> parse_job_or_throw(const std::string& toml_text,
 }  // namespace
 
 std::optional<job_config> parse_job(const std::string& toml_text, const std::string& source_name,
-                                    const std::vector<std::string>& overrides, job_error* error) {
+                                    const std::vector<std::string>& overrides, job_error* error,
+                                    std::vector<std::string>* warnings) {
   try {
-    return parse_job_or_throw(toml_text, source_name, overrides, error);
+    return parse_job_or_throw(toml_text, source_name, overrides, error, warnings);
   } catch (const std::exception& exception) {
     return fail(error, source_name + ": " + exception.what());
   }
 }
 
 std::optional<job_config> load_job_file(const std::string& path,
-                                        const std::vector<std::string>& overrides,
-                                        job_error* error) {
+                                        const std::vector<std::string>& overrides, job_error* error,
+                                        std::vector<std::string>* warnings) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
   if (file == nullptr) {
     return fail(error, "cannot open job file '" + path + "': " + std::strerror(errno));
@@ -363,7 +385,7 @@ std::optional<job_config> load_job_file(const std::string& path,
   if (std::ferror(file.get())) {
     return fail(error, "cannot read job file '" + path + "': " + std::strerror(errno));
   }
-  return parse_job(text, path, overrides, error);
+  return parse_job(text, path, overrides, error, warnings);
 }
 
 nlohmann::json to_json(const job_config& config) {

@@ -22,15 +22,18 @@ struct job_error {
 /// Parses `toml_text` (called `source_name` in messages), applies `overrides` ("section.key=
 /// value", in order; the value is read as TOML, or as a plain string when it is not valid TOML),
 /// validates every key and fills the defaults. On failure returns nothing and sets `*error`
-/// when `error` is not null.
+/// when `error` is not null. On success sets `*warnings`, when not null, to one line per key
+/// the job sets to no effect or at a cost it may not expect ("SOURCE: parallelism.
+/// min_update_interval does nothing in sync mode: ..."; see job_warnings()).
 std::optional<job_config> parse_job(const std::string& toml_text, const std::string& source_name,
-                                    const std::vector<std::string>& overrides, job_error* error);
+                                    const std::vector<std::string>& overrides, job_error* error,
+                                    std::vector<std::string>* warnings = nullptr);
 
 /// parse_job() on the contents of the file at `path`; a missing or unreadable file is an error
 /// that names it.
 std::optional<job_config> load_job_file(const std::string& path,
-                                        const std::vector<std::string>& overrides,
-                                        job_error* error);
+                                        const std::vector<std::string>& overrides, job_error* error,
+                                        std::vector<std::string>* warnings = nullptr);
 
 /// The resolved configuration as JSON: one object per section with every key, named as in the
 /// job file (what `troupe train` writes to DIR/config.json). Cut points of

@@ -10,7 +10,7 @@
 set -euo pipefail
 build=${1:-build}
 rounds=${2:-5}
-job=${3:-apps/examples/fashion_mlp.toml}
+job=${3:-apps/examples/fashion_mlp_async.toml}
 shift $(( $# < 3 ? $# : 3 ))
 overrides=("$@")
 [ ${#overrides[@]} -gt 0 ] || overrides=(--set training.epochs=1 --set parallelism.stages=2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of the live dashboard (docs/dashboard.md): trains apps/examples/fashion_mlp.toml
+# End-to-end test of the live dashboard (docs/dashboard.md): trains apps/examples/fashion_mlp_async.toml
 # with --dashboard, loads the page in headless Chromium and checks that its charts and stage
 # table received data, checks the JSON endpoints against the run's metrics.jsonl, and checks the
 # token rules (a non-loopback address needs --dashboard-token; requests must then carry it).
@@ -280,7 +280,7 @@ load_page() {
 }
 
 cd "$source"
-job=(apps/examples/fashion_mlp.toml --set training.epochs=3 --set metrics.log_interval=20
+job=(apps/examples/fashion_mlp_async.toml --set training.epochs=3 --set metrics.log_interval=20
      --set parallelism.stages=2 --set metrics.stall_timeout_s=30)
 
 # 1. A run with the dashboard on loopback: about 30 s on 2 cores, a metrics line every 20 steps.

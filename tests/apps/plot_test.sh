@@ -16,7 +16,7 @@ short=(--set training.max_steps=40 --set training.eval_interval_steps=20
 "$troupe" train "$source/apps/examples/fashion_mlp_sync.toml" "${short[@]}" \
   --out "$scratch/sync" >"$scratch/sync.log" 2>&1 ||
   { cat "$scratch/sync.log"; fail "the sync run failed"; }
-"$troupe" train "$source/apps/examples/fashion_mlp.toml" "${short[@]}" --set metrics.trace=true \
+"$troupe" train "$source/apps/examples/fashion_mlp_async.toml" "${short[@]}" --set metrics.trace=true \
   --out "$scratch/async" >"$scratch/async.log" 2>&1 ||
   { cat "$scratch/async.log"; fail "the async run failed"; }
 

@@ -302,7 +302,7 @@ void expect_only_committed(const fs::path& root) {
 TEST_F(RecoveryTest, KilledWorkersAreReplacedAndTheRunFinishesAsWell) {
   const char* trials_text = std::getenv("TROUPE_KILL_TRIALS");
   const int trials = trials_text ? std::atoi(trials_text) : 8;
-  const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp.toml";
+  const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/fashion_mlp_async.toml";
   const std::string settings =
       " --set training.epochs=1 --set training.max_steps=600 --set checkpoint.interval_steps=100"
       " --set checkpoint.keep_last=2"

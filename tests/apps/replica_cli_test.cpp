@@ -62,9 +62,11 @@ TEST_F(ReplicaCliTest, SyncReplicasInWorkerProcessesEqualOnePipelineAndNameTheir
                    (directory_ / "one").string())
                 .status,
             0);
-  const run_result many =
-      troupe("train " + job + " --set parallelism.replicas=2 --workers 4 --out " +
-             (directory_ / "many").string());
+  // Each replica one key of 16 samples: the keys of the one pipeline.
+  const run_result many = troupe("train " + job +
+                                 " --set parallelism.replicas=2 --set parallelism.micro_batches=1"
+                                 " --workers 4 --out " +
+                                 (directory_ / "many").string());
   ASSERT_EQ(many.status, 0) << many.errors;
   const double one = summary("one")["final_test_loss"].get<double>();
   const double replicated = summary("many")["final_test_loss"].get<double>();
