@@ -1,7 +1,7 @@
 // Launcher detection from map-backed variables and files: each launcher, their precedence,
 // every class of bad input, and the Slurm hostlist and hostfile formats.
 
-#include "apps/launch_environment.h"
+#include "apps/cli/launch_environment.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -123,7 +123,7 @@ TEST(RepositoryTest, EachRoomOfTheEngineIncludesOnlyTheRoomsBelowIt) {
   for (const char* folder : {"actors", "apps", "layers", "sim"}) {
     // ZeroMQ is transport's; the transport benchmark holds raw ZeroMQ against troupe's frames.
     for (const std::string& hit : includers(folder, "zmq")) {
-      EXPECT_EQ(hit.rfind("apps/bench_transport", 0), 0u) << hit;
+      EXPECT_EQ(hit.rfind("apps/bench/bench_transport", 0), 0u) << hit;
     }
     EXPECT_EQ(includers(folder, "tests/"), std::vector<std::string>{})
         << folder << " includes a test driver";

@@ -1,6 +1,6 @@
 // The commands' statistics: spreads, and how a prediction ranks repeated measurements.
 
-#include "apps/statistics.h"
+#include "apps/lab/statistics.h"
 
 #include <gtest/gtest.h>
 

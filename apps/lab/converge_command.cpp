@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/config/job_file.h"
-#include "apps/child_train.h"
-#include "apps/commands.h"
-#include "apps/converge_prediction.h"
-#include "apps/run_output.h"
-#include "apps/statistics.h"
-#include "apps/sweep_option.h"
+#include "apps/cli/child_train.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/run_output.h"
+#include "apps/cli/sweep_option.h"
+#include "apps/lab/converge_prediction.h"
+#include "apps/lab/statistics.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 

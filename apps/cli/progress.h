@@ -9,7 +9,7 @@
 #include "actors/engine/run_monitor.h"
 #include "actors/engine/training_loop.h"
 #include "actors/hosts/steady_clock.h"
-#include "apps/run_output.h"
+#include "apps/cli/run_output.h"
 
 namespace troupe::apps {
 

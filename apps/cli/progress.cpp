@@ -1,4 +1,4 @@
-#include "apps/progress.h"
+#include "apps/cli/progress.h"
 
 #include <string>
 

@@ -1,9 +1,9 @@
-#include "apps/run_signals.h"
+#include "apps/cli/run_signals.h"
 
 #include <signal.h>
 #include <unistd.h>
 
-#include "apps/local_workers.h"
+#include "apps/cli/local_workers.h"
 
 namespace troupe::apps {
 namespace {

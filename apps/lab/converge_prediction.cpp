@@ -5,7 +5,7 @@
 // once all its runs are over, so they never share the machine with a run or a calibration,
 // and as many side by side as fill the cores.
 
-#include "apps/converge_prediction.h"
+#include "apps/lab/converge_prediction.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "apps/launch_environment.h"
+#include "apps/cli/launch_environment.h"
 
 #include <algorithm>
 #include <cctype>

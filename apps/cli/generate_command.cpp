@@ -11,8 +11,8 @@
 #include "actors/engine/stage_device.h"
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
-#include "apps/commands.h"
-#include "apps/model_files.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/model_files.h"
 #include "layers/backend_registry.h"
 #include "layers/random.h"
 

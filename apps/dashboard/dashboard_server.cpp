@@ -1,4 +1,4 @@
-#include "apps/dashboard_server.h"
+#include "apps/dashboard/dashboard_server.h"
 
 #include <arpa/inet.h>
 
@@ -6,7 +6,7 @@
 
 #include <httplib.h>
 
-#include "apps/launch_environment.h"
+#include "apps/cli/launch_environment.h"
 
 /// The page, apps/dashboard/index.html, built into the program (cmake/embed_text.cmake).
 const char* troupe_dashboard_page();

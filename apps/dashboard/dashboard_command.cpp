@@ -9,8 +9,8 @@
 #include <fstream>
 #include <mutex>
 
-#include "apps/commands.h"
-#include "apps/dashboard_server.h"
+#include "apps/cli/commands.h"
+#include "apps/dashboard/dashboard_server.h"
 
 namespace troupe::apps {
 namespace {

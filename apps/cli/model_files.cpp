@@ -1,4 +1,4 @@
-#include "apps/model_files.h"
+#include "apps/cli/model_files.h"
 
 #include <filesystem>
 #include <fstream>

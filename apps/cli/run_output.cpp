@@ -1,4 +1,4 @@
-#include "apps/run_output.h"
+#include "apps/cli/run_output.h"
 
 #include <cstdio>
 #include <filesystem>

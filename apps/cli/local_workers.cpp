@@ -1,4 +1,4 @@
-#include "apps/local_workers.h"
+#include "apps/cli/local_workers.h"
 
 #include <signal.h>
 #include <spawn.h>

@@ -1,4 +1,4 @@
-#include "apps/partition_choice.h"
+#include "apps/cli/partition_choice.h"
 
 #include <cstdio>
 #include <filesystem>

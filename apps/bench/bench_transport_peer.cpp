@@ -1,4 +1,4 @@
-#include "apps/bench_transport_peer.h"
+#include "apps/bench/bench_transport_peer.h"
 
 #include <malloc.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "apps/host_lists.h"
+#include "apps/cli/host_lists.h"
 
 #include <algorithm>
 #include <cctype>

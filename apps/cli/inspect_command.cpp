@@ -18,8 +18,8 @@
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
-#include "apps/commands.h"
-#include "apps/model_files.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/model_files.h"
 
 namespace troupe::apps {
 namespace {

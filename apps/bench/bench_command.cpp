@@ -18,10 +18,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/engine/sequential_trainer.h"
-#include "apps/bench_models.h"
-#include "apps/commands.h"
-#include "apps/run_output.h"
-#include "apps/statistics.h"
+#include "apps/bench/bench_models.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/run_output.h"
+#include "apps/lab/statistics.h"
 #include "layers/backend_registry.h"
 #include "layers/gemm_precision.h"
 #include "layers/random.h"

@@ -27,8 +27,8 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "apps/bench_transport_peer.h"
-#include "apps/commands.h"
+#include "apps/bench/bench_transport_peer.h"
+#include "apps/cli/commands.h"
 #include "transport/endpoint.h"
 
 namespace troupe::apps {

@@ -14,8 +14,8 @@
 #include "actors/storage/checkpoint_store.h"
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
-#include "apps/commands.h"
-#include "apps/model_files.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/model_files.h"
 
 namespace troupe::apps {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/host_lists.h"
+#include "apps/cli/host_lists.h"
 
 namespace troupe::apps {
 

@@ -1,4 +1,4 @@
-#include "apps/child_train.h"
+#include "apps/cli/child_train.h"
 
 #include <fcntl.h>
 #include <spawn.h>

@@ -10,8 +10,8 @@
 
 #include "actors/cluster/key_files.h"
 #include "actors/config/job_file.h"
-#include "apps/commands.h"
-#include "apps/launch_environment.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/launch_environment.h"
 #include "transport/curve.h"
 
 namespace troupe::apps {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/commands.h"
+#include "apps/cli/commands.h"
 
 namespace troupe::apps {
 namespace {

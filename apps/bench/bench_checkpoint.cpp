@@ -29,10 +29,10 @@
 #include "actors/engine/stage_device.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
-#include "apps/bench_models.h"
-#include "apps/commands.h"
-#include "apps/run_signals.h"
-#include "apps/statistics.h"
+#include "apps/bench/bench_models.h"
+#include "apps/cli/commands.h"
+#include "apps/cli/run_signals.h"
+#include "apps/lab/statistics.h"
 #include "layers/backend_registry.h"
 
 namespace troupe::apps {

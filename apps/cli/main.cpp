@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "apps/commands.h"
+#include "apps/cli/commands.h"
 
 namespace {
 
