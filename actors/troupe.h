@@ -27,7 +27,7 @@
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/steady_clock.h"
 #include "layers/layer.h"

@@ -16,8 +16,8 @@
 
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
+#include "actors/engine/run_reports.h"
 #include "actors/engine/trace_recorder.h"
-#include "actors/engine/training_loop.h"
 #include "sim/cluster_model.h"
 #include "sim/profile.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "actors/cluster/control_schema.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "actors/hosts/pipeline_host.h"
 #include "transport/codec.h"
 #include "transport/curve.h"

@@ -14,7 +14,7 @@
 
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "actors/hosts/pipeline_host.h"
 #include "transport/curve.h"
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "actors/config/job_config.h"
-#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/admission.h"
 #include "actors/engine/pipeline_messages.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "layers/dataset.h"
 
 namespace troupe::actors {

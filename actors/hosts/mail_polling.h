@@ -11,7 +11,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 
 namespace troupe::actors {
 

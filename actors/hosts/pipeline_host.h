@@ -16,8 +16,8 @@
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
 #include "actors/engine/run_monitor.h"
+#include "actors/engine/run_reports.h"
 #include "actors/engine/trace_recorder.h"
-#include "actors/engine/training_loop.h"
 #include "actors/storage/checkpoint_store.h"
 
 namespace troupe::actors {

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 
 namespace troupe::actors {
 

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/config/job_data.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/wire_format.h"
 #include "apps/bench/bench_models.h"

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "actors/engine/run_monitor.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "actors/hosts/steady_clock.h"
 #include "apps/cli/run_output.h"
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/engine/run_reports.h"
 #include "actors/engine/trace_recorder.h"
-#include "actors/engine/training_loop.h"
 
 namespace troupe::apps {
 

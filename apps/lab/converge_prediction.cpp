@@ -16,8 +16,8 @@
 
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
+#include "actors/engine/run_reports.h"
 #include "actors/engine/stage_settings.h"
-#include "actors/engine/training_loop.h"
 #include "sim/calibration/this_machine.h"
 #include "sim/simulation.h"
 

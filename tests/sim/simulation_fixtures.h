@@ -9,7 +9,7 @@
 
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 #include "sim/simulation.h"
 
 namespace troupe::sim {

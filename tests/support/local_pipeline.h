@@ -17,7 +17,7 @@
 
 #include "actors/config/job_config.h"
 #include "actors/config/job_data.h"
-#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/admission.h"
 #include "actors/engine/stage_logic.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"

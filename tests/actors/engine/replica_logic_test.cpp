@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "actors/config/job_data.h"
-#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/admission.h"
 #include "layers/backend_registry.h"
 #include "tests/support/job_helpers.h"
 #include "tests/support/local_pipeline.h"

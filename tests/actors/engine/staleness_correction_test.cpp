@@ -8,7 +8,7 @@
 
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
-#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/admission.h"
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/stage_settings.h"
 #include "layers/backend_registry.h"

@@ -10,8 +10,8 @@
 
 #include "actors/config/job_data.h"
 #include "actors/engine/learning_rate.h"
+#include "actors/engine/run_reports.h"
 #include "actors/engine/sequential_trainer.h"
-#include "actors/engine/training_loop.h"
 #include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
 #include "tests/support/job_helpers.h"

@@ -1,4 +1,4 @@
-#include "actors/engine/coordinator_logic.h"
+#include "actors/engine/admission.h"
 
 #include <algorithm>
 

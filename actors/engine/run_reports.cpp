@@ -1,4 +1,4 @@
-#include "actors/engine/training_loop.h"
+#include "actors/engine/run_reports.h"
 
 #include <algorithm>
 
