@@ -27,7 +27,7 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   return settings;
 }
 
-coordinator_logic::coordinator_logic(admission_settings settings)
+admission_policy::admission_policy(admission_settings settings)
     : settings_(std::move(settings)),
       total_keys_(settings_.total_steps * settings_.micro_batches),
       admitted_(static_cast<size_t>(std::max(1, settings_.replicas)),
@@ -51,7 +51,7 @@ coordinator_logic::coordinator_logic(admission_settings settings)
   }
 }
 
-bool coordinator_logic::may_admit_next(int replica) const {
+bool admission_policy::may_admit_next(int replica) const {
   const int64_t admitted = admitted_[replica];
   if (admitted >= total_keys_ || active(replica) >= limit_) return false;
   if (pause_at_key_ >= 0 && admitted >= pause_at_key_) return false;
@@ -63,19 +63,19 @@ bool coordinator_logic::may_admit_next(int replica) const {
                      [admitted](int64_t retired) { return retired >= admitted; });
 }
 
-int64_t coordinator_logic::slowest_version() const {
+int64_t admission_policy::slowest_version() const {
   const int64_t interval = std::max(1, settings_.min_update_interval);
   return *std::min_element(retired_.begin(), retired_.end()) / interval;
 }
 
-bool coordinator_logic::within_replica_staleness(int replica) const {
+bool admission_policy::within_replica_staleness(int replica) const {
   if (settings_.replicas < 2 || settings_.replica_staleness < 0) return true;
   const int64_t interval = std::max(1, settings_.min_update_interval);
   const int64_t reached = (admitted_[replica] + 1) / interval;
   return reached - slowest_version() <= settings_.replica_staleness;
 }
 
-admission coordinator_logic::make_admission(int replica, int64_t local) const {
+admission admission_policy::make_admission(int replica, int64_t local) const {
   const int64_t micro = settings_.micro_batches;
   admission result;
   result.step = local / micro;
@@ -88,7 +88,7 @@ admission coordinator_logic::make_admission(int replica, int64_t local) const {
   return result;
 }
 
-std::vector<admission> coordinator_logic::admit() {
+std::vector<admission> admission_policy::admit() {
   std::vector<admission> result;
   // A key of each replica in turn, so that every pipeline fills at once.
   for (bool any = true; any;) {
@@ -104,31 +104,31 @@ std::vector<admission> coordinator_logic::admit() {
   return result;
 }
 
-int64_t coordinator_logic::pause_at_step_boundary() {
+int64_t admission_policy::pause_at_step_boundary() {
   const int64_t micro = settings_.micro_batches;
   const int64_t furthest = *std::max_element(admitted_.begin(), admitted_.end());
   pause_at_key_ = std::min(total_keys_, (furthest + micro - 1) / micro * micro);
   return pause_at_key_ / micro;
 }
 
-bool coordinator_logic::quiet() const {
+bool admission_policy::quiet() const {
   if (pause_at_key_ < 0 || active() != 0) return false;
   return std::all_of(admitted_.begin(), admitted_.end(),
                      [this](int64_t admitted) { return admitted == pause_at_key_; });
 }
 
-bool coordinator_logic::finished() const {
+bool admission_policy::finished() const {
   return std::all_of(retired_.begin(), retired_.end(),
                      [this](int64_t retired) { return retired == total_keys_; });
 }
 
-int64_t coordinator_logic::retired_count() const {
+int64_t admission_policy::retired_count() const {
   int64_t total = 0;
   for (int64_t retired : retired_) total += retired;
   return total;
 }
 
-bool coordinator_logic::retired(uint64_t key) {
+bool admission_policy::retired(uint64_t key) {
   if (active_keys_.erase(key) == 0) return false;
   const uint64_t per_step = static_cast<uint64_t>(settings_.micro_batches) * settings_.replicas;
   ++retired_[(key % per_step) / static_cast<uint64_t>(settings_.micro_batches)];

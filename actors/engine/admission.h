@@ -48,9 +48,9 @@ struct admission {
   int64_t replica_floor = 0;
 };
 
-class coordinator_logic {
+class admission_policy {
  public:
-  explicit coordinator_logic(admission_settings settings);
+  explicit admission_policy(admission_settings settings);
 
   /// The keys that may be admitted now (possibly none); each is counted as active.
   std::vector<admission> admit();

@@ -144,7 +144,7 @@ std::vector<key_message> training_run::start_epoch(double now_s) {
     resume_.reset();
   }
   settings.total_steps = std::min(total_steps_, (epoch_ + 1) * steps_per_epoch_);
-  admission_ = std::make_unique<coordinator_logic>(settings);
+  admission_ = std::make_unique<admission_policy>(settings);
   epoch_start_s_ = now_s;
   last_log_s_ = now_s;
   epoch_totals_ = batch_totals();

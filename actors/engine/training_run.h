@@ -133,7 +133,7 @@ class training_run {
   int64_t steps_per_epoch_;
   int64_t total_steps_;
   int64_t epoch_ = 0;
-  std::unique_ptr<coordinator_logic> admission_;
+  std::unique_ptr<admission_policy> admission_;
   // Training figures since the last metrics line and over the current epoch.
   batch_totals interval_;
   batch_totals epoch_totals_;

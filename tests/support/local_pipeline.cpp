@@ -68,7 +68,7 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
   return message;
 }
 
-void local_pipeline::admit(const layers::dataset& data, coordinator_logic& coordinator) {
+void local_pipeline::admit(const layers::dataset& data, admission_policy& coordinator) {
   for (const admission& entry : coordinator.admit()) {
     mailboxes_[entry.replica * config_.parallelism.stages].forwards.push_back(
         make_forward(data, entry));
@@ -173,7 +173,7 @@ pipeline_totals local_pipeline::train(const layers::dataset& data, int64_t steps
   TROUPE_CHECK(steps_done_ + steps <= total_steps_);
   admission_settings settings = admission_settings::of(config_, steps_done_ + steps);
   settings.first_step = steps_done_;
-  coordinator_logic coordinator(settings);
+  admission_policy coordinator(settings);
   pipeline_totals totals;
   const coordinator_inbox to_coordinator = [&](stage_output&& output) {
     if (output.what == stage_output::kind::retired) coordinator.retired(output.message.key);

@@ -71,7 +71,7 @@ class local_pipeline {
   enum class channel { forward, backward, chunk, ready_pass };
 
   key_message make_forward(const layers::dataset& data, const admission& entry);
-  void admit(const layers::dataset& data, coordinator_logic& coordinator);
+  void admit(const layers::dataset& data, admission_policy& coordinator);
   /// Picks a ready queue, or a stage's ready pass (zero-bubble), at random; false when none.
   bool next_delivery(int* stage, channel* from);
   key_message take(int stage, channel from);

@@ -294,7 +294,7 @@ TEST(CoordinatorLogicTest, IgnoresRetirementsOfKeysNotInFlight) {
   settings.mode = "async";
   settings.max_active_keys = 2;
   settings.total_steps = 3;
-  coordinator_logic coordinator(settings);
+  admission_policy coordinator(settings);
   auto admitted = coordinator.admit();
   ASSERT_EQ(admitted.size(), 2u);
   EXPECT_FALSE(coordinator.retired(7));

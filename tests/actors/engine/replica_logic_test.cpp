@@ -39,7 +39,7 @@ layers::dataset training_set(const job_config& config) {
 
 TEST(ReplicaAdmissionTest, SyncReplicasSplitEachBatchInTheSequentialOrder) {
   job_config config = replica_job(2, 2, 2, "sync");  // batch 16: 4 keys of 4 samples a step
-  coordinator_logic logic(admission_settings::of(config, 3));
+  admission_policy logic(admission_settings::of(config, 3));
   std::vector<admission> first = logic.admit();
   ASSERT_EQ(first.size(), 4u);
   std::set<int64_t> offsets;
@@ -68,7 +68,7 @@ TEST(ReplicaAdmissionTest, AsyncReplicaWaitsAtTheStalenessBound) {
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   config.parallelism.replica_staleness = 2;
-  coordinator_logic logic(admission_settings::of(config, 40));
+  admission_policy logic(admission_settings::of(config, 40));
   // Each replica may bring its stages to version 2 while the slowest is at 0.
   std::vector<admission> first = logic.admit();
   ASSERT_EQ(first.size(), 4u);

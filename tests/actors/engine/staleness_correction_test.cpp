@@ -162,7 +162,7 @@ TEST(StalenessCorrectionTest, TwoBwStashesWeightsAndBoundsTheDelayToOne) {
   EXPECT_TRUE(stage_settings_of(config, 1, 10, 10, no_turns).weight_stashing);
   const admission_settings admission = admission_settings::of(config, 10);
   EXPECT_EQ(admission.max_staleness, 1);
-  EXPECT_EQ(coordinator_logic(admission).admission_limit(), 5);  // MUI · 1 + 1
+  EXPECT_EQ(admission_policy(admission).admission_limit(), 5);  // MUI · 1 + 1
   auto device = cpu();
   const layers::dataset data = training_set(config);
   local_pipeline pipeline(config, *device, data.count(), 20, 5);
