@@ -289,7 +289,7 @@ TEST(PassOrderTest, EachInterleavedWorkerRunsEveryPassOfItsChunksOnce) {
   EXPECT_EQ(last, "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 B1.0 B1.1 ");
 }
 
-TEST(CoordinatorLogicTest, IgnoresRetirementsOfKeysNotInFlight) {
+TEST(AdmissionPolicyTest, IgnoresRetirementsOfKeysNotInFlight) {
   admission_settings settings;
   settings.mode = "async";
   settings.max_active_keys = 2;
