@@ -3,10 +3,10 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include <httplib.h>
-
-#include "apps/cli/launch_environment.h"
 
 /// The page, apps/dashboard/index.html, built into the program (cmake/embed_text.cmake).
 const char* troupe_dashboard_page();
@@ -22,6 +22,14 @@ bool loopback(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
   in_addr address{};
   return inet_pton(AF_INET, host.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
+}
+
+/// The whole text of the file at `path`; empty when it cannot be read.
+std::string file_text(const char* path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  if (file) text << file.rdbuf();
+  return text.str();
 }
 
 void send_json(httplib::Response& response, const nlohmann::json& value) {
@@ -72,8 +80,7 @@ std::optional<dashboard_address> parse_dashboard_address(const std::string& text
 dashboard_server::dashboard_server(std::function<dashboard_view()> view, std::string token)
     : view_(std::move(view)), token_(std::move(token)) {
   for (const char* path : chart_script_paths) {
-    std::string missing;
-    chart_script_ = read_text_file(path, &missing).value_or("");
+    chart_script_ = file_text(path);
     if (!chart_script_.empty()) break;
   }
 }
