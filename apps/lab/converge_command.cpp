@@ -20,7 +20,7 @@
 #include "apps/cli/run_output.h"
 #include "apps/cli/sweep_option.h"
 #include "apps/lab/converge_prediction.h"
-#include "apps/lab/statistics.h"
+#include "apps/lab/race_table.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/profile.h"
 
@@ -80,121 +80,11 @@ race_outcome train_once(const converge_options& options, const std::vector<std::
   return result;
 }
 
-/// Seconds to the target of the runs that reached it.
-std::vector<double> reached_seconds(const std::vector<race_outcome>& runs) {
-  std::vector<double> seconds;
-  for (const race_outcome& run : runs) {
-    if (run.to_target_s) seconds.push_back(*run.to_target_s);
-  }
-  return seconds;
-}
-
-/// The median of `field` over the runs that have it, printed with `format` ("-" where none has).
-template <typename T>
-std::string median_cell(const std::vector<race_outcome>& runs,
-                        std::optional<T> race_outcome::*field, const char* format) {
-  std::vector<double> values;
-  for (const race_outcome& run : runs) {
-    if (run.*field) values.push_back(static_cast<double>(*(run.*field)));
-  }
-  if (values.empty()) return "-";
-  char text[32];
-  std::snprintf(text, sizeof text, format, median(values));
-  return text;
-}
-
-/// The median of the steps at which the runs that reached the target reached it.
-std::string steps_cell(const std::vector<race_outcome>& runs) {
-  return median_cell(runs, &race_outcome::to_target_step, "%.0f");
-}
-
-/// "median (min-max)" of the runs that reached the target, and how many did.
-std::string seconds_cell(const std::vector<race_outcome>& runs, int* reached) {
-  const std::vector<double> seconds = reached_seconds(runs);
-  *reached = static_cast<int>(seconds.size());
-  if (seconds.empty()) return "-";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.1f (%.1f-%.1f)", median(seconds),
-                *std::min_element(seconds.begin(), seconds.end()),
-                *std::max_element(seconds.begin(), seconds.end()));
-  return text;
-}
-
-/// How the prediction orders the settings by their median seconds to the target, pair by pair,
-/// counting apart the pairs whose middle runs do not overlap (compare_rankings()): a ranking of
-/// settings within each other's spread is not settled by the runs themselves.
-void print_ranking(const std::vector<std::string>& names,
-                   const std::vector<std::vector<race_outcome>>& measured,
-                   const std::vector<std::vector<race_outcome>>& predicted) {
-  std::vector<std::vector<double>> measured_seconds, predicted_seconds;
-  for (size_t s = 0; s < names.size(); ++s) {
-    measured_seconds.push_back(reached_seconds(measured[s]));
-    predicted_seconds.push_back(reached_seconds(predicted[s]));
-  }
-  const ranking_agreement ranking = compare_rankings(measured_seconds, predicted_seconds);
-  std::printf(
-      "ranking: the prediction orders %d of %d pairs of settings as measured; %d of the %d pairs "
-      "whose middle runs do not overlap\n",
-      ranking.agreeing, ranking.pairs, ranking.apart_agreeing, ranking.apart);
-  for (const ranked_pair& pair : ranking.disagreeing) {
-    const double measured_i = ranking.measured_medians[pair.i];
-    const double measured_j = ranking.measured_medians[pair.j];
-    const double predicted_i = ranking.predicted_medians[pair.i];
-    const double predicted_j = ranking.predicted_medians[pair.j];
-    std::printf(
-        "  %s / %s: measured %.1f %c %.1f s (median steps %s / %s), predicted %.1f %c %.1f s%s\n",
-        names[pair.i].c_str(), names[pair.j].c_str(), measured_i,
-        measured_i < measured_j ? '<' : '>', measured_j, steps_cell(measured[pair.i]).c_str(),
-        steps_cell(measured[pair.j]).c_str(), predicted_i, predicted_i < predicted_j ? '<' : '>',
-        predicted_j, pair.apart ? "" : " (their middle runs overlap)");
-  }
-}
-
-double median_accuracy(const std::vector<race_outcome>& runs) {
-  std::vector<double> accuracies;
-  for (const race_outcome& run : runs) {
-    if (!run.diverged && !run.failed) accuracies.push_back(run.final_accuracy);
-  }
-  return median(accuracies);
-}
-
-/// The median of the runs' mean staleness.
-std::string staleness_cell(const std::vector<race_outcome>& runs) {
-  return median_cell(runs, &race_outcome::mean_staleness, "%.2f");
-}
-
-int diverged_count(const std::vector<race_outcome>& runs) {
-  return static_cast<int>(std::count_if(runs.begin(), runs.end(),
-                                        [](const race_outcome& run) { return run.diverged; }));
-}
-
-int failed_count(const std::vector<race_outcome>& runs) {
-  return static_cast<int>(
-      std::count_if(runs.begin(), runs.end(), [](const race_outcome& run) { return run.failed; }));
-}
-
-json runs_json(const std::vector<race_outcome>& runs) {
-  json result = json::array();
-  for (const race_outcome& run : runs) {
-    result.push_back({{"diverged", run.diverged},
-                      {"failed", run.failed},
-                      {"time_to_target_s", run.to_target_s ? json(*run.to_target_s) : json()},
-                      {"steps_to_target", run.to_target_step ? json(*run.to_target_step) : json()},
-                      {"final_test_accuracy", run.final_accuracy},
-                      {"mean_staleness", run.mean_staleness ? json(*run.mean_staleness) : json()}});
-  }
-  return result;
-}
-
-}  // namespace
-
-int run_converge(const converge_options& options) {
-  std::string error;
-  auto settings = settings_of(options, &error);
-  if (!settings) return bad_input(error);
-  // Every setting must load, and the job must name a target to race to.
-  std::vector<actors::job_config> configs;
-  for (const setting& each : *settings) {
+/// Every setting of the job must load, and the job must name a target to race to; 0, or 2 after
+/// saying which does not.
+int load_settings(const converge_options& options, const std::vector<setting>& settings,
+                  std::vector<actors::job_config>* configs) {
+  for (const setting& each : settings) {
     std::vector<std::string> overrides = options.overrides;
     overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
     actors::job_error problem;
@@ -205,168 +95,198 @@ int run_converge(const converge_options& options) {
                        ": training.target_accuracy is not set; converge races to it (--set "
                        "training.target_accuracy=0.85)");
     }
-    configs.push_back(*config);
+    configs->push_back(*config);
   }
-  const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
-  if (!make_directory(out, &error)) return bad_input(error);
+  return 0;
+}
 
-  // The profile each run is predicted from: --profile for all, or a calibration of the run's
-  // setting taken beside it: the blocks' costs depend on the setting's micro-batch size (a
-  // CPU GEMM of 16 samples costs more than a quarter of one of 64), on which stages compute at
-  // once and on what the setting adds (a predicted copy of the weights), and this machine's
-  // speed drifts over minutes, so calibrations taken for each run, in the same alternating
-  // order, meet the machine as that run does. Now and then a calibration meets a spell in which
-  // every pass runs 20-55 % slower and more unevenly than in the run it is for (its work_jitter
-  // two or three times the others'), so each run gets two, just before and just after it, and
-  // is predicted from the steadier.
-  const size_t count = settings->size();
-  std::optional<sim::machine_profile> given;
-  if (!options.profile_file.empty()) {
-    given = sim::load_profile(options.profile_file, &error);
-    if (!given) return bad_input(error);
-  }
-  bool predicting = given || options.predict;
-  const auto calibrate_for = [&](size_t s, int seed,
-                                 const char* when) -> std::optional<sim::machine_profile> {
-    const std::string& name = (*settings)[s].name;
-    std::printf(
-        "troupe converge: [seed %d] calibrating this machine for %s, %s its run (%.2f s per "
-        "block)\n",
-        seed, name.c_str(), when, options.seconds);
-    std::fflush(stdout);
-    auto calibrated = sim::calibrate(configs[s], options.seconds, &error);
-    if (!calibrated) {
-      error = "calibration for " + name + " failed: " + error;
-      return std::nullopt;
-    }
-    std::ofstream(out + "/profile-" + name + "-seed" + std::to_string(seed) + "-" + when + ".json")
-        << sim::to_json_text(*calibrated);
-    return calibrated;
-  };
+/// The race: every setting with every seed, in alternating order, each run beside the
+/// simulator's prediction of it.
+///
+/// The profile each run is predicted from: --profile for all, or a calibration of the run's
+/// setting taken beside it: the blocks' costs depend on the setting's micro-batch size (a
+/// CPU GEMM of 16 samples costs more than a quarter of one of 64), on which stages compute at
+/// once and on what the setting adds (a predicted copy of the weights), and this machine's
+/// speed drifts over minutes, so calibrations taken for each run, in the same alternating
+/// order, meet the machine as that run does. Now and then a calibration meets a spell in which
+/// every pass runs 20-55 % slower and more unevenly than in the run it is for (its work_jitter
+/// two or three times the others'), so each run gets two, just before and just after it, and
+/// is predicted from the steadier.
+class convergence_race {
+ public:
+  /// `given`: the --profile every run is predicted from (none: calibrations beside each).
+  convergence_race(const converge_options& options, std::vector<setting> settings,
+                   std::vector<actors::job_config> configs, std::string out,
+                   std::optional<sim::machine_profile> given)
+      : options_(options),
+        settings_(std::move(settings)),
+        configs_(std::move(configs)),
+        out_(std::move(out)),
+        given_(std::move(given)),
+        predicting_(given_ || options.predict),
+        measured_(settings_.size()),
+        predicted_(settings_.size()) {}
 
-  // The profile that predicts the run just measured: the steadier of `before` and a
-  // calibration taken now (or --profile); nothing, with `error` set, when the calibration fails.
-  const auto profile_for =
-      [&](size_t s, int seed,
-          std::optional<sim::machine_profile> before) -> std::optional<sim::machine_profile> {
-    if (given) return given;
-    auto after = calibrate_for(s, seed, "after");
-    if (!after) return std::nullopt;
-    const bool later = after->work_jitter < before->work_jitter;
-    std::printf(
-        "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
-        "(work_jitter %.3f before, %.3f after)\n",
-        seed, (*settings)[s].name.c_str(), later ? "after" : "before", before->work_jitter,
-        after->work_jitter);
-    return later ? std::move(after) : std::move(before);
-  };
-
-  std::vector<std::vector<race_outcome>> measured(count), predicted(count);
-  std::vector<run_to_simulate> to_simulate;
-  // A calibration or simulation that fails ends the prediction, not the race: the runs go on,
-  // and the table gives what they measured.
-  std::string prediction_failure;
-  const auto stop_predicting = [&](const char* consequence) {
-    prediction_failure = error;
-    std::fprintf(stderr, "troupe converge: %s; %s\n", error.c_str(), consequence);
-    predicting = false;
-  };
-  // Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
-  for (int seed = 1; seed <= options.seeds; ++seed) {
-    for (size_t s = 0; s < count; ++s) {
-      const setting& each = (*settings)[s];
-      std::vector<std::string> overrides = options.overrides;
-      overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
-      overrides.push_back("training.seed=" + std::to_string(seed));
-      const std::string run_out = out + "/" + each.name + "-seed" + std::to_string(seed);
-      std::optional<sim::machine_profile> before;
-      if (predicting && !given && !(before = calibrate_for(s, seed, "before"))) {
-        stop_predicting("the race goes on without the prediction");
-      }
-      measured[s].push_back(train_once(options, overrides, run_out));
-      std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
-                  described(measured[s].back()).c_str());
-      std::fflush(stdout);
-      if (!predicting) continue;
-      auto profile = profile_for(s, seed, std::move(before));
-      if (!profile) {
-        stop_predicting("the race goes on without the prediction");
-        continue;
-      }
-      to_simulate.push_back({s, each.name, seed, overrides, std::move(*profile)});
-    }
-  }
-  // The simulations, once no run or calibration needs the machine: a numerics simulation can
-  // take longer than its run, so as many run side by side as fill the job's threads.
-  if (predicting) {
-    const int parallel =
-        std::min(simulations_at_once(configs), static_cast<int>(to_simulate.size()));
-    std::printf("troupe converge: simulating the %zu runs, %d at a time\n", to_simulate.size(),
-                parallel);
-    std::fflush(stdout);
-    auto simulated = simulate_runs(options.job_file, to_simulate, parallel, &error);
-    if (simulated) {
-      for (size_t i = 0; i < simulated->size(); ++i) {
-        predicted[to_simulate[i].setting].push_back((*simulated)[i]);
-      }
-    } else {
-      stop_predicting("the table goes without the prediction");
+  /// Rounds alternate the settings (A B C A B C ...): this machine's speed drifts.
+  void run() {
+    for (int seed = 1; seed <= options_.seeds; ++seed) {
+      for (size_t s = 0; s < settings_.size(); ++s) race(s, seed);
     }
   }
 
-  std::printf("\n%-20s %5s %9s %7s %8s %22s %6s %10s %9s", "setting", "runs", "diverged", "failed",
-              "reached", "to target s (min-max)", "steps", "final acc", "staleness");
-  if (predicting) {
-    std::printf(" | %22s %6s %10s %9s %9s", "predicted to target s", "steps", "final acc",
-                "diverged", "staleness");
+  /// The simulations, once no run or calibration needs the machine: a numerics simulation can
+  /// take longer than its run, so as many run side by side as fill the job's threads.
+  void simulate();
+
+  /// Prints the table and writes convergence.json; the exit status: 1 when a run failed or
+  /// the prediction did.
+  int report() const;
+
+ private:
+  /// Run `seed` of setting `s`, calibrated before and after when predicting.
+  void race(size_t s, int seed);
+  std::optional<sim::machine_profile> calibrate_for(size_t s, int seed, const char* when);
+  /// The profile that predicts the run just measured: the steadier of `before` and a
+  /// calibration taken now (or --profile); nothing, with `error_` set, when the calibration
+  /// fails.
+  std::optional<sim::machine_profile> profile_for(size_t s, int seed,
+                                                  std::optional<sim::machine_profile> before);
+  /// A calibration or simulation that fails ends the prediction, not the race: the runs go
+  /// on, and the table gives what they measured.
+  void stop_predicting(const char* consequence);
+
+  const converge_options& options_;
+  const std::vector<setting> settings_;
+  const std::vector<actors::job_config> configs_;
+  const std::string out_;
+  const std::optional<sim::machine_profile> given_;
+  bool predicting_;
+  std::string error_;
+  std::string prediction_failure_;
+  std::vector<std::vector<race_outcome>> measured_, predicted_;  ///< by setting
+  std::vector<run_to_simulate> to_simulate_;
+};
+
+void convergence_race::race(size_t s, int seed) {
+  const setting& each = settings_[s];
+  std::vector<std::string> overrides = options_.overrides;
+  overrides.insert(overrides.end(), each.overrides.begin(), each.overrides.end());
+  overrides.push_back("training.seed=" + std::to_string(seed));
+  const std::string run_out = out_ + "/" + each.name + "-seed" + std::to_string(seed);
+  std::optional<sim::machine_profile> before;
+  if (predicting_ && !given_ && !(before = calibrate_for(s, seed, "before"))) {
+    stop_predicting("the race goes on without the prediction");
   }
-  std::printf("\n");
-  json table = json::array();
-  int failed = 0;
-  for (size_t s = 0; s < count; ++s) {
-    failed += failed_count(measured[s]);
-    int reached = 0, predicted_reached = 0;
-    const std::string seconds = seconds_cell(measured[s], &reached);
-    std::printf("%-20s %5zu %9d %7d %8d %22s %6s %10.4f %9s", (*settings)[s].name.c_str(),
-                measured[s].size(), diverged_count(measured[s]), failed_count(measured[s]), reached,
-                seconds.c_str(), steps_cell(measured[s]).c_str(), median_accuracy(measured[s]),
-                staleness_cell(measured[s]).c_str());
-    json row = {{"setting", (*settings)[s].name},
-                {"overrides", (*settings)[s].overrides},
-                {"runs", runs_json(measured[s])}};
-    if (predicting) {
-      const std::string predicted_seconds = seconds_cell(predicted[s], &predicted_reached);
-      std::printf(" | %22s %6s %10.4f %9d %9s", predicted_seconds.c_str(),
-                  steps_cell(predicted[s]).c_str(), median_accuracy(predicted[s]),
-                  diverged_count(predicted[s]), staleness_cell(predicted[s]).c_str());
-      row["predicted"] = runs_json(predicted[s]);
-    }
-    std::printf("\n");
-    table.push_back(row);
+  measured_[s].push_back(train_once(options_, overrides, run_out));
+  std::printf("troupe converge: [seed %d] %-20s %s\n", seed, each.name.c_str(),
+              described(measured_[s].back()).c_str());
+  std::fflush(stdout);
+  if (!predicting_) return;
+  auto profile = profile_for(s, seed, std::move(before));
+  if (!profile) {
+    stop_predicting("the race goes on without the prediction");
+    return;
   }
+  to_simulate_.push_back({s, each.name, seed, overrides, std::move(*profile)});
+}
+
+std::optional<sim::machine_profile> convergence_race::calibrate_for(size_t s, int seed,
+                                                                    const char* when) {
+  const std::string& name = settings_[s].name;
   std::printf(
-      "(seconds from the start of each run to its first evaluation at or above "
-      "training.target_accuracy (%.4g), evaluations included; medians over the runs that "
-      "reached it; steps: the median of the optimizer steps completed by then; seeds 1-%d, "
-      "settings in alternating order; staleness: the median over the runs "
-      "of the mean staleness of every backward pass)\n",
-      configs.front().training.target_accuracy, options.seeds);
-  if (predicting) {
+      "troupe converge: [seed %d] calibrating this machine for %s, %s its run (%.2f s per "
+      "block)\n",
+      seed, name.c_str(), when, options_.seconds);
+  std::fflush(stdout);
+  auto calibrated = sim::calibrate(configs_[s], options_.seconds, &error_);
+  if (!calibrated) {
+    error_ = "calibration for " + name + " failed: " + error_;
+    return std::nullopt;
+  }
+  std::ofstream(out_ + "/profile-" + name + "-seed" + std::to_string(seed) + "-" + when + ".json")
+      << sim::to_json_text(*calibrated);
+  return calibrated;
+}
+
+std::optional<sim::machine_profile> convergence_race::profile_for(
+    size_t s, int seed, std::optional<sim::machine_profile> before) {
+  if (given_) return given_;
+  auto after = calibrate_for(s, seed, "after");
+  if (!after) return std::nullopt;
+  const bool later = after->work_jitter < before->work_jitter;
+  std::printf(
+      "troupe converge: [seed %d] %-20s predicting from the calibration %s the run "
+      "(work_jitter %.3f before, %.3f after)\n",
+      seed, settings_[s].name.c_str(), later ? "after" : "before", before->work_jitter,
+      after->work_jitter);
+  return later ? std::move(after) : std::move(before);
+}
+
+void convergence_race::stop_predicting(const char* consequence) {
+  prediction_failure_ = error_;
+  std::fprintf(stderr, "troupe converge: %s; %s\n", error_.c_str(), consequence);
+  predicting_ = false;
+}
+
+void convergence_race::simulate() {
+  if (!predicting_) return;
+  const int parallel =
+      std::min(simulations_at_once(configs_), static_cast<int>(to_simulate_.size()));
+  std::printf("troupe converge: simulating the %zu runs, %d at a time\n", to_simulate_.size(),
+              parallel);
+  std::fflush(stdout);
+  auto simulated = simulate_runs(options_.job_file, to_simulate_, parallel, &error_);
+  if (!simulated) {
+    stop_predicting("the table goes without the prediction");
+    return;
+  }
+  for (size_t i = 0; i < simulated->size(); ++i) {
+    predicted_[to_simulate_[i].setting].push_back((*simulated)[i]);
+  }
+}
+
+int convergence_race::report() const {
+  const json table = print_race_table(settings_, measured_, predicted_, predicting_,
+                                      configs_.front().training.target_accuracy, options_.seeds);
+  if (predicting_) {
     std::vector<std::string> names;
-    for (const setting& each : *settings) names.push_back(each.name);
-    print_ranking(names, measured, predicted);
+    for (const setting& each : settings_) names.push_back(each.name);
+    print_ranking(names, measured_, predicted_);
   }
-  const int written = write_json_output(out + "/convergence.json", table);
-  if (!prediction_failure.empty()) {
-    std::fprintf(stderr, "troupe converge: no prediction: %s\n", prediction_failure.c_str());
+  const int written = write_json_output(out_ + "/convergence.json", table);
+  if (!prediction_failure_.empty()) {
+    std::fprintf(stderr, "troupe converge: no prediction: %s\n", prediction_failure_.c_str());
   }
+  int failed = 0;
+  for (const std::vector<race_outcome>& runs : measured_) failed += failed_count(runs);
   if (failed > 0) {
     std::fprintf(stderr,
                  "troupe converge: %d run%s failed (not counted in the medians); see the "
                  "train.log of each\n",
                  failed, failed == 1 ? "" : "s");
   }
-  return failed > 0 || !prediction_failure.empty() ? 1 : written;
+  return failed > 0 || !prediction_failure_.empty() ? 1 : written;
+}
+
+}  // namespace
+
+int run_converge(const converge_options& options) {
+  std::string error;
+  auto settings = settings_of(options, &error);
+  if (!settings) return bad_input(error);
+  std::vector<actors::job_config> configs;
+  if (const int status = load_settings(options, *settings, &configs)) return status;
+  const std::string out = options.out_directory.empty() ? "runs/converge" : options.out_directory;
+  if (!make_directory(out, &error)) return bad_input(error);
+  std::optional<sim::machine_profile> given;
+  if (!options.profile_file.empty()) {
+    given = sim::load_profile(options.profile_file, &error);
+    if (!given) return bad_input(error);
+  }
+  convergence_race race(options, std::move(*settings), std::move(configs), out, std::move(given));
+  race.run();
+  race.simulate();
+  return race.report();
 }
 
 }  // namespace troupe::apps
