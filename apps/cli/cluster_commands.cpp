@@ -1,5 +1,6 @@
-// `troupe keygen` and `troupe launch`: keys for a cluster's CURVE security, and the entry
-// point that every rank of an existing launcher (srun, mpirun, torchrun, a hostfile) runs.
+// `troupe worker`, `troupe keygen` and `troupe launch`: a worker process that joins a
+// coordinator, keys for a cluster's CURVE security, and the entry point that every rank of an
+// existing launcher (srun, mpirun, torchrun, a hostfile) runs.
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -8,10 +9,13 @@
 #include <cstdio>
 #include <fstream>
 
+#include "actors/cluster/cluster_host.h"
 #include "actors/cluster/key_files.h"
 #include "actors/config/job_file.h"
+#include "actors/hosts/steady_clock.h"
 #include "apps/cli/commands.h"
 #include "apps/cli/launch_environment.h"
+#include "apps/cli/run_signals.h"
 #include "transport/curve.h"
 
 namespace troupe::apps {
@@ -75,6 +79,34 @@ std::optional<std::string> public_key_named(const std::string& directory, const 
     return std::nullopt;
   }
   return key;
+}
+
+int run_worker_command(const worker_command_options& options) {
+  actors::steady_clock clock;
+  actors::worker_options worker;
+  worker.coordinator_address = options.coordinator;
+  worker.listen_address = options.listen;
+  worker.liveness.timeout_s = options.heartbeat_timeout_s;
+  worker.job_hash = options.job_hash;
+  worker.stop_requests = install_worker_signals();
+  std::string error;
+  auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);
+  if (!security) {
+    std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+    return 2;
+  }
+  worker.security = *security;
+  if (security->curve) {
+    auto key = public_key_named(options.keys_directory, options.coordinator_key_name, &error);
+    if (!key) {
+      std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+      return 2;
+    }
+    worker.coordinator_key = *key;
+  }
+  const int status = actors::run_worker(worker, clock, &error);
+  if (status != 0) std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
+  return status;
 }
 
 int run_keygen(const keygen_options& options) {

@@ -26,6 +26,7 @@
 #include "apps/cli/launch_environment.h"
 #include "apps/cli/local_workers.h"
 #include "apps/cli/partition_choice.h"
+#include "apps/cli/pipeline_runs.h"
 #include "apps/cli/progress.h"
 #include "apps/cli/run_output.h"
 #include "apps/cli/run_signals.h"
@@ -46,117 +47,6 @@ std::string default_out_directory(const std::string& job_file) {
 
 int classes_of(const actors::job_config& config) {
   return config.data.dataset == "synthetic" ? config.data.classes : 10;
-}
-
-/// One entry per stage actor; with replicas, replica by replica, each naming its stage and
-/// replica.
-nlohmann::json stages_json(const actors::pipeline_report& report,
-                           const actors::job_config& config) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (size_t i = 0; i < report.stages.size(); ++i) {
-    const actors::stage_report& stage = report.stages[i];
-    nlohmann::json entry = {{"staleness_histogram", stage.staleness_histogram},
-                            {"weight_staleness_histogram", stage.weight_staleness_histogram},
-                            {"peak_contexts", stage.peak_contexts},
-                            {"peak_activation_bytes", stage.peak_activation_bytes},
-                            {"optimizer_steps", stage.version}};
-    if (config.parallelism.replicas > 1) {
-      entry["stage"] = actors::stage_of_actor(config, static_cast<int>(i));
-      entry["replica"] = actors::replica_of_actor(config, static_cast<int>(i));
-      if (config.parallelism.mode == "async") {
-        entry["replica_staleness_histogram"] = stage.replica_staleness_histogram;
-      }
-    }
-    stages.push_back(std::move(entry));
-  }
-  return stages;
-}
-
-nlohmann::json processes_json(const actors::pipeline_report& report) {
-  nlohmann::json processes = nlohmann::json::array();
-  for (const auto& process : report.processes) processes.push_back(actors::to_json(process));
-  return processes;
-}
-
-struct run_outcome {
-  actors::training_summary summary;
-  nlohmann::json stages;
-  nlohmann::json processes;
-  bool stopped = false;  ///< stopped early after a checkpoint (SIGTERM)
-};
-
-/// Writes the run's trace.json, and says so when it is missing spans for want of room.
-bool write_trace(const actors::trace_recorder& trace, const std::string& out, std::string* error) {
-  if (!write_trace_file(trace, out + "/trace.json", error)) return false;
-  if (const uint64_t dropped = trace.dropped()) {
-    std::fprintf(stderr,
-                 "troupe: trace.json holds the first %zu spans and messages; %llu more were left "
-                 "out\n",
-                 trace.capacity(), static_cast<unsigned long long>(dropped));
-  }
-  return true;
-}
-
-/// Trains through the stage and coordinator actors; writes trace.json when asked.
-std::optional<run_outcome> train_pipelined(const actors::job_config& config,
-                                           const actors::job_data& data, const std::string& out,
-                                           actors::pipeline_options options,
-                                           actors::training_observer& observer,
-                                           std::string* error) {
-  steady_clock_source clock;
-  actors::trace_recorder trace(actors::stage_actor_count(config));
-  if (config.metrics.trace) options.trace = &trace;
-  auto report = actors::run_pipeline(config, data, observer, clock, options, error);
-  if (!report) return std::nullopt;
-  if (config.metrics.trace && !write_trace(trace, out, error)) return std::nullopt;
-  if (report->dropped_frames > 0) {
-    std::fprintf(stderr, "troupe: %llu undecodable frames were dropped\n",
-                 static_cast<unsigned long long>(report->dropped_frames));
-  }
-  return run_outcome{report->summary, stages_json(*report, config), processes_json(*report),
-                     report->stopped};
-}
-
-/// Trains with the stages in worker processes: local ones started here, or ones that join
-/// `options.listen` presenting `job_file_hash` (the job file's config hash: `troupe launch`
-/// ranks do not see the partition chosen here). A worker that dies ends the run with a message
-/// naming it.
-std::optional<run_outcome> train_cluster(const actors::job_config& config,
-                                         const actors::job_data& data, const train_options& options,
-                                         const std::string& job_file_hash, const std::string& out,
-                                         actors::pipeline_options pipeline,
-                                         actors::training_observer& observer, std::string* error) {
-  steady_clock_source clock;
-  actors::coordinator_options cluster;
-  cluster.workers = options.workers;
-  std::string unread;  // the job file was read a moment ago
-  cluster.job_toml = read_text_file(options.job_file, &unread).value_or("");
-  cluster.overrides = options.overrides;
-  cluster.job_hash = job_file_hash;
-  cluster.liveness.timeout_s = options.heartbeat_timeout_s;
-  auto security = security_from(options.keys_directory, options.key_name, options.insecure, error);
-  if (!security) return std::nullopt;
-  cluster.security = *security;
-  actors::trace_recorder trace(actors::stage_actor_count(config));
-  cluster.pipeline = std::move(pipeline);
-  if (config.metrics.trace) cluster.pipeline.trace = &trace;
-  std::optional<local_workers> local;
-  if (options.listen.empty()) {
-    local.emplace();
-    cluster.listen_address = local->coordinator_address();
-    if (!local->start(options.workers, error)) return std::nullopt;
-    cluster.replace_worker = [&local](std::string* problem) {
-      return local->start_replacement(problem);
-    };
-    cluster.exited_workers = [&local] { return local->collect_exited(); };
-  } else {
-    cluster.listen_address = options.listen;
-  }
-  auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
-  if (!report) return std::nullopt;
-  if (config.metrics.trace && !write_trace(trace, out, error)) return std::nullopt;
-  return run_outcome{report->summary, stages_json(*report, config), processes_json(*report),
-                     report->stopped};
 }
 
 /// The checkpoint to continue from for --resume; nothing, with `error` set, when none loads.
@@ -230,182 +120,190 @@ void print_warnings(const actors::job_config& config, const train_options& optio
   }
 }
 
-}  // namespace
+/// A job checked and ready to train: its configuration with the partition chosen, its data,
+/// its first device, and where its output goes.
+struct training_job {
+  train_options options;  ///< as given, the chosen cut points added to the overrides
+  actors::job_config config;
+  std::vector<std::string> warnings;  ///< the job file's (actors/config/job_warnings.h)
+  std::optional<actors::job_data> data;
+  std::unique_ptr<layers::backend> device;
+  std::string out;
+  std::string job_file_hash;  ///< of the job as read, before the partition was chosen
+  std::string partition_line;
+};
 
-int run_worker_command(const worker_command_options& options) {
-  steady_clock_source clock;
-  actors::worker_options worker;
-  worker.coordinator_address = options.coordinator;
-  worker.listen_address = options.listen;
-  worker.liveness.timeout_s = options.heartbeat_timeout_s;
-  worker.job_hash = options.job_hash;
-  worker.stop_requests = install_worker_signals();
-  std::string error;
-  auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);
-  if (!security) {
-    std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
-    return 2;
+/// Why `workers` worker processes cannot host the job's stages; nothing when they can.
+std::optional<std::string> workers_problem(const actors::job_config& config, int workers) {
+  const int stage_actors = actors::stage_actor_count(config);
+  if (workers > 0 && config.parallelism.replicas > 1 && stage_actors % workers != 0) {
+    return std::to_string(workers) + " workers do not divide parallelism.replicas (" +
+           std::to_string(config.parallelism.replicas) + ") x parallelism.stages (" +
+           std::to_string(config.parallelism.stages) + ") = " + std::to_string(stage_actors) +
+           " stages: every worker hosts as many";
   }
-  worker.security = *security;
-  if (security->curve) {
-    auto key = public_key_named(options.keys_directory, options.coordinator_key_name, &error);
-    if (!key) {
-      std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
-      return 2;
-    }
-    worker.coordinator_key = *key;
+  const std::string group_problem = actors::replica_group_problem(config, workers == 0);
+  if (!group_problem.empty()) return group_problem;
+  if (workers > stage_actors) {
+    return std::to_string(workers) + " workers for " + std::to_string(stage_actors) +
+           " stages: every worker must host one at least";
   }
-  const int status = actors::run_worker(worker, clock, &error);
-  if (status != 0) std::fprintf(stderr, "troupe worker: %s\n", error.c_str());
-  return status;
+  return std::nullopt;
 }
 
-int run_train(const train_options& given) {
+/// Chooses the partition once, here: the workers read the job with the chosen cut points
+/// added to its overrides. False with `error` set when it cannot be chosen.
+bool choose_job_partition(training_job* job, std::string* error) {
+  const std::string partition = job->config.parallelism.partition;
+  auto line =
+      choose_partition(&job->config, job->options.resume ? job->out + "/config.json" : "", error);
+  if (!line) return false;
+  job->partition_line = *line;
+  if (job->config.parallelism.partition != partition) {
+    // As the job file spells it: "4:736" cuts inside block 4 (actors/config/layer_cuts.h).
+    const std::string cuts = actors::written_job(job->config).parallelism.partition;
+    job->options.overrides.push_back("parallelism.partition=\"" + cuts + "\"");
+  }
+  return true;
+}
+
+/// Reads the job's data and opens its first device; 0, or 2 after saying what failed.
+int load_data_and_device(training_job* job) {
+  std::string error;
+  job->data = actors::load_job_data(job->config, &error);
+  if (!job->data) return bad_input(error);
+  if (job->data->train.count() < job->config.training.batch_size) {
+    return bad_input(job->options.job_file + ": training.batch_size = " +
+                     std::to_string(job->config.training.batch_size) + " is larger than the " +
+                     std::to_string(job->data->train.count()) + " training samples");
+  }
+  job->device = layers::create_backend(job->config.parallelism.devices.front(),
+                                       job->config.parallelism.threads, &error);
+  if (!job->device) return bad_input("parallelism.devices: " + error);
+  return 0;
+}
+
+/// Reads and checks the job as `given`: its model, its stages' hosts, its partition, its data
+/// and its device. 0, or 2 after saying what is wrong.
+int load_training_job(const train_options& given, training_job* job) {
   actors::job_error job_problem;
-  std::vector<std::string> warnings;
-  auto config = actors::load_job_file(given.job_file, given.overrides, &job_problem, &warnings);
+  auto config =
+      actors::load_job_file(given.job_file, given.overrides, &job_problem, &job->warnings);
   if (!config) return bad_input(job_problem.message);
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
       !actors::partition_model(*config, &error)) {
     return bad_input(given.job_file + ": " + error);
   }
-  const int stage_actors = actors::stage_actor_count(*config);
-  if (given.workers > 0 && config->parallelism.replicas > 1 && stage_actors % given.workers != 0) {
-    return bad_input(given.job_file + ": " + std::to_string(given.workers) +
-                     " workers do not divide parallelism.replicas (" +
-                     std::to_string(config->parallelism.replicas) + ") x parallelism.stages (" +
-                     std::to_string(config->parallelism.stages) +
-                     ") = " + std::to_string(stage_actors) + " stages: every worker hosts as many");
+  if (const auto problem = workers_problem(*config, given.workers)) {
+    return bad_input(given.job_file + ": " + *problem);
   }
-  const std::string group_problem = actors::replica_group_problem(*config, given.workers == 0);
-  if (!group_problem.empty()) return bad_input(given.job_file + ": " + group_problem);
-  if (given.workers > stage_actors) {
-    return bad_input(given.job_file + ": " + std::to_string(given.workers) + " workers for " +
-                     std::to_string(stage_actors) + " stages: every worker must host one at least");
-  }
-  const std::string out =
+  job->config = std::move(*config);
+  job->options = given;
+  job->out =
       given.out_directory.empty() ? default_out_directory(given.job_file) : given.out_directory;
-  // Chosen once, here: the workers read the job with the chosen cut points added.
-  train_options options = given;
-  const std::string partition = config->parallelism.partition;
-  const std::string job_file_hash = actors::job_identity_hash(*config);
-  auto partition_line =
-      choose_partition(&*config, options.resume ? out + "/config.json" : "", &error);
-  if (!partition_line) return bad_input(options.job_file + ": " + error);
-  if (config->parallelism.partition != partition) {
-    // As the job file spells it: "4:736" cuts inside block 4 (actors/config/layer_cuts.h).
-    const std::string cuts = actors::written_job(*config).parallelism.partition;
-    options.overrides.push_back("parallelism.partition=\"" + cuts + "\"");
-  }
-  auto data = actors::load_job_data(*config, &error);
-  if (!data) return bad_input(error);
-  if (data->train.count() < config->training.batch_size) {
-    return bad_input(options.job_file + ": training.batch_size = " +
-                     std::to_string(config->training.batch_size) + " is larger than the " +
-                     std::to_string(data->train.count()) + " training samples");
-  }
-  auto device = layers::create_backend(config->parallelism.devices.front(),
-                                       config->parallelism.threads, &error);
-  if (!device) return bad_input("parallelism.devices: " + error);
+  job->job_file_hash = actors::job_identity_hash(job->config);
+  if (!choose_job_partition(job, &error)) return bad_input(given.job_file + ": " + error);
+  return load_data_and_device(job);
+}
 
-  if (!make_directory(out, &error) ||
-      !write_json_file(out + "/config.json", actors::to_json(*config), &error)) {
-    return bad_input(error);
-  }
-  auto pipeline = run_settings(*config, options, out, &error);
-  if (!pipeline) return bad_input(error);
-  pipeline->checkpoint_requests = install_run_signals();
-  pipeline->status_requests = status_requests();
-  steady_clock_source monitor_clock;
-  // The stall watch and the dashboard read the run's monitor; without either there is none.
+/// What watches a run: its monitor, read by the stall watch and the dashboard (none without
+/// either), and the dashboard.
+struct run_watch {
+  steady_clock_source clock;
   std::shared_ptr<actors::run_monitor> monitor;
-  if (options.dashboard || config->metrics.stall_timeout_s > 0) {
-    monitor = std::make_shared<actors::run_monitor>(monitor_info(*config, options, *data),
-                                                    actors::stage_actor_count(*config),
-                                                    monitor_clock.now_seconds());
-  }
-  pipeline->monitor = monitor.get();
   std::optional<dashboard_server> dashboard;
-  if (options.dashboard) {
-    auto address =
-        parse_dashboard_address(options.dashboard_address, options.dashboard_token, &error);
-    if (!address) return bad_input(error);
-    dashboard.emplace(
-        [monitor, &monitor_clock] {
-          return dashboard_view{monitor, monitor_clock.now_seconds()};
-        },
-        options.dashboard_token);
-    if (!dashboard->start(*address, &error)) return bad_input(error);
-    std::fprintf(stderr, "troupe: dashboard at http://%s:%d/%s\n", address->host.c_str(),
-                 dashboard->port(),
-                 options.dashboard_token.empty() ? "" : "?token=<--dashboard-token>");
-  }
-  metrics_log log(out + "/metrics.jsonl", options.resume);
-  if (!log.ok()) return bad_input("cannot write " + out + "/metrics.jsonl");
+};
 
-  const int64_t per_epoch = data->train.count() / config->training.batch_size;
-  std::fprintf(
-      stderr, "troupe: training %s on %s: %d stage(s), %s mode, %lld steps, output in %s\n",
-      options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
-      config->parallelism.mode.c_str(),
-      static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
-  if (const std::string note = interleaving_note(*config); !note.empty()) {
+/// Starts the run's monitor and dashboard, as far as the job asks for them; false with `error`
+/// set when the dashboard cannot start.
+bool watch_run(const training_job& job, run_watch* watch, std::string* error) {
+  const train_options& options = job.options;
+  if (options.dashboard || job.config.metrics.stall_timeout_s > 0) {
+    watch->monitor = std::make_shared<actors::run_monitor>(
+        monitor_info(job.config, options, *job.data), actors::stage_actor_count(job.config),
+        watch->clock.now_seconds());
+  }
+  if (!options.dashboard) return true;
+  auto address = parse_dashboard_address(options.dashboard_address, options.dashboard_token, error);
+  if (!address) return false;
+  watch->dashboard.emplace(
+      [monitor = watch->monitor, clock = &watch->clock] {
+        return dashboard_view{monitor, clock->now_seconds()};
+      },
+      options.dashboard_token);
+  if (!watch->dashboard->start(*address, error)) return false;
+  std::fprintf(stderr, "troupe: dashboard at http://%s:%d/%s\n", address->host.c_str(),
+               watch->dashboard->port(),
+               options.dashboard_token.empty() ? "" : "?token=<--dashboard-token>");
+  return true;
+}
+
+/// Says what is about to train, where, and what the user should know of it.
+void announce(const training_job& job) {
+  const actors::job_config& config = job.config;
+  std::fprintf(stderr,
+               "troupe: training %s on %s: %d stage(s), %s mode, %lld steps, output in %s\n",
+               job.options.job_file.c_str(), job.device->name().c_str(), config.parallelism.stages,
+               config.parallelism.mode.c_str(),
+               static_cast<long long>(actors::planned_steps(config, job.data->train.count())),
+               job.out.c_str());
+  if (const std::string note = interleaving_note(config); !note.empty()) {
     std::fprintf(stderr, "%s\n", note.c_str());
   }
-  print_warnings(*config, options, warnings);
-  std::printf("%s\n", partition_line->c_str());
+  print_warnings(config, job.options, job.warnings);
+  std::printf("%s\n", job.partition_line.c_str());
   std::fflush(stdout);
-  if (const std::string hint = layer_cut_hint(*config); !hint.empty()) {
+  if (const std::string hint = layer_cut_hint(config); !hint.empty()) {
     std::fprintf(stderr, "%s\n", hint.c_str());
   }
-  const bool interactive = !options.quiet && config->metrics.progress && isatty(STDERR_FILENO);
-  run_reporter reporter(&log, stderr, interactive, per_epoch, config->training.epochs);
-  reporter.show_on(monitor.get());
-  run_outcome outcome;
-  if (options.workers > 0) {
-    auto result =
-        train_cluster(*config, *data, options, job_file_hash, out, *pipeline, reporter, &error);
-    if (!result) {
-      std::fprintf(stderr, "troupe: %s\n", error.c_str());
-      return 1;
-    }
-    outcome = std::move(*result);
-  } else {
-    auto result = train_pipelined(*config, *data, out, *pipeline, reporter, &error);
-    if (!result) {
-      std::fprintf(stderr, "troupe: %s: %s\n", options.job_file.c_str(), error.c_str());
-      return 1;
-    }
-    outcome = std::move(*result);
+}
+
+/// Trains with the stages in worker processes or in this one; nothing after saying why it
+/// failed.
+std::optional<run_outcome> train_job(const training_job& job,
+                                     const actors::pipeline_options& pipeline,
+                                     actors::training_observer& observer) {
+  std::string error;
+  if (job.options.workers > 0) {
+    auto result = train_cluster(job.config, *job.data, job.options, job.job_file_hash, job.out,
+                                pipeline, observer, &error);
+    if (!result) std::fprintf(stderr, "troupe: %s\n", error.c_str());
+    return result;
   }
-  const actors::training_summary& summary = outcome.summary;
-  nlohmann::json summary_json = to_json(summary);
-  if (!outcome.stages.is_null()) summary_json["stages"] = outcome.stages;
-  if (!outcome.processes.is_null()) summary_json["processes"] = outcome.processes;
-  summary_json["stopped_early"] = outcome.stopped;
-  if (monitor) monitor->set_finished(summary_json);
-  if (!write_json_file(out + "/summary.json", summary_json, &error)) {
-    std::fprintf(stderr, "troupe: %s\n", error.c_str());
-    return 1;
+  auto result = train_pipelined(job.config, *job.data, job.out, pipeline, observer, &error);
+  if (!result) {
+    std::fprintf(stderr, "troupe: %s: %s\n", job.options.job_file.c_str(), error.c_str());
   }
-  if (outcome.stopped) {
-    std::fprintf(stderr,
-                 "troupe: stopped at step %lld after a checkpoint; continue with --resume\n",
-                 static_cast<long long>(summary.steps));
+  return result;
+}
+
+/// The run's summary.json: the summary, its stages and processes, and whether it stopped early.
+nlohmann::json summary_json_of(const run_outcome& outcome) {
+  nlohmann::json summary = to_json(outcome.summary);
+  if (!outcome.stages.is_null()) summary["stages"] = outcome.stages;
+  if (!outcome.processes.is_null()) summary["processes"] = outcome.processes;
+  summary["stopped_early"] = outcome.stopped;
+  return summary;
+}
+
+/// "peak activation memory per stage: 1.2 MB, 0.8 MB", when the run reported its stages.
+void print_peak_memory(const run_outcome& outcome, const actors::job_config& config) {
+  if (!outcome.stages.is_array() || outcome.stages.empty()) return;
+  std::string memory;
+  for (const auto& stage : outcome.stages) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%s%.1f MB", memory.empty() ? "" : ", ",
+                  stage.value("peak_activation_bytes", int64_t{0}) / 1e6);
+    memory += text;
   }
-  if (outcome.stages.is_array() && !outcome.stages.empty()) {
-    std::string memory;
-    for (const auto& stage : outcome.stages) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%s%.1f MB", memory.empty() ? "" : ", ",
-                    stage.value("peak_activation_bytes", int64_t{0}) / 1e6);
-      memory += text;
-    }
-    std::printf("peak activation memory per stage: %s%s\n", memory.c_str(),
-                config->parallelism.recompute ? " (recompute)" : "");
-  }
-  // A run stopped before its first evaluation has no figure to give: it says so.
+  std::printf("peak activation memory per stage: %s%s\n", memory.c_str(),
+              config.parallelism.recompute ? " (recompute)" : "");
+}
+
+/// The run's closing line: its final figures, steps, epochs and speed. A run stopped before
+/// its first evaluation has no figure to give: it says so.
+void print_result(const actors::training_summary& summary) {
   if (summary.tokens_per_s) {
     char figures[96] = "no evaluation yet";
     if (summary.bits_per_byte) {
@@ -415,7 +313,7 @@ int run_train(const train_options& given) {
     std::printf("%s  steps %lld  epochs %lld  %.0f tokens/s  %.1f s\n", figures,
                 static_cast<long long>(summary.steps), static_cast<long long>(summary.epochs),
                 summary.tokens_per_s.value_or(0.0), summary.wall_s);
-    return 0;
+    return;
   }
   char accuracy[64] = "no evaluation yet";
   if (summary.evaluated) {
@@ -425,7 +323,55 @@ int run_train(const train_options& given) {
   std::printf("%s  steps %lld  epochs %lld  %.0f samples/s  %.1f s\n", accuracy,
               static_cast<long long>(summary.steps), static_cast<long long>(summary.epochs),
               summary.samples_per_s, summary.wall_s);
+}
+
+/// Writes summary.json, hands it to the monitor and prints the result; the exit status.
+int finish_run(const training_job& job, const run_outcome& outcome, actors::run_monitor* monitor) {
+  const nlohmann::json summary = summary_json_of(outcome);
+  if (monitor) monitor->set_finished(summary);
+  std::string error;
+  if (!write_json_file(job.out + "/summary.json", summary, &error)) {
+    std::fprintf(stderr, "troupe: %s\n", error.c_str());
+    return 1;
+  }
+  if (outcome.stopped) {
+    std::fprintf(stderr,
+                 "troupe: stopped at step %lld after a checkpoint; continue with --resume\n",
+                 static_cast<long long>(outcome.summary.steps));
+  }
+  print_peak_memory(outcome, job.config);
+  print_result(outcome.summary);
   return 0;
+}
+
+}  // namespace
+
+int run_train(const train_options& given) {
+  training_job job;
+  if (const int status = load_training_job(given, &job)) return status;
+  const train_options& options = job.options;
+  std::string error;
+  if (!make_directory(job.out, &error) ||
+      !write_json_file(job.out + "/config.json", actors::to_json(job.config), &error)) {
+    return bad_input(error);
+  }
+  auto pipeline = run_settings(job.config, options, job.out, &error);
+  if (!pipeline) return bad_input(error);
+  pipeline->checkpoint_requests = install_run_signals();
+  pipeline->status_requests = status_requests();
+  run_watch watch;
+  if (!watch_run(job, &watch, &error)) return bad_input(error);
+  pipeline->monitor = watch.monitor.get();
+  metrics_log log(job.out + "/metrics.jsonl", options.resume);
+  if (!log.ok()) return bad_input("cannot write " + job.out + "/metrics.jsonl");
+  announce(job);
+  const int64_t per_epoch = job.data->train.count() / job.config.training.batch_size;
+  const bool interactive = !options.quiet && job.config.metrics.progress && isatty(STDERR_FILENO);
+  run_reporter reporter(&log, stderr, interactive, per_epoch, job.config.training.epochs);
+  reporter.show_on(watch.monitor.get());
+  const auto outcome = train_job(job, *pipeline, reporter);
+  if (!outcome) return 1;
+  return finish_run(job, *outcome, watch.monitor.get());
 }
 
 }  // namespace troupe::apps
