@@ -1,14 +1,18 @@
+// `troupe train JOB`: reads and checks the job, chooses its partition, trains it in this process
+// or with worker processes (pipeline_runs.h) while the progress, the metrics log and, when asked,
+// the dashboard watch it, and writes config.json, metrics.jsonl and summary.json.
+
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "actors/cluster/cluster_host.h"
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
 #include "actors/config/job_warnings.h"
@@ -23,8 +27,6 @@
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/cli/commands.h"
-#include "apps/cli/launch_environment.h"
-#include "apps/cli/local_workers.h"
 #include "apps/cli/partition_choice.h"
 #include "apps/cli/pipeline_runs.h"
 #include "apps/cli/progress.h"
