@@ -130,6 +130,19 @@ TEST(RepositoryTest, EachRoomOfTheEngineIncludesOnlyTheRoomsBelowIt) {
   }
 }
 
+TEST(RepositoryTest, EachRoomOfTheCommandLineIncludesOnlyTheRoomsBelowIt) {
+  // dashboard <- cli <- lab, bench (with lab's statistics); cli/commands.h declares every
+  // room's commands, and cli/main.cpp dispatches to them.
+  EXPECT_EQ(includers("apps/dashboard", R"(apps/(lab|bench|plot)/|apps/cli/(?!commands\.h))"),
+            std::vector<std::string>{});
+  EXPECT_EQ(includers("apps/cli", "apps/(lab|bench|plot)/", "apps/cli/main.cpp"),
+            std::vector<std::string>{});
+  EXPECT_EQ(includers("apps/lab", "apps/(bench|plot|dashboard)/"), std::vector<std::string>{});
+  EXPECT_EQ(includers("apps/bench", R"(apps/(plot|dashboard)/|apps/lab/(?!statistics\.h))"),
+            std::vector<std::string>{});
+  EXPECT_EQ(includers("apps/plot", R"(apps/(?!cli/commands\.h))"), std::vector<std::string>{});
+}
+
 TEST(RepositoryTest, CudaHeadersOnlyInLayersCuda) {
   const std::regex cuda(R"(#include\s*[<"](cuda_runtime|cublas|cuda\.h|cuda_bf16|cuda_fp16))");
   for (const char* folder : {"actors", "apps", "sim", "transport"}) {
