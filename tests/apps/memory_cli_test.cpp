@@ -1,7 +1,9 @@
 // A job that asks for more memory than the machine has: `troupe train` refuses it before it
-// allocates anything, naming the estimate, the machine's memory and the keys to change.
+// allocates anything, naming the estimate, the machine's memory and the keys to change; an
+// allocation that fails anyway ends the command with one line and exit status 2.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <string>
@@ -43,6 +45,23 @@ TEST_F(MemoryCliTest, TrainRefusesAJobThatNeedsHundredsOfGigabytesPerKeyBeforeTr
             std::string::npos)
       << result.errors;
   EXPECT_FALSE(fs::exists(out)) << "refused before anything was written";
+}
+
+TEST_F(MemoryCliTest, AnAllocationThatFailsEndsTheCommandWithOneLineAndStatus2) {
+  // The simulator makes the job's data set before it simulates: 76.8 GB, more than this
+  // process may map (the limit makes the outcome the same on a machine of any size).
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  rlimit limited = before;
+  limited.rlim_cur = rlim_t(16) << 30;
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &limited), 0);
+  const run_result result =
+      troupe("simulate " + huge_job().string() + " --cluster " + TROUPE_SOURCE_DIR +
+             "/apps/examples/cluster_this_machine.toml --out " + (directory_ / "sim").string());
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  expect_one_line(result,
+                  "troupe: out of host memory (std::bad_alloc): the job needs more "
+                  "memory than this machine has; lower training.batch_size");
 }
 
 }  // namespace
