@@ -13,6 +13,7 @@
 #include "actors/config/job_file.h"
 #include "actors/config/job_warnings.h"
 #include "actors/config/layer_cuts.h"
+#include "actors/engine/memory_estimate.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/stage_settings.h"
@@ -26,6 +27,7 @@
 #include "apps/dashboard_server.h"
 #include "apps/launch_environment.h"
 #include "apps/local_workers.h"
+#include "apps/machine_memory.h"
 #include "apps/partition_choice.h"
 #include "apps/progress.h"
 #include "apps/run_output.h"
@@ -268,6 +270,11 @@ int run_train(const train_options& given) {
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
       !actors::partition_model(*config, &error)) {
+    return bad_input(given.job_file + ": " + error);
+  }
+  // Before the first allocation: the stages run on this machine unless workers join from
+  // elsewhere (a coordinator that listens).
+  if (given.listen.empty() && !actors::check_memory(*config, available_memory_bytes(), &error)) {
     return bad_input(given.job_file + ": " + error);
   }
   const int stage_actors = actors::stage_actor_count(*config);
