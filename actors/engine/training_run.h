@@ -16,6 +16,7 @@
 #include "actors/config/job_config.h"
 #include "actors/engine/coordinator_logic.h"
 #include "actors/engine/pipeline_messages.h"
+#include "actors/engine/sequential_trainer.h"
 #include "actors/engine/training_loop.h"
 #include "layers/dataset.h"
 
