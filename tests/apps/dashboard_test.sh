@@ -283,9 +283,10 @@ def check_events(dom_file, run_dir):
     shown = [text for kind, text in events if kind == "checkpoint"]
     if not shown:
         die(f"no checkpoint among the page's events: {events}")
-    # checkpoint at step 940 (21.3 s) — epoch 1, 4.21 MB, took 0.15 s, /tmp/x/checkpoints/step-940
+    # checkpoint at step 940 (21.3 s) — epoch 1, 4.21 MB, took 147 ms, /tmp/x/checkpoints/step-940
+    took = r"(\d+(\.\d+)? ms|\d+\.\d\d s)"
     pattern = (r"checkpoint at step [\d,]+ \((\d+\.\d s|\d+ min \d+ s)\) — epoch \d+, "
-               r"\d+(\.\d+)? (kB|MB|GB), took \d+\.\d\d s, \S+/step-\d+")
+               r"\d+(\.\d+)? (kB|MB|GB), took " + took + r", \S+/step-\d+")
     for text in shown:
         if not re.fullmatch(pattern, text):
             die(f"the checkpoint event reads {text!r}")
@@ -294,7 +295,7 @@ def check_events(dom_file, run_dir):
     for text, event in zip(listed, reversed(written[-10:])):
         want = (f"step {event['step']:,} at {duration(event['wall_s'])}, ")
         if not text.startswith(want) or not text.endswith(event["directory"]) \
-                or not re.search(r", \d+(\.\d+)? (kB|MB|GB) in \d+\.\d\d s — ", text):
+                or not re.search(r", \d+(\.\d+)? (kB|MB|GB) in " + took + " — ", text):
             die(f"the checkpoint list reads {text!r}, want {want}… in … s — {event['directory']}")
     print(f"  events: {len(events)} lines, none with a raw number; the checkpoint event reads "
           f"\"{shown[0]}\"; the checkpoint list \"{listed[0]}\"")
