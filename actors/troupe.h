@@ -2,7 +2,9 @@
 
 // troupe as a library: the supported API in one header. Installed with
 // `cmake --install build --prefix P`, it is found by `find_package(troupe)` (CMAKE_PREFIX_PATH=P)
-// and linked as troupe::engine. apps/examples/custom_layer/ is a whole program that uses it.
+// and linked as troupe::engine. P/include/troupe holds this header and the ones it includes,
+// nothing else: no CAF, ZeroMQ or engine internals, and no test hooks (cmake/install.cmake).
+// apps/examples/custom_layer/ is a whole program that uses it.
 //
 // 1. A job: build an actors::job_config in code (every field has the job file's default), or
 //    parse TOML text or a file, with --set style overrides:

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "actors/engine/memory_estimate.h"
 #include "layers/model.h"
 
 namespace troupe::sim {
 namespace {
 
-constexpr double float_bytes = 4;
+constexpr double float_bytes = actors::value_bytes;
 
 /// Bytes per parameter an optimizer step reads and writes: weight, gradient and velocity
 /// (SGD with momentum) or both moments (Adam).
@@ -23,16 +24,12 @@ double elementwise_flops(const std::string& type) {
   return 1;
 }
 
-/// The optimizer's part of a block with `parameters` weights in `tensors` tensors.
-void charge_parameters(block_work* work, double parameters, int tensors,
-                       const actors::training_config& training) {
-  work->parameters = static_cast<int64_t>(parameters);
-  const double parameter_bytes = float_bytes * parameters;
+/// The optimizer's step and a stash of a block's parameters (work->parameters), in `tensors`
+/// tensors.
+void charge_parameters(block_work* work, int tensors, const actors::training_config& training) {
+  const double parameters = static_cast<double>(work->parameters);
   work->step = {0, 0, step_bytes_per_parameter(training) * parameters, tensors};
-  work->stash = {0, 0, 2 * parameter_bytes, tensors};
-  const double optimizer_tensors =
-      training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
-  work->state_bytes = parameter_bytes * (2 + optimizer_tensors);
+  work->stash = {0, 0, 2 * float_bytes * parameters, tensors};
 }
 
 /// A GPT block over T tokens of width D (H heads, MLP ratio r): four GEMMs of weights (2·T·D²·
@@ -49,8 +46,7 @@ void transformer_work(const layers::layer_spec& spec, const layers::shape& input
   const double attention = 4 * t * t * d;
   const double scores = h * t * t;
   const double activations = t * d * (10 + 2 * r);  // floats written and read per sample
-  const double parameters = static_cast<double>(layers::parameter_count(spec, input));
-  const double parameter_bytes = float_bytes * parameters;
+  const double parameter_bytes = float_bytes * static_cast<double>(work->parameters);
   const double elementwise = 20 * t * d + 20 * t * r * d + 5 * scores;
   work->forward = {gemm + attention + elementwise, float_bytes * (activations + 2 * scores),
                    parameter_bytes, 14};
@@ -63,9 +59,7 @@ void transformer_work(const layers::layer_spec& spec, const layers::shape& input
     work->backward_input.fixed_bytes += work->forward.fixed_bytes;
     work->backward_input.kernels += work->forward.kernels;
   }
-  charge_parameters(work, parameters, 12, training);
-  const double kept = t * d * (8 + 2 * r) + scores + (spec.dropout > 0 ? 2 * t * d : 0);
-  work->context_elements = static_cast<int64_t>(recompute ? t * d : kept);
+  charge_parameters(work, 12, training);
 }
 
 block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
@@ -76,22 +70,23 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
   const double in = static_cast<double>(layers::element_count(input));
   const double out = static_cast<double>(layers::element_count(output));
   work.output_elements = layers::element_count(output);
-  work.context_elements = work.output_elements;
+  const actors::block_memory memory = actors::memory_of_block(spec, input, output, job);
+  work.parameters = memory.parameters;
+  work.state_bytes = memory.state_bytes;
+  work.context_elements = memory.context_elements;
   if (spec.type == "transformer_block") {
     transformer_work(spec, input, job.parallelism.recompute, training, &work);
     return work;
   }
   if (spec.type == "embedding") {
     // A gather of T rows and the positions added; the backward pass scatters them back.
-    charge_parameters(&work, static_cast<double>(layers::parameter_count(spec, input)), 2,
-                      training);
+    charge_parameters(&work, 2, training);
     work.forward = {out, float_bytes * (in + 3 * out), 0, 2};
     work.backward_weights = {2 * out, float_bytes * 3 * out, 0, 2};
-    work.context_elements = static_cast<int64_t>(in);  // the token ids
     return work;
   }
   if (spec.type == "layernorm") {
-    charge_parameters(&work, 2.0 * input.back(), 2, training);
+    charge_parameters(&work, 2, training);
     work.forward = {8 * out, float_bytes * 3 * out, 0, 1};
     work.backward_weights = {3 * out, float_bytes * 3 * out, 0, 3};
     work.backward_input = {10 * out, float_bytes * 4 * out, 0, 1};
@@ -112,7 +107,6 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
         convolution ? static_cast<double>(input[1] * input[2]) : in / input.back();
     const double unfolded = convolution ? fan_in * positions : 0;
     const double weights = fan_in * rows;
-    work.parameters = static_cast<int64_t>(weights + (spec.bias ? rows : 0));
     const double parameter_bytes = float_bytes * work.parameters;
     const double gemm_flops = 2 * weights * positions;
     const double own = rows * positions;  // this part's outputs per sample
@@ -124,7 +118,7 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
                              2 * parameter_bytes, 1 + extra};
     work.backward_input = {gemm_flops, float_bytes * (3 * out + 2 * in + unfolded), parameter_bytes,
                            4 + (convolution ? 2 : 0)};
-    charge_parameters(&work, static_cast<double>(work.parameters), spec.bias ? 2 : 1, training);
+    charge_parameters(&work, spec.bias ? 2 : 1, training);
   } else if (spec.type == "linear" || spec.type == "conv2d" || spec.type == "lm_head") {
     // A convolution is a GEMM over unfolded patches: (channels × k × k) inputs per output.
     // A linear layer over [T, D] tokens is a GEMM of T rows of D features.
@@ -134,7 +128,6 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
         convolution ? input[0] * double(spec.kernel) * spec.kernel : double(input.back());
     const double positions = convolution ? out / spec.out : in / fan_in;  // pixels or tokens
     const double weights = fan_in * outputs;
-    work.parameters = static_cast<int64_t>(weights + (spec.bias ? outputs : 0));
     const double parameter_bytes = float_bytes * work.parameters;
     const double unfolded = convolution ? fan_in * positions : 0;  // im2col columns
     const double gemm_flops = 2 * weights * positions;
@@ -144,16 +137,17 @@ block_work work_of(const layers::layer_spec& spec, const layers::shape& input,
                              1 + (spec.bias ? 1 : 0) + (convolution ? 1 : 0)};
     work.backward_input = {gemm_flops, float_bytes * (out + in + unfolded), parameter_bytes,
                            1 + (convolution ? 1 : 0)};
-    charge_parameters(&work, static_cast<double>(work.parameters), spec.bias ? 2 : 1, training);
-  } else if (const int64_t parameters = layers::parameter_count(spec, input); parameters > 0) {
+    charge_parameters(&work, spec.bias ? 2 : 1, training);
+  } else if (work.parameters > 0) {
     // A registered type with weights: charged as a GEMM over them (one multiply-add each per
     // sample), its weights streamed once per kernel.
+    const double parameters = static_cast<double>(work.parameters);
     const double parameter_bytes = float_bytes * parameters;
     const double gemm_flops = 2.0 * parameters;
     work.forward = {gemm_flops, float_bytes * (in + out), parameter_bytes, 2};
     work.backward_weights = {gemm_flops, float_bytes * (out + in), 2 * parameter_bytes, 2};
     work.backward_input = {gemm_flops, float_bytes * (out + in), parameter_bytes, 2};
-    charge_parameters(&work, static_cast<double>(parameters), 2, training);
+    charge_parameters(&work, 2, training);
   } else if (spec.type == "flatten") {
     // A view: no kernel.
   } else if (spec.type == "maxpool2d") {

@@ -34,13 +34,11 @@ struct block_work {
   kernel_work backward_input;    ///< the gradient of the block's input
   kernel_work step;              ///< the optimizer over the block's parameters
   kernel_work stash;             ///< a copy of the weights (asynchronous weight stashing)
+  int64_t output_elements = 0;   ///< per sample
+  /// The block's memory, as actors::memory_of_block() estimates it for the real engine.
   int64_t parameters = 0;
-  double state_bytes = 0;       ///< weights, gradients and optimizer state
-  int64_t output_elements = 0;  ///< per sample
-  /// Floats per sample that a training forward pass keeps until its backward pass (the
-  /// output alone for most blocks; a transformer block's every intermediate, or only its
-  /// input under parallelism.recompute).
-  int64_t context_elements = 0;
+  double state_bytes = 0;        ///< weights, gradients and optimizer state
+  int64_t context_elements = 0;  ///< floats per sample kept from forward to backward
 };
 
 /// The costs of one stage's blocks on one device.

@@ -16,7 +16,7 @@
 #include "actors/config/job_data.h"
 #include "actors/engine/run_reports.h"
 #include "actors/hosts/pipeline_host.h"
-#include "transport/curve.h"
+#include "transport/curve_keys.h"
 
 namespace troupe::actors {
 

@@ -76,6 +76,24 @@ const char* interned_span_name(const char* name) {
 /// walks back this far past where it is asked to stop.
 constexpr double span_order_slack_s = 2;
 
+/// The checkpoint events among `records`, as /api/summary lists them: step, the run time it
+/// was taken at (wall_s, or a simulation's virtual_s), and where it is, its size and how long it
+/// took to write when the event says. A field the event lacks is left out, not made 0.
+json checkpoints_of(const std::vector<json>& records) {
+  json checkpoints = json::array();
+  for (const json& line : records) {
+    if (line.value("event", std::string()) != "checkpoint") continue;
+    json entry = {{"step", line.value("step", int64_t{0})}};
+    for (const char* field : {"wall_s", "virtual_s", "bytes", "seconds"}) {
+      if (line.contains(field) && line[field].is_number()) entry[field] = line[field];
+    }
+    if (line.contains("directory") && line["directory"].is_string())
+      entry["path"] = line["directory"];
+    checkpoints.push_back(std::move(entry));
+  }
+  return checkpoints;
+}
+
 }  // namespace
 
 json to_json(const stage_activity& activity, double now_s) {
@@ -333,16 +351,7 @@ json run_monitor::summary_json(double now_s) const {
   }
   summary["workers"] = std::move(workers);
   summary["restarts"] = restarts_;
-  json checkpoints = json::array();
-  for (const json& line : records_) {
-    if (line.value("event", std::string()) != "checkpoint") continue;
-    checkpoints.push_back({{"step", line.value("step", int64_t{0})},
-                           {"wall_s", line.value("wall_s", 0.0)},
-                           {"path", line.value("directory", std::string())},
-                           {"bytes", line.value("bytes", 0.0)},
-                           {"seconds", line.value("seconds", 0.0)}});
-  }
-  summary["checkpoints"] = std::move(checkpoints);
+  summary["checkpoints"] = checkpoints_of(records_);
   summary["stall"] = stall_;
   summary["summary"] = finished_ ? summary_ : json();
   return summary;

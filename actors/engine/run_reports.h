@@ -10,7 +10,6 @@
 #include <string>
 
 #include "actors/config/job_config.h"
-#include "actors/engine/sequential_trainer.h"
 #include "layers/dataset.h"
 
 namespace troupe::actors {

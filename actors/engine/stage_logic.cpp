@@ -450,17 +450,22 @@ bool stage_logic::load_state(const stage_state& state, bool weights_only, std::s
     return false;
   }
   if (!device_.load_state(state, weights_only, error)) return false;
+  // Everything a key in flight or a step under way left behind goes; what stays is the stage's
+  // settings, its device, its replica group and the run's statistics (histograms, peaks,
+  // refusals, rounds).
   forward_versions_.clear();
   deferred_.clear();
+  early_.clear();
+  if (ordered()) settings_.turn->next.store(0);
+  step_after_deferred_ = false;
+  step_pending_ = false;
+  predicted_versions_.clear();
   if (replicated()) ring_ = make_ring();
   reduction_pending_ = false;
   held_for_clipping_.reset();
   averages_due_ = 0;
   sent_weights_.clear();
-  early_.clear();
-  predicted_versions_.clear();
-  if (ordered()) settings_.turn->next.store(0);
-  step_after_deferred_ = false;
+  replica_floor_ = 0;  // the replicas' versions went back too; the next forward says where
   if (!weights_only) {
     version_ = state.weight_version;
     keys_since_step_ = state.keys_since_step;

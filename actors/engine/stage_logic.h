@@ -157,9 +157,11 @@ class stage_logic {
 
   /// Everything needed to continue from here (for a checkpoint; no key may be in flight).
   stage_state save_state();
-  /// Continues from `state` (every key in flight is forgotten). With `weights_only` only the
-  /// weights are taken (initial weights from a file) and the version stays. False, with
-  /// `error` set and nothing changed, when the state belongs to another stage or model.
+  /// Continues from `state`: every key in flight is forgotten, and so is a step under way (held
+  /// for the clipping total, summed with the replicas, waiting for deferred W). With
+  /// `weights_only` only the weights are taken (initial weights from a file) and the version
+  /// stays. False, with `error` set and nothing changed, when the state belongs to another
+  /// stage or model.
   bool load_state(const stage_state& state, bool weights_only, std::string* error);
 
  private:

@@ -17,6 +17,7 @@
 #include "actors/engine/admission.h"
 #include "actors/engine/pipeline_messages.h"
 #include "actors/engine/run_reports.h"
+#include "actors/engine/sequential_trainer.h"
 #include "layers/dataset.h"
 
 namespace troupe::actors {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <exception>
+#include <new>
 #include <thread>
 
 #include "actors/config/job_file.h"
@@ -10,6 +13,7 @@
 #include "actors/hosts/mail_polling.h"
 #include "actors/hosts/wire_format.h"
 #include "layers/backend_registry.h"
+#include "layers/out_of_memory.h"
 
 namespace troupe::actors {
 namespace {
@@ -336,8 +340,24 @@ static void await_next(caf::stateful_actor<stage_actor_state>* self) {
   poll_for_mail(self, parts.spin_wait_s, *parts.clock);
 }
 
+void exit_when_out_of_memory(caf::scheduled_actor* self, std::string who) {
+  self->set_exception_handler(
+      [who = std::move(who)](caf::scheduled_actor* actor, std::exception_ptr& failure) {
+        try {
+          std::rethrow_exception(failure);
+        } catch (const std::bad_alloc& problem) {
+          std::fprintf(stderr, "troupe: %s: %s\n", who.c_str(),
+                       layers::out_of_memory_message(problem).c_str());
+          std::_Exit(2);  // other threads still run: no static destructors, no flush of their work
+        } catch (...) {
+        }
+        return caf::scheduled_actor::default_exception_handler(actor, failure);
+      });
+}
+
 caf::behavior stage_actor(caf::stateful_actor<stage_actor_state>* self,
                           std::shared_ptr<stage_parts> parts) {
+  exit_when_out_of_memory(self, "stage " + std::to_string(parts->index));
   self->state.parts = std::move(parts);
   return {
       [self](const transport::message& incoming) {

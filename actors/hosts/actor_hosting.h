@@ -123,6 +123,12 @@ struct stage_parts {
   double spin_wait_s = 0;
 };
 
+/// Makes an allocation failure in one of `self`'s handlers end the process: one line on stderr
+/// naming `who` and what ran out, then exit status 2 (the run cannot go on without the memory,
+/// and an actor that ended would leave the others waiting for it). Other exceptions keep CAF's
+/// handling.
+void exit_when_out_of_memory(caf::scheduled_actor* self, std::string who);
+
 /// Closes the stage's sockets (outboxes and its own inbox). Messages ZeroMQ still holds may own
 /// tensors of its backend, so the parts (and backend) must outlive the transport context, which
 /// ends after this.

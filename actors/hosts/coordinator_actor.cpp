@@ -203,6 +203,7 @@ static void on_coordinator_message(caf::event_based_actor* self, coordinator_par
 
 caf::behavior coordinator_actor(caf::stateful_actor<coordinator_actor_state>* self,
                                 std::shared_ptr<coordinator_parts> parts) {
+  exit_when_out_of_memory(self, "the coordinator");
   self->state.parts = std::move(parts);
   return {
       [self](start_atom) {

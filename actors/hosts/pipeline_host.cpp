@@ -11,6 +11,7 @@
 
 #include "actors/engine/partition.h"
 #include "actors/hosts/actor_hosting.h"
+#include "actors/hosts/pipeline_test_seam.h"
 #include "actors/hosts/replica_groups.h"
 #include "layers/backend_registry.h"
 
@@ -159,6 +160,13 @@ process_usage process_usage_from_json(const nlohmann::json& json) {
 std::optional<pipeline_report> run_pipeline(const job_config& config, const job_data& data,
                                             training_observer& observer, clock_source& clock,
                                             const pipeline_options& options, std::string* error) {
+  return run_pipeline_with_hook(config, data, observer, clock, options, {}, error);
+}
+
+std::optional<pipeline_report> run_pipeline_with_hook(
+    const job_config& config, const job_data& data, training_observer& observer,
+    clock_source& clock, const pipeline_options& options, const stage_message_hook& hook,
+    std::string* error) {
   auto ranges = partition_model(config, error);
   if (!ranges) return std::nullopt;
   const int stages = stage_actor_count(config);  // every replica's
@@ -198,7 +206,7 @@ std::optional<pipeline_report> run_pipeline(const job_config& config, const job_
     parts.back()->clock = &clock;
     parts.back()->trace = options.trace;
     parts.back()->monitor = options.monitor;
-    parts.back()->fault_hook = options.fault_hook;
+    parts.back()->fault_hook = hook;
     parts.back()->collect_weights = options.collect_weights;
   }
 

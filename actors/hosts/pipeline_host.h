@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +40,6 @@ struct pipeline_options {
   run_monitor* monitor = nullptr;
   /// Polled while training: true asks for a status report (SIGUSR2); set back when taken.
   std::atomic<bool>* status_requests = nullptr;
-  /// Tests only: called on a stage's thread before it takes each message; it may block the
-  /// stage (a stall on purpose).
-  std::function<void(int actor, const message_note& message)> fault_hook;
 };
 
 /// What the stages report at the end of a run.

@@ -4,8 +4,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 
 #include "apps/cli/commands.h"
+#include "layers/out_of_memory.h"
 
 namespace {
 
@@ -389,23 +391,30 @@ int main(int argc, char** argv) {
     const int status = app.exit(e);
     return status == 0 ? 0 : 2;
   }
-  if (app.got_subcommand("train")) return troupe::apps::run_train(train);
-  if (app.got_subcommand("coordinator")) return troupe::apps::run_train(coordinator);
-  if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
-  if (app.got_subcommand("dashboard")) return troupe::apps::run_dashboard(dashboard);
-  if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
-  if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
-  if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
-  if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
-  if (app.got_subcommand("generate")) return troupe::apps::run_generate(generate);
-  if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
-  if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
-  if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
-  if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
-  if (app.got_subcommand("plot")) return troupe::apps::run_plot(plot);
-  if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
-  if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
-  if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);
-  if (bench.what == "hop") return troupe::apps::run_bench_hop(bench);
-  return troupe::apps::run_bench(bench);
+  // A job that asks for more memory than the machine has ends with one line saying what ran
+  // out, as bad input does (the stage actors' threads end the same way: actor_hosting.h).
+  try {
+    if (app.got_subcommand("train")) return troupe::apps::run_train(train);
+    if (app.got_subcommand("coordinator")) return troupe::apps::run_train(coordinator);
+    if (app.got_subcommand("worker")) return troupe::apps::run_worker_command(worker);
+    if (app.got_subcommand("dashboard")) return troupe::apps::run_dashboard(dashboard);
+    if (app.got_subcommand("keygen")) return troupe::apps::run_keygen(keygen);
+    if (app.got_subcommand("launch")) return troupe::apps::run_launch(launch);
+    if (app.got_subcommand("inspect")) return troupe::apps::run_inspect(inspect);
+    if (app.got_subcommand("export")) return troupe::apps::run_export(exporter);
+    if (app.got_subcommand("generate")) return troupe::apps::run_generate(generate);
+    if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
+    if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
+    if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
+    if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
+    if (app.got_subcommand("plot")) return troupe::apps::run_plot(plot);
+    if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
+    if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
+    if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);
+    if (bench.what == "hop") return troupe::apps::run_bench_hop(bench);
+    return troupe::apps::run_bench(bench);
+  } catch (const std::bad_alloc& failure) {
+    std::fprintf(stderr, "troupe: %s\n", troupe::layers::out_of_memory_message(failure).c_str());
+    return 2;
+  }
 }

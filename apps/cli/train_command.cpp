@@ -17,6 +17,7 @@
 #include "actors/config/job_file.h"
 #include "actors/config/job_warnings.h"
 #include "actors/config/layer_cuts.h"
+#include "actors/engine/memory_estimate.h"
 #include "actors/engine/partition.h"
 #include "actors/engine/run_reports.h"
 #include "actors/engine/sequential_trainer.h"
@@ -27,6 +28,7 @@
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/cli/commands.h"
+#include "apps/cli/machine_memory.h"
 #include "apps/cli/partition_choice.h"
 #include "apps/cli/pipeline_runs.h"
 #include "apps/cli/progress.h"
@@ -195,6 +197,11 @@ int load_training_job(const train_options& given, training_job* job) {
   std::string error;
   if (!actors::check_model(*config, classes_of(*config), &error) ||
       !actors::partition_model(*config, &error)) {
+    return bad_input(given.job_file + ": " + error);
+  }
+  // Before the first allocation: the stages run on this machine unless workers join from
+  // elsewhere (a coordinator that listens).
+  if (given.listen.empty() && !actors::check_memory(*config, available_memory_bytes(), &error)) {
     return bad_input(given.job_file + ": " + error);
   }
   if (const auto problem = workers_problem(*config, given.workers)) {

@@ -16,6 +16,7 @@
 #include "layers/cpu/cpu_thread_pool.h"
 #include "layers/cpu/cpu_transformer_kernels.h"
 #include "layers/gemm_precision.h"
+#include "layers/out_of_memory.h"
 
 namespace troupe::layers {
 
@@ -48,7 +49,7 @@ void copy_bytes(void* target, const void* source, size_t bytes) {
 
 void* allocate_block(size_t bytes) {
   void* pointer = std::aligned_alloc(alignment, bytes);
-  TROUPE_CHECK(pointer != nullptr);
+  if (pointer == nullptr) throw out_of_memory("host memory", bytes);
   return pointer;
 }
 

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "layers/check.h"
 #include "layers/cuda/cuda_backend_class.cuh"
+#include "layers/out_of_memory.h"
 
 namespace troupe::layers {
 
@@ -21,9 +23,9 @@ void* allocate_on_stream(int device, cudaMemPool_t pool, cudaStream_t s, size_t 
   void* pointer = nullptr;
   const cudaError_t status = cudaMallocFromPoolAsync(&pointer, bytes, pool, s);
   if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: cuda:%d: out of device memory allocating %zu bytes of %s\n",
-                 device, bytes, purpose);
-    std::abort();
+    cudaGetLastError();
+    throw out_of_memory("cuda:" + std::to_string(device) + " device memory (" + purpose + ")",
+                        bytes);
   }
   TROUPE_CUDA_CHECK(status);
   return pointer;
@@ -48,9 +50,8 @@ void* cuda_backend::allocate(size_t bytes) {
     status = cudaMallocFromPoolAsync(&pointer, size, memory_pool_, allocation_stream_);
   }
   if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of device memory allocating %zu bytes\n", name().c_str(),
-                 bytes);
-    std::abort();
+    cudaGetLastError();
+    throw out_of_memory(name() + " device memory", bytes);
   }
   TROUPE_CUDA_CHECK(status);
   // The allocation has completed once this returns, so any stream may use the memory.
@@ -81,9 +82,8 @@ void* cuda_backend::allocate_host(size_t bytes) {
   // Portable: pinned for every device's context, whichever backend copies through it.
   const cudaError_t status = cudaHostAlloc(&block, size, cudaHostAllocPortable);
   if (status == cudaErrorMemoryAllocation) {
-    std::fprintf(stderr, "troupe: %s: out of pinned host memory allocating %zu bytes\n",
-                 name().c_str(), size);
-    std::abort();
+    cudaGetLastError();
+    throw out_of_memory(name() + " pinned host memory", size);
   }
   TROUPE_CUDA_CHECK(status);
   TROUPE_CHECK(reinterpret_cast<uintptr_t>(block) % 64 == 0);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test of the live dashboard (docs/dashboard.md): trains apps/examples/fashion_mlp_async.toml
 # with --dashboard, loads the page in headless Chromium and checks that its charts and stage
-# table received data, checks the JSON endpoints against the run's metrics.jsonl, and checks the
-# token rules (a non-loopback address needs --dashboard-token; requests must then carry it).
+# table received data, checks the JSON endpoints against the run's metrics.jsonl, serves the
+# stopped run's directory (troupe dashboard) and checks that its events and checkpoint list read
+# rounded, with units and times, and checks the token rules (a non-loopback address needs
+# --dashboard-token; requests must then carry it).
 # Usage: dashboard_test.sh BUILD_DIR. Env: CHROMIUM (default: chromium), DASHBOARD_SCREENSHOT
 # (copy the page's screenshot there). Exits 77 (skipped) when Chromium is not installed.
 set -euo pipefail
@@ -41,7 +43,7 @@ command -v python3 >/dev/null || fail "python3 is needed"
 
 # The JSON and DOM checks, in Python: `check.py COMMAND ARGS...` exits nonzero with a message.
 cat >"$scratch/check.py" <<'PYTHON'
-import json, os, socket, sys, time, urllib.error, urllib.request
+import json, os, re, socket, sys, time, urllib.error, urllib.request
 from html.parser import HTMLParser
 
 def die(message):
@@ -242,6 +244,62 @@ def check_token(base, token):
           f"Authorization: Bearer 200 ({status('/')} for /, "
           f"{status('/?token=' + token)} for /?token=)")
 
+class Items(HTMLParser):
+    """The text of every <li> of the event and checkpoint lists, with its data-event."""
+    def __init__(self):
+        super().__init__()
+        self.items, self.current = [], None
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "li" and attrs.get("class") in ("event", "checkpoint"):
+            self.current = [attrs["class"], attrs.get("data-event"), ""]
+    def handle_data(self, data):
+        if self.current is not None:
+            self.current[2] += data
+    def handle_endtag(self, tag):
+        if tag == "li" and self.current is not None:
+            self.items.append((self.current[0], self.current[1], " ".join(self.current[2].split())))
+            self.current = None
+
+def duration(s):
+    """The page's duration(): a tenth of a second below a minute."""
+    if s < 60:
+        return f"{s:.1f} s"
+    m = int(s // 60)
+    return f"{m} min {int(s % 60)} s" if m < 60 else f"{m // 60} h {m % 60} min"
+
+def check_events(dom_file, run_dir):
+    parser = Items()
+    with open(dom_file, errors="replace") as f:
+        parser.feed(f.read())
+    events = [(kind, text) for cls, kind, text in parser.items if cls == "event"]
+    listed = [text for cls, _, text in parser.items if cls == "checkpoint"]
+    written = [r for r in file_records(run_dir) if r.get("event") == "checkpoint"]
+    if not written:
+        die("the run wrote no checkpoint event to metrics.jsonl")
+    for kind, text in events:
+        if re.search(r"\d\.\d{4,}", text) or "…" in text:
+            die(f"event {kind!r} reads {text!r}: a raw number or an unread field")
+    shown = [text for kind, text in events if kind == "checkpoint"]
+    if not shown:
+        die(f"no checkpoint among the page's events: {events}")
+    # checkpoint at step 940 (21.3 s) — epoch 1, 4.21 MB, took 147 ms, /tmp/x/checkpoints/step-940
+    took = r"(\d+(\.\d+)? ms|\d+\.\d\d s)"
+    pattern = (r"checkpoint at step [\d,]+ \((\d+\.\d s|\d+ min \d+ s)\) — epoch \d+, "
+               r"\d+(\.\d+)? (kB|MB|GB), took " + took + r", \S+/step-\d+")
+    for text in shown:
+        if not re.fullmatch(pattern, text):
+            die(f"the checkpoint event reads {text!r}")
+    if len(listed) != min(len(written), 10):
+        die(f"the checkpoint list has {len(listed)} entries, metrics.jsonl {len(written)}: {listed}")
+    for text, event in zip(listed, reversed(written[-10:])):
+        want = (f"step {event['step']:,} at {duration(event['wall_s'])}, ")
+        if not text.startswith(want) or not text.endswith(event["directory"]) \
+                or not re.search(r", \d+(\.\d+)? (kB|MB|GB) in " + took + " — ", text):
+            die(f"the checkpoint list reads {text!r}, want {want}… in … s — {event['directory']}")
+    print(f"  events: {len(events)} lines, none with a raw number; the checkpoint event reads "
+          f"\"{shown[0]}\"; the checkpoint list \"{listed[0]}\"")
+
 command, args = sys.argv[1], sys.argv[2:]
 if command == "port":
     print(free_port())
@@ -252,6 +310,14 @@ elif command == "api":
     check_api(args[0], args[1], int(args[2]))
 elif command == "dom":
     check_dom(args[0], int(args[1]), args[2])
+elif command == "up":
+    deadline = time.monotonic() + float(args[1])
+    while get(args[0], "/api/summary")[0] != 200:
+        if time.monotonic() > deadline:
+            die(f"{args[0]}/api/summary did not answer within {args[1]} s")
+        time.sleep(0.2)
+elif command == "events":
+    check_events(args[0], args[1])
 elif command == "png":
     check_png(args[0])
 elif command == "token":
@@ -281,7 +347,7 @@ load_page() {
 
 cd "$source"
 job=(apps/examples/fashion_mlp_async.toml --set training.epochs=3 --set metrics.log_interval=20
-     --set parallelism.stages=2 --set metrics.stall_timeout_s=30)
+     --set parallelism.stages=2 --set metrics.stall_timeout_s=30 --set checkpoint.interval_steps=1000)
 
 # 1. A run with the dashboard on loopback: about 30 s on 2 cores, a metrics line every 20 steps.
 port="$(check port)"
@@ -314,6 +380,15 @@ grep -q '"event":"status"' "$scratch/run/metrics.jsonl" || fail "no status event
 grep -q "^troupe: status at" "$scratch/run.log" || fail "no status report on stderr after SIGUSR2"
 say "SIGUSR2: $(grep -c '"event":"status"' "$scratch/run/metrics.jsonl") status event in metrics.jsonl, and on stderr: $(grep -A2 '^troupe: status at' "$scratch/run.log" | tr '\n' ' ' | cut -c1-200)"
 
+# SIGUSR1 asks for a checkpoint (a run that finished by itself took them every 1000 steps).
+if kill -0 "$run_pid" 2>/dev/null; then
+  kill -USR1 "$run_pid"
+  for _ in $(seq 100); do
+    grep -q '"event":"checkpoint"' "$scratch/run/metrics.jsonl" && break
+    sleep 0.1
+  done
+fi
+
 if kill -0 "$run_pid" 2>/dev/null; then
   stop_run "$run_pid"
   say "stopped the run with TERM"
@@ -321,6 +396,17 @@ else
   wait "$run_pid" || fail "the run failed (exit status $?)"
   say "the run finished by itself"
 fi
+
+# The run directory's dashboard (troupe dashboard): its events read with rounded numbers and
+# units, and each checkpoint of the list says when it was taken.
+port3="$(check port)"
+"$troupe" dashboard "$scratch/run" --listen "127.0.0.1:$port3" >"$scratch/directory.log" 2>&1 &
+directory_pid=$!
+pids+=("$directory_pid")
+check up "http://127.0.0.1:$port3" 30
+load_page "http://127.0.0.1:$port3/" directory
+check events "$scratch/dom-directory.html" "$scratch/run"
+stop_run "$directory_pid"
 
 # 2. A non-loopback address without a token is refused before training starts.
 port2="$(check port)"
@@ -348,4 +434,4 @@ check dom "$scratch/dom-token.html" 2 chart-loss,chart-utilization
 stop_run "$token_pid"
 
 say "passed: the page's charts and stage table got data, the JSON endpoints match" \
-  "metrics.jsonl, the token rules hold"
+  "metrics.jsonl, events and checkpoints read rounded with units, the token rules hold"

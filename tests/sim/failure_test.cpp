@@ -80,6 +80,31 @@ TEST(SimulatedFailureTest, WithoutACheckpointARunStartsOverFromItsInitialWeights
   EXPECT_EQ(failed.summary.final_test_loss, steady.summary.final_test_loss);
 }
 
+TEST(SimulatedFailureTest, AFailureWhileStagesHoldTheirStepForTheClippingTotalRecovers) {
+  // Global clipping (sync, 4 stages, one key per step): stage 3 holds each step from the end
+  // of its backward pass until stage 0's step message brings every stage's norm, the second
+  // half of the step or so. Failures at eight moments across one step (some in a hold, some
+  // not) must each recover and finish the run.
+  actors::job_config config = balanced_job(4, 1, "sync");
+  config.training.clip_norm = 0.5;
+  const cluster_model cluster = ideal_cluster(4);
+  const simulation_result steady = simulated(config, cluster);
+  ASSERT_EQ(steady.summary.steps, 50);
+  std::string error;
+  auto data = actors::load_job_data(config, &error);
+  ASSERT_TRUE(data) << error;
+  const double step_s = steady.virtual_s / 50;
+  for (int moment = 0; moment < 8; ++moment) {
+    simulation_options options;
+    options.failures = {{1, 0.5 * steady.virtual_s + moment * step_s / 8}};
+    actors::quiet_observer observer;
+    auto failed = simulate(config, *data, cluster, options, observer, &error);
+    ASSERT_TRUE(failed) << "failure " << moment << "/8 of a step in: " << error;
+    EXPECT_EQ(failed->restarts, 1);
+    EXPECT_EQ(failed->summary.steps, 50);
+  }
+}
+
 TEST(SimulatedFailureTest, AFailurePastMaxRestartsEndsTheRunNamingTheWorker) {
   actors::job_config config = balanced_job(4, 4, "async");
   config.checkpoint.max_restarts = 1;

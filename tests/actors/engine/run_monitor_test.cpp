@@ -26,6 +26,27 @@ TEST(RunMonitorTest, MetricsComeInPagesFromAnyLine) {
   EXPECT_EQ(summary["checkpoints"][0]["path"], "c/step-5");
 }
 
+TEST(RunMonitorTest, TheCheckpointListCarriesTheEventsTimesAndLeavesOutWhatTheyLack) {
+  run_monitor monitor(json::object(), 1, 0);
+  monitor.add_record({{"event", "checkpoint"},
+                      {"step", 40},
+                      {"epoch", 1},
+                      {"wall_s", 12.5},
+                      {"bytes", 4'200'000},
+                      {"seconds", 0.147},
+                      {"directory", "run/checkpoints/step-40"}});
+  monitor.add_record({{"event", "checkpoint"}, {"step", 80}, {"epoch", 2}, {"virtual_s", 31.0}});
+  const json checkpoints = monitor.summary_json(40)["checkpoints"];
+  ASSERT_EQ(checkpoints.size(), 2u);
+  EXPECT_EQ(checkpoints[0], json({{"step", 40},
+                                  {"wall_s", 12.5},
+                                  {"bytes", 4'200'000},
+                                  {"seconds", 0.147},
+                                  {"path", "run/checkpoints/step-40"}}));
+  // A simulation's checkpoint: its virtual time, no made-up wall time, size or path.
+  EXPECT_EQ(checkpoints[1], json({{"step", 80}, {"virtual_s", 31.0}}));
+}
+
 TEST(RunMonitorTest, AStallIsReportedOnceUntilTheCoordinatorHearsAgain) {
   run_monitor monitor(json::object(), 2, 0);
   EXPECT_FALSE(monitor.stall_began(100, 5));  // nothing started

@@ -185,6 +185,32 @@ TEST(StageLogicTest, SyncStageSendsItsLastInputGradientBeforeItSteps) {
   EXPECT_TRUE(unstepped.logic.has_ready_work());
 }
 
+TEST(StageLogicTest, ALoadedStateForgetsAStepHeldForTheClippingTotal) {
+  // Global clipping (sync, several stages): the last stage's backward completes its step and
+  // holds it until stage 0's step message brings every stage's norm. A pipeline reset then (a
+  // recovery loading the latest checkpoint) must leave it taking keys as at that checkpoint.
+  job_config config = small_job(2, 1, "sync", "1f1b");
+  config.training.clip_norm = 0.5;
+  last_stage stage(config);
+  const stage_state checkpoint = stage.logic.save_state();
+  const auto first = stage.logic.handle(stage.forward({8, 20}));
+  ASSERT_EQ(first.size(), 2u);  // the loss, and the input gradient carrying this stage's norm
+  EXPECT_GT(first[1].message.norm_squared, 0);
+  std::string refusal;
+  EXPECT_TRUE(stage.logic.handle(stage.forward({8, 20}), &refusal).empty());
+  EXPECT_NE(refusal.find("waits for its step message"), std::string::npos) << refusal;
+
+  std::string error;
+  ASSERT_TRUE(stage.logic.load_state(checkpoint, false, &error)) << error;
+  refusal.clear();
+  const auto again = stage.logic.handle(stage.forward({8, 20}), &refusal);
+  ASSERT_EQ(again.size(), 2u) << refusal;
+  EXPECT_EQ(again[0].loss_sum, first[0].loss_sum);  // the checkpoint's weights
+  EXPECT_EQ(again[1].message.norm_squared, first[1].message.norm_squared);  // fresh gradients
+  EXPECT_EQ(stage.logic.version(), 0);
+  EXPECT_EQ(stage.logic.refused(), 1);
+}
+
 TEST(StageLogicTest, AsyncStageStepsWithinItsPass) {
   last_stage stage(small_job(2, 1, "async", "gpipe"));
   stage.logic.handle(stage.forward({8, 20}));

@@ -19,6 +19,7 @@
 #include "actors/engine/sequential_trainer.h"
 #include "actors/hosts/actor_hosting.h"
 #include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/pipeline_test_seam.h"
 #include "layers/backend_registry.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
@@ -188,15 +189,14 @@ TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
   ASSERT_TRUE(data) << error;
   std::mutex lock;
   std::map<int, std::set<std::thread::id>> threads;  // per stage actor
-  pipeline_options options;
-  options.fault_hook = [&](int actor, const message_note&) {
+  const stage_message_hook hook = [&](int actor, const message_note&) {
     const std::lock_guard<std::mutex> guard(lock);
     threads[actor].insert(std::this_thread::get_id());
   };
   wall_clock clock;
   quiet_observer observer;
   // Returning at all shows that the stages' threads ended with the run.
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  ASSERT_TRUE(run_pipeline_with_hook(config, *data, observer, clock, {}, hook, &error)) << error;
   ASSERT_EQ(threads.size(), 2u);
   EXPECT_EQ(threads[0].size(), 1u) << "stage 0 moved between threads";
   EXPECT_EQ(threads[1].size(), 1u) << "stage 1 moved between threads";

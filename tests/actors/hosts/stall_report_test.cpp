@@ -14,6 +14,7 @@
 
 #include "actors/config/job_data.h"
 #include "actors/hosts/pipeline_host.h"
+#include "actors/hosts/pipeline_test_seam.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 
@@ -93,8 +94,11 @@ TEST(StallReportTest, NamesTheStalledStageAndItsKeysOnceTheTimeoutPasses) {
   testing::wall_clock clock;
   pipeline_options options;
   options.monitor = &monitor;
-  options.fault_hook = [&stall](int actor, const message_note& message) { stall(actor, message); };
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  const stage_message_hook hook = [&stall](int actor, const message_note& message) {
+    stall(actor, message);
+  };
+  ASSERT_TRUE(run_pipeline_with_hook(config, *data, observer, clock, options, hook, &error))
+      << error;
   stall.release();  // should the report not have come, the run still ends
 
   ASSERT_TRUE(observer.report_) << "no stall report";
@@ -153,11 +157,12 @@ TEST(StallReportTest, AStatusReportOnRequestAndNoStallWhileTheRunMoves) {
   pipeline_options options;
   options.monitor = &monitor;
   options.status_requests = &asked;
-  options.fault_hook = [&](int actor, const message_note& message) {
+  const stage_message_hook hook = [&](int actor, const message_note& message) {
     if (actor == 0 && message.kind == "forward" && message.key == 4) asked = true;
     stall(actor, message);
   };
-  ASSERT_TRUE(run_pipeline(config, *data, observer, clock, options, &error)) << error;
+  ASSERT_TRUE(run_pipeline_with_hook(config, *data, observer, clock, options, hook, &error))
+      << error;
   stall.release();
   int status = 0, stalls = 0;
   for (const nlohmann::json& event : observer.events) {
