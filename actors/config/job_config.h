@@ -2,7 +2,7 @@
 
 // The resolved configuration of a job: what a TOML job file plus its --set overrides say,
 // with every default filled in. The field names are the job-file keys (`training.lr` is
-// training.lr here); see README.md for the reference.
+// training.lr here); `troupe keys` and docs/guide/job-file.md describe each one.
 
 #include <cstdint>
 #include <string>
