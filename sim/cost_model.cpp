@@ -12,7 +12,7 @@ constexpr double float_bytes = 4;
 /// Bytes per parameter an optimizer step reads and writes: weight, gradient and velocity
 /// (SGD with momentum) or both moments (Adam).
 double step_bytes_per_parameter(const actors::training_config& training) {
-  if (training.optimizer != "sgd") return 7 * float_bytes;
+  if (training.optimizer != layers::optimizer_kind::sgd) return 7 * float_bytes;
   return (training.momentum != 0 ? 5 : 3) * float_bytes;
 }
 
@@ -31,7 +31,7 @@ void charge_parameters(block_work* work, double parameters, int tensors,
   work->step = {0, 0, step_bytes_per_parameter(training) * parameters, tensors};
   work->stash = {0, 0, 2 * parameter_bytes, tensors};
   const double optimizer_tensors =
-      training.optimizer != "sgd" ? 2 : (training.momentum != 0 ? 1 : 0);
+      training.optimizer != layers::optimizer_kind::sgd ? 2 : (training.momentum != 0 ? 1 : 0);
   work->state_bytes = parameter_bytes * (2 + optimizer_tensors);
 }
 

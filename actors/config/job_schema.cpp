@@ -74,6 +74,31 @@ nlohmann::json layers_json(const std::vector<layer_spec>& specs) {
 
 // The sections -----------------------------------------------------------------------------------
 
+/// A key whose value is one of the names choice_names<E>() gives: read once into the enum,
+/// written back as the name (so config.json and its hashes spell it as the job file does).
+template <typename E>
+field choice_field(std::string name, E* target) {
+  std::vector<std::string> names;
+  for (const named_choice<E>& choice : choice_names<E>()) names.push_back(choice.name);
+  auto read = [target, names](const toml::node& node, const std::string& label) -> problem {
+    std::string text;
+    if (problem error = read_string(node, label, names, &text)) return error;
+    for (const named_choice<E>& choice : choice_names<E>()) {
+      if (text == choice.name) *target = choice.value;
+    }
+    return std::nullopt;
+  };
+  auto write = [target] {
+    for (const named_choice<E>& choice : choice_names<E>()) {
+      if (choice.value == *target) return nlohmann::json(choice.name);
+    }
+    return nlohmann::json();
+  };
+  field f{std::move(name), read, write};
+  f.choices = std::move(names);
+  return f;
+}
+
 /// `first` followed by `second`.
 std::vector<field> joined(std::vector<field> first, std::vector<field> second) {
   for (field& f : second) first.push_back(std::move(f));
@@ -103,7 +128,7 @@ std::vector<field> model_fields(model_config& model) {
 
 std::vector<field> data_fields(data_config& data) {
   return {
-      string_field("dataset", &data.dataset, {"fashion-mnist", "synthetic", "text"})
+      choice_field("dataset", &data.dataset)
           .about("the samples: IDX image files (fashion-mnist), seeded class prototypes with noise "
                  "(synthetic) or UTF-8 files read as byte tokens (text)"),
       string_field("path", &data.path)
@@ -144,10 +169,10 @@ std::vector<field> pipeline_fields(parallelism_config& p) {
       field{"devices", read_stage_devices, write_value(&p.devices)}.about(
           "\"cpu\", \"cuda\" or \"cuda:N\": one for every stage, one per stage, or one per stage "
           "of every replica (replica 0's first)"),
-      string_field("mode", &p.mode, {"sync", "async"})
+      choice_field("mode", &p.mode)
           .about("sync: M micro-batches, then every stage steps (equals sequential SGD); async: "
                  "no flush, bounded staleness"),
-      string_field("schedule", &p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"})
+      choice_field("schedule", &p.schedule)
           .about("sync mode's order of forward and backward passes (zb-h1 defers weight "
                  "gradients into the bubbles)"),
       integer_field("virtual_stages", &p.virtual_stages, 1)
@@ -172,8 +197,7 @@ std::vector<field> staleness_fields(parallelism_config& p) {
       bool_field("weight_stashing", &p.weight_stashing)
           .about("async: backward uses the weights its forward used (PipeDream)")
           .for_experts(),
-      string_field("staleness_correction", &p.staleness_correction,
-                   {"none", "pipemare", "2bw", "predict", "nesterov"})
+      choice_field("staleness_correction", &p.staleness_correction)
           .about("async: how stages correct stale gradients: PipeMare, PipeDream-2BW, SpecTrain's "
                  "weight prediction or the delay-corrected Nesterov method; sync mode ignores it"),
       integer_field("correction_warmup_steps", &p.correction_warmup_steps, 0)
@@ -209,7 +233,7 @@ std::vector<field> machine_fields(parallelism_config& p) {
                  "its replicas")
           .default_means("unbounded")
           .for_experts(),
-      string_field("collective", &p.collective, {"ring", "nccl", "shared_memory"})
+      choice_field("collective", &p.collective)
           .about("how the same stage of the replicas sums: ring (troupe's ZeroMQ path, any "
                  "device), nccl (one GPU per replica), shared_memory (CPU replicas in one process)")
           .for_experts()};
@@ -221,7 +245,7 @@ std::vector<field> parallelism_fields(parallelism_config& p) {
 
 std::vector<field> optimizer_fields(training_config& t) {
   return {
-      string_field("optimizer", &t.optimizer, {"sgd", "adam", "adamw"})
+      choice_field("optimizer", &t.optimizer)
           .about("the update rule, as PyTorch's SGD, Adam and AdamW (decoupled weight decay)"),
       number_field("lr", &t.lr, kPositive).about("learning rate"),
       number_field("momentum", &t.momentum, kBelowOne).about("SGD's momentum"),
@@ -237,7 +261,7 @@ std::vector<field> optimizer_fields(training_config& t) {
           .about("scale gradients down to this L2 norm: all stages together in sync mode, each "
                  "stage in async mode")
           .default_means("off"),
-      string_field("lr_schedule", &t.lr_schedule, {"constant", "cosine", "step"})
+      choice_field("lr_schedule", &t.lr_schedule)
           .about("how the learning rate changes: cosine decays it to 0 over the run, step "
                  "multiplies it by lr_decay every lr_decay_epochs"),
       number_field("lr_decay", &t.lr_decay, kPositive).about("step: the factor"),
@@ -267,7 +291,7 @@ std::vector<field> evaluation_fields(training_config& t) {
               .about("also evaluate every N steps within an epoch (untimed), to time "
                      "target_accuracy finer")
               .default_means("after each epoch only"),
-          string_field("precision", &t.precision, {"fp32", "tf32", "bf16"})
+          choice_field("precision", &t.precision)
               .about("GEMM arithmetic: tf32 and bf16 round the operands; sums and master "
                      "weights stay fp32")};
 }

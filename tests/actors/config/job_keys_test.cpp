@@ -72,7 +72,7 @@ TEST(JobKeysTest, DefaultsComeFromADefaultJobConfig) {
   EXPECT_EQ(key_named("parallelism.stages").default_value,
             std::to_string(job_config().parallelism.stages));
   EXPECT_EQ(key_named("parallelism.mode").default_value,
-            "\"" + job_config().parallelism.mode + "\"");
+            std::string("\"") + to_string(job_config().parallelism.mode) + "\"");
   EXPECT_EQ(key_named("model.input_shape").default_value, "[1, 28, 28]");
   EXPECT_EQ(key_named("parallelism.max_active_keys").default_meaning, "the number of stages");
   EXPECT_TRUE(key_named("model.layers").required);
