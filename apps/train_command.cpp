@@ -47,7 +47,7 @@ std::string default_out_directory(const std::string& job_file) {
 }
 
 int classes_of(const actors::job_config& config) {
-  return config.data.dataset == "synthetic" ? config.data.classes : 10;
+  return config.data.dataset == actors::dataset_kind::synthetic ? config.data.classes : 10;
 }
 
 /// One entry per stage actor; with replicas, replica by replica, each naming its stage and
@@ -65,7 +65,7 @@ nlohmann::json stages_json(const actors::pipeline_report& report,
     if (config.parallelism.replicas > 1) {
       entry["stage"] = actors::stage_of_actor(config, static_cast<int>(i));
       entry["replica"] = actors::replica_of_actor(config, static_cast<int>(i));
-      if (config.parallelism.mode == "async") {
+      if (config.parallelism.mode == actors::pipeline_mode::async) {
         entry["replica_staleness_histogram"] = stage.replica_staleness_histogram;
       }
     }
@@ -355,7 +355,7 @@ int run_train(const train_options& given) {
   std::fprintf(
       stderr, "troupe: training %s on %s: %d stage(s), %s mode, %lld steps, output in %s\n",
       options.job_file.c_str(), device->name().c_str(), config->parallelism.stages,
-      config->parallelism.mode.c_str(),
+      to_string(config->parallelism.mode),
       static_cast<long long>(actors::planned_steps(*config, data->train.count())), out.c_str());
   if (const std::string note = interleaving_note(*config); !note.empty()) {
     std::fprintf(stderr, "%s\n", note.c_str());
