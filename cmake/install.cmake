@@ -26,6 +26,7 @@ set(troupe_public_headers
     layers/layer.h
     layers/layer_registry.h
     layers/layer_spec.h
+    layers/optimizer_kind.h
     layers/tensor.h
     transport/curve_keys.h)
 

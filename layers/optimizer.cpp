@@ -8,7 +8,6 @@ namespace troupe::layers {
 
 optimizer::optimizer(stream s, optimizer_settings settings, std::vector<parameter*> parameters)
     : settings_(std::move(settings)), parameters_(std::move(parameters)) {
-  TROUPE_CHECK(settings_.kind == "sgd" || adam_family());
   size_t tensors = adam_family() ? 2 : (settings_.momentum != 0.0f ? 1 : 0);
   for (parameter* p : parameters_) {
     std::vector<tensor> state;
@@ -28,7 +27,7 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale, float 
     parameter& p = *parameters_[i];
     if (!p.has_gradient) continue;
     backend& device = p.value.device();
-    if (settings_.kind == "sgd") {
+    if (settings_.kind == optimizer_kind::sgd) {
       float* velocity = state_[i].empty() ? nullptr : state_[i][0].data();
       const bool override = velocity != nullptr && momentum >= 0.0f;
       const float used_momentum = override ? momentum : settings_.momentum;
@@ -38,7 +37,7 @@ void optimizer::step(stream s, float learning_rate, float gradient_scale, float 
       device.sgd_step(s, p.value.data(), p.gradient.data(), velocity, p.value.size(), sgd);
     } else {
       // PyTorch's AdamW: w *= 1 - lr * weight_decay, then Adam without decay.
-      const bool decoupled = settings_.kind == "adamw";
+      const bool decoupled = settings_.kind == optimizer_kind::adamw;
       adam_parameters adam{learning_rate,
                            beta1,
                            settings_.beta2,

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "layers/layer.h"
+#include "layers/optimizer_kind.h"
 
 namespace troupe::layers {
 
 struct optimizer_settings {
-  std::string kind = "sgd";  ///< "sgd", "adam" or "adamw" (decoupled weight decay)
+  optimizer_kind kind = optimizer_kind::sgd;
   float momentum = 0.0f;
   /// Nesterov's look-ahead: SGD's (PyTorch's nesterov=True), or Adam's as NAdam
   /// (adam_parameters::nesterov).
@@ -58,7 +59,7 @@ class optimizer {
   std::vector<tensor>& state(size_t i) { return state_[i]; }
 
  private:
-  bool adam_family() const { return settings_.kind == "adam" || settings_.kind == "adamw"; }
+  bool adam_family() const { return settings_.kind != optimizer_kind::sgd; }
 
   optimizer_settings settings_;
   std::vector<parameter*> parameters_;

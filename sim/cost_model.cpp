@@ -13,7 +13,7 @@ constexpr double float_bytes = actors::value_bytes;
 /// Bytes per parameter an optimizer step reads and writes: weight, gradient and velocity
 /// (SGD with momentum) or both moments (Adam).
 double step_bytes_per_parameter(const actors::training_config& training) {
-  if (training.optimizer != "sgd") return 7 * float_bytes;
+  if (training.optimizer != layers::optimizer_kind::sgd) return 7 * float_bytes;
   return (training.momentum != 0 ? 5 : 3) * float_bytes;
 }
 

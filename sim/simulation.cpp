@@ -84,11 +84,12 @@ bool simulator::build(std::string* error) {
   }
   backward_first_ = actors::backward_first(config_);
   replicated_ = config_.parallelism.replicas > 1;
-  summed_in_group_ = replicated_ && config_.parallelism.collective != "ring";
-  group_in_memory_ = replicated_ && config_.parallelism.collective == "shared_memory";
+  summed_in_group_ = replicated_ && config_.parallelism.collective != actors::collective_kind::ring;
+  group_in_memory_ =
+      replicated_ && config_.parallelism.collective == actors::collective_kind::shared_memory;
   // The interleaved schedule places stage s on worker s % workers, its device; replica r's
   // workers follow replica r − 1's.
-  const bool interleaved = config_.parallelism.schedule == "interleaved" &&
+  const bool interleaved = config_.parallelism.schedule == actors::pipeline_schedule::interleaved &&
                            cluster_.placement.size() != static_cast<size_t>(actors_count);
   const int workers = interleaved ? stages / config_.parallelism.virtual_stages : stages;
   const int replicas = config_.parallelism.replicas;

@@ -19,21 +19,23 @@ using problem = std::optional<std::string>;
 /// Nesterov method raises SGD's momentum or Adam's β1; Nesterov's look-ahead needs one too.
 problem check_staleness_correction(const job_config& config) {
   const training_config& t = config.training;
-  const bool momentum_sgd = t.optimizer == "sgd" && t.momentum > 0;
-  const bool adam = t.optimizer == "adam" || t.optimizer == "adamw";
+  const bool momentum_sgd = t.optimizer == layers::optimizer_kind::sgd && t.momentum > 0;
+  const bool adam = t.optimizer != layers::optimizer_kind::sgd;
   if (t.nesterov && !momentum_sgd && !adam) {
     return std::string(
         "training.nesterov = true needs training.momentum > 0 with training.optimizer = "
         "\"sgd\" (or \"adam\" / \"adamw\": NAdam)");
   }
-  const std::string& correction = config.parallelism.staleness_correction;
-  if (momentum_sgd || (correction == "nesterov" && adam)) return std::nullopt;
-  if (correction == "predict") {
+  const staleness_correction_kind correction = config.parallelism.staleness_correction;
+  if (momentum_sgd || (correction == staleness_correction_kind::nesterov && adam)) {
+    return std::nullopt;
+  }
+  if (correction == staleness_correction_kind::predict) {
     return std::string(
         "parallelism.staleness_correction = \"predict\" needs training.optimizer = \"sgd\" "
         "with training.momentum > 0: it predicts the weights along the momentum buffer");
   }
-  if (correction == "nesterov") {
+  if (correction == staleness_correction_kind::nesterov) {
     return std::string(
         "parallelism.staleness_correction = \"nesterov\" needs training.optimizer = \"sgd\" "
         "with training.momentum > 0, or \"adam\" / \"adamw\": it raises the momentum (β1) "
@@ -47,8 +49,10 @@ problem check_schedule(const job_config& config) {
   const parallelism_config& p = config.parallelism;
   const std::string v = std::to_string(p.virtual_stages);
   // Other schedules ignore virtual_stages, so that a sweep over schedules can keep it set.
-  if (p.schedule != "interleaved") return std::nullopt;
-  if (p.mode != "sync") return "parallelism.schedule = \"interleaved\" needs mode = \"sync\"";
+  if (p.schedule != pipeline_schedule::interleaved) return std::nullopt;
+  if (p.mode != pipeline_mode::sync) {
+    return "parallelism.schedule = \"interleaved\" needs mode = \"sync\"";
+  }
   if (p.stages % p.virtual_stages != 0) {
     return "parallelism.stages (" + std::to_string(p.stages) +
            ") must be a multiple of parallelism.virtual_stages (" + v +
@@ -62,7 +66,7 @@ problem check_schedule(const job_config& config) {
 /// sequences of data.context token ids.
 problem resolve_text_defaults(job_config* config) {
   data_config& data = config->data;
-  if (data.dataset != "text") return std::nullopt;
+  if (data.dataset != dataset_kind::text) return std::nullopt;
   if (data.path == data_config().path) data.path = "/usr/share/games/fortunes";
   std::vector<int64_t>& shape = config->model.input_shape;
   if (shape == model_config().input_shape) shape = {data.context};
@@ -77,12 +81,12 @@ problem resolve_text_defaults(job_config* config) {
 problem check_collective(const parallelism_config& p) {
   for (const std::string& device : p.devices) {
     const bool cuda = device.rfind("cuda", 0) == 0;
-    if (p.collective == "nccl" && !cuda) {
+    if (p.collective == collective_kind::nccl && !cuda) {
       return "parallelism.collective = \"nccl\" needs every stage on a CUDA device, but "
              "parallelism.devices has \"" +
              device + "\" (use \"ring\" for CPU stages)";
     }
-    if (p.collective == "shared_memory" && cuda) {
+    if (p.collective == collective_kind::shared_memory && cuda) {
       return "parallelism.collective = \"shared_memory\" sums CPU stages in one process, but "
              "parallelism.devices has \"" +
              device + "\" (use \"nccl\" or \"ring\")";
@@ -97,7 +101,7 @@ int default_micro_batches(const job_config& config) {
   const parallelism_config& p = config.parallelism;
   const int64_t batch = config.training.batch_size;
   // A job with more stages than blocks is refused below; the search stays within the blocks.
-  if (p.mode != "sync" || p.stages <= 1 || batch % p.replicas != 0 ||
+  if (p.mode != pipeline_mode::sync || p.stages <= 1 || batch % p.replicas != 0 ||
       static_cast<size_t>(p.stages) > config.model.layers.size()) {
     return 1;
   }
@@ -148,7 +152,7 @@ problem check_consistency(job_config* config, const std::set<std::string>& set_k
     return "parallelism.replica_staleness must be -1 (unbounded) or >= 1: at 0 no replica could "
            "admit a key while another has one in flight";
   }
-  if (t.lr_schedule == "step" && t.lr_decay_epochs < 1) {
+  if (t.lr_schedule == lr_schedule_kind::step && t.lr_decay_epochs < 1) {
     return "training.lr_decay_epochs must be >= 1 when training.lr_schedule is 'step'";
   }
   if (problem error = check_schedule(*config)) return error;

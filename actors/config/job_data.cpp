@@ -60,13 +60,13 @@ bool check_vocabulary(const job_config& config, const job_data& data, std::strin
 
 std::optional<job_data> load_job_data(const job_config& config, std::string* error) {
   std::optional<job_data> result;
-  if (config.data.dataset == "text") {
+  if (config.data.dataset == dataset_kind::text) {
     auto text = layers::load_text_dataset(config.data.path, config.data.context,
                                           config.data.validation_fraction, error);
     if (!text) return std::nullopt;
     result = job_data{std::move(text->train), std::move(text->validation)};
     if (!check_vocabulary(config, *result, error)) return std::nullopt;
-  } else if (config.data.dataset == "synthetic") {
+  } else if (config.data.dataset == dataset_kind::synthetic) {
     result = synthetic_data(config);
   } else {
     auto train = layers::load_idx_dataset(config.data.path, "train", error);
@@ -79,11 +79,11 @@ std::optional<job_data> load_job_data(const job_config& config, std::string* err
   layers::truncate(result->test, config.data.test_samples);
   if (result->train.sample_shape != input_shape_of(config)) {
     *error = "model.input_shape is " + layers::to_string(input_shape_of(config)) + " but " +
-             config.data.dataset + " samples have shape " +
+             to_string(config.data.dataset) + " samples have shape " +
              layers::to_string(result->train.sample_shape);
     return std::nullopt;
   }
-  if (config.data.normalize && config.data.dataset != "text") {
+  if (config.data.normalize && config.data.dataset != dataset_kind::text) {
     float mean = 0, deviation = 1;
     layers::feature_statistics(result->train, &mean, &deviation);
     layers::standardize(result->train, mean, deviation);
@@ -126,7 +126,7 @@ bool check_model(const job_config& config, int classes, std::string* error) {
   auto shapes = layers::infer_shapes(config.model.layers, input_shape_of(config), error);
   if (!shapes || !check_model_size(config, *shapes, error)) return false;
   const layers::shape& last = shapes->back();
-  if (config.data.dataset == "text") {
+  if (config.data.dataset == dataset_kind::text) {
     if (last.size() == 2 && last[0] == config.data.context) return true;
     *error = "model.layers: the last block must output one score per token of the vocabulary, [" +
              std::to_string(config.data.context) + ", vocab] (an lm_head), but outputs " +

@@ -28,7 +28,7 @@ bool recomputes(const job_config& config) {
 
 std::vector<idle_key> parallelism_keys(const job_config& config) {
   const parallelism_config& p = config.parallelism;
-  const bool sync = p.mode == "sync";
+  const bool sync = p.mode == pipeline_mode::sync;
   const std::string not_stale = "in sync mode: no key is stale";
   const std::string one_replica = "with one replica (parallelism.replicas = 1)";
   const std::string replicas_why =
@@ -41,11 +41,12 @@ std::vector<idle_key> parallelism_keys(const job_config& config) {
       {"parallelism.max_staleness", sync, not_stale},
       {"parallelism.weight_stashing", sync, not_stale},
       {"parallelism.staleness_correction", sync, not_stale},
-      {"parallelism.correction_warmup_steps", sync || p.staleness_correction != "pipemare",
+      {"parallelism.correction_warmup_steps",
+       sync || p.staleness_correction != staleness_correction_kind::pipemare,
        "without parallelism.staleness_correction = \"pipemare\" in async mode"},
       {"parallelism.schedule", !sync,
        "in async mode: keys are admitted up to parallelism.max_active_keys"},
-      {"parallelism.virtual_stages", p.schedule != "interleaved",
+      {"parallelism.virtual_stages", p.schedule != pipeline_schedule::interleaved,
        "outside parallelism.schedule = \"interleaved\""},
       {"parallelism.replica_sync_interval", sync || p.replicas == 1, replicas_why},
       {"parallelism.replica_staleness", sync || p.replicas == 1, replicas_why},
@@ -57,11 +58,13 @@ std::vector<idle_key> parallelism_keys(const job_config& config) {
 
 std::vector<idle_key> training_and_data_keys(const job_config& config) {
   const training_config& t = config.training;
-  const std::string dataset = config.data.dataset;
-  const bool sgd = t.optimizer == "sgd", step = t.lr_schedule == "step";
-  const bool text = dataset == "text", synthetic = dataset == "synthetic";
-  const std::string adam = "with training.optimizer = \"" + t.optimizer + "\"";
-  const std::string dataset_why = "with data.dataset = \"" + dataset + "\"";
+  const dataset_kind dataset = config.data.dataset;
+  const bool sgd = t.optimizer == layers::optimizer_kind::sgd;
+  const bool step = t.lr_schedule == lr_schedule_kind::step;
+  const bool text = dataset == dataset_kind::text, synthetic = dataset == dataset_kind::synthetic;
+  const std::string adam =
+      std::string("with training.optimizer = \"") + to_string(t.optimizer) + "\"";
+  const std::string dataset_why = std::string("with data.dataset = \"") + to_string(dataset) + "\"";
   return {
       {"training.momentum", !sgd, adam + ": training.beta1 is its momentum"},
       {"training.beta1", sgd, "with training.optimizer = \"sgd\""},
@@ -89,7 +92,7 @@ bool same_value(const nlohmann::json& job, const nlohmann::json& defaults, const
 std::optional<std::string> one_micro_batch(const job_config& config,
                                            const std::set<std::string>& set_keys) {
   const parallelism_config& p = config.parallelism;
-  if (p.mode != "sync" || p.stages == 1 || p.micro_batches != 1 ||
+  if (p.mode != pipeline_mode::sync || p.stages == 1 || p.micro_batches != 1 ||
       set_keys.count("parallelism.micro_batches") == 0) {
     return std::nullopt;
   }

@@ -146,7 +146,9 @@ field string_field(std::string name, std::string* target, std::vector<std::strin
   auto read = [target, choices](const toml::node& node, const std::string& label) {
     return read_string(node, label, choices, target);
   };
-  return {std::move(name), read, write_value(target)};
+  field f{std::move(name), read, write_value(target)};
+  f.choices = std::move(choices);
+  return f;
 }
 
 field bool_field(std::string name, bool* target) {

@@ -2,7 +2,7 @@
 
 // Generic reading of TOML tables into typed configuration fields: readers of one value with range
 // checks, tables of known keys with "did you mean" suggestions for unknown ones, and
-// `section.key=value` overrides. Internal to actors/ (job_file.cpp builds the job schema from
+// `section.key=value` overrides. Internal to actors/ (job_schema.cpp builds the job schema from
 // these). Bad input comes back as a one-line message (a `problem`), not as an exception.
 
 #include <algorithm>
@@ -28,12 +28,32 @@ using reader = std::function<problem(const toml::node& node, const std::string& 
 using writer = std::function<nlohmann::json()>;
 
 /// One key a table may hold. The job schema is the single list of job-file keys: reading,
-/// unknown-key suggestions and to_json() all walk it.
+/// unknown-key suggestions, to_json(), `troupe keys` and docs/guide/job-file.md all walk it.
 struct field {
   std::string name;
   reader read;
   writer write;
   bool required = false;
+  std::string description{};           ///< one line: what the key does
+  std::string default_meaning{};       ///< what a special default stands for ("every core")
+  std::vector<std::string> choices{};  ///< the values a closed set accepts (none: any)
+  bool expert = false;                 ///< tuning that most jobs leave alone
+
+  /// This field with its one-line description.
+  field about(std::string text) && {
+    description = std::move(text);
+    return std::move(*this);
+  }
+  /// This field with what its default stands for, where 0 or -1 means more than the number.
+  field default_means(std::string text) && {
+    default_meaning = std::move(text);
+    return std::move(*this);
+  }
+  /// This field marked as tuning that most jobs leave alone.
+  field for_experts() && {
+    expert = true;
+    return std::move(*this);
+  }
 };
 
 /// A top-level table of the job file and the keys it may hold.

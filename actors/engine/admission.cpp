@@ -18,8 +18,9 @@ admission_settings admission_settings::of(const job_config& config, int64_t tota
   settings.min_update_interval =
       p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches;
   settings.max_staleness = p.max_staleness;
-  if (p.mode == "async" && p.replicas > 1) settings.replica_staleness = p.replica_staleness;
-  if (p.mode == "async" && p.staleness_correction == "2bw") {
+  const bool async = p.mode == pipeline_mode::async;
+  if (async && p.replicas > 1) settings.replica_staleness = p.replica_staleness;
+  if (async && p.staleness_correction == staleness_correction_kind::two_bw) {
     settings.max_staleness = settings.max_staleness < 0 ? 1 : std::min(settings.max_staleness, 1);
   }
   settings.micro_batch_size = config.training.batch_size / (int64_t(p.replicas) * p.micro_batches);
@@ -35,7 +36,7 @@ admission_policy::admission_policy(admission_settings settings)
       retired_(admitted_) {
   TROUPE_CHECK(settings_.micro_batches >= 1 && settings_.stages >= 1 && settings_.replicas >= 1);
   TROUPE_CHECK(settings_.first_step <= settings_.total_steps);
-  if (settings_.mode == "async") {
+  if (settings_.mode == pipeline_mode::async) {
     limit_ = std::max(1, settings_.max_active_keys);
     // A backward at any stage sees at most ceil((active - 1) / MUI) newer weight versions, so
     // holding admission to MUI * bound + 1 keys keeps staleness within the bound.
@@ -43,7 +44,7 @@ admission_policy::admission_policy(admission_settings settings)
       limit_ = std::min<int64_t>(
           limit_, int64_t(settings_.max_staleness) * settings_.min_update_interval + 1);
     }
-  } else if (settings_.schedule != "gpipe") {
+  } else if (settings_.schedule != pipeline_schedule::gpipe) {
     // 1F1B and its descendants (zero-bubble, interleaved): at most a key per stage in flight.
     limit_ = std::min(settings_.stages, settings_.micro_batches);
   } else {
@@ -55,7 +56,7 @@ bool admission_policy::may_admit_next(int replica) const {
   const int64_t admitted = admitted_[replica];
   if (admitted >= total_keys_ || active(replica) >= limit_) return false;
   if (pause_at_key_ >= 0 && admitted >= pause_at_key_) return false;
-  if (settings_.mode == "async") return within_replica_staleness(replica);
+  if (settings_.mode == pipeline_mode::async) return within_replica_staleness(replica);
   // Sync: the keys of one step at a time; the next step starts after every key of this one
   // has retired in every replica (every stage has stepped by then).
   if (admitted % settings_.micro_batches != 0) return true;

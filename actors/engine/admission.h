@@ -17,8 +17,8 @@
 namespace troupe::actors {
 
 struct admission_settings {
-  std::string mode = "sync";       ///< "sync" or "async"
-  std::string schedule = "gpipe";  ///< sync: "gpipe" or "1f1b"
+  pipeline_mode mode = pipeline_mode::sync;
+  pipeline_schedule schedule = pipeline_schedule::gpipe;  ///< sync mode's
   int stages = 1;
   int micro_batches = 1;  ///< per replica
   int replicas = 1;

@@ -36,7 +36,7 @@ class layers_stage_device final : public stage_device {
         range_(range),
         stages_(config.parallelism.stages),
         recompute_(config.parallelism.recompute) {
-    device.set_gemm_precision(stream_, gemm_precision_of(config.training));
+    device.set_gemm_precision(stream_, config.training.precision);
     layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
     model_ = std::make_unique<layers::sequential>(device, stream_, config.model.layers, input,
                                                   range.first, range.last, seed_);
@@ -168,7 +168,8 @@ class layers_stage_device final : public stage_device {
 
   void stash_predicted_weights(int64_t version, float distance) override {
     stash_weights(version);
-    if (optimizer_->settings().kind != "sgd" || optimizer_->settings().momentum == 0) return;
+    const layers::optimizer_settings& settings = optimizer_->settings();
+    if (settings.kind != layers::optimizer_kind::sgd || settings.momentum == 0) return;
     std::vector<layers::tensor>& copies = stash_[version];
     for (size_t i = 0; i < copies.size(); ++i) {
       const std::vector<layers::tensor>& state = optimizer_->state(i);
@@ -244,7 +245,7 @@ class layers_stage_device final : public stage_device {
         }
         if (!found) {
           *error = "optimizer tensor " + extra.name + " does not fit this stage's " +
-                   optimizer_->settings().kind + " optimizer";
+                   to_string(optimizer_->settings().kind) + " optimizer";
           return false;
         }
       }
@@ -288,7 +289,8 @@ class layers_stage_device final : public stage_device {
   }
 
   const char* optimizer_suffix(size_t k) const {
-    if (optimizer_->settings().kind != "sgd") return k == 0 ? ".exp_avg" : ".exp_avg_sq";
+    const bool adam = optimizer_->settings().kind != layers::optimizer_kind::sgd;
+    if (adam) return k == 0 ? ".exp_avg" : ".exp_avg_sq";
     return ".velocity";
   }
 

@@ -11,7 +11,7 @@ namespace {
 
 /// Optimizer tensors per parameter: a velocity (SGD with momentum) or Adam's two moments.
 double optimizer_tensors(const training_config& training) {
-  if (training.optimizer != "sgd") return 2;
+  if (training.optimizer != layers::optimizer_kind::sgd) return 2;
   return training.momentum != 0 ? 1 : 0;
 }
 
@@ -93,7 +93,7 @@ std::optional<memory_estimate> estimate_memory(const job_config& config, std::st
                           static_cast<double>(estimate.key_samples);
     input = (*shapes)[i];
   }
-  if (config.data.dataset == "synthetic") {
+  if (config.data.dataset == dataset_kind::synthetic) {
     const double samples =
         static_cast<double>(config.data.synthetic_train + config.data.synthetic_test);
     estimate.data_bytes =

@@ -71,13 +71,13 @@ void pass_turn::advance() {
 std::vector<std::shared_ptr<pass_turn>> make_pass_turns(const job_config& config) {
   const parallelism_config& p = config.parallelism;
   std::vector<std::shared_ptr<pass_turn>> turns;
-  if (p.mode != "sync") return turns;
-  if (p.schedule == "zb-h1") {
+  if (p.mode != pipeline_mode::sync) return turns;
+  if (p.schedule == pipeline_schedule::zb_h1) {
     for (int stage = 0; stage < p.stages; ++stage) {
       turns.push_back(
           std::make_shared<pass_turn>(zero_bubble_order(p.stages, stage, p.micro_batches)));
     }
-  } else if (p.schedule == "interleaved") {
+  } else if (p.schedule == pipeline_schedule::interleaved) {
     const int workers = pipeline_workers(config);
     if (p.micro_batches % workers != 0) return turns;
     for (int worker = 0; worker < workers; ++worker) {

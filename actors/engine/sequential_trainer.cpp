@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "layers/check.h"
-#include "layers/gemm_precision.h"
 #include "layers/random.h"
 
 namespace troupe::actors {
@@ -20,12 +19,6 @@ layers::optimizer_settings optimizer_settings_of(const training_config& training
   return settings;
 }
 
-layers::math_precision gemm_precision_of(const training_config& training) {
-  const auto precision = layers::math_precision_named(training.precision);
-  TROUPE_CHECK(precision.has_value());
-  return *precision;
-}
-
 uint64_t step_seed(uint64_t job_seed, int64_t step) {
   return layers::derive_seed(layers::derive_seed(job_seed, 0x64726f70ULL), step);
 }
@@ -35,7 +28,7 @@ sequential_trainer::sequential_trainer(const job_config& config, layers::backend
       stream_(device.create_stream()),
       seed_(config.training.seed),
       clip_norm_(config.training.clip_norm) {
-  device.set_gemm_precision(stream_, gemm_precision_of(config.training));
+  device.set_gemm_precision(stream_, config.training.precision);
   const auto& specs = config.model.layers;
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   model_ =

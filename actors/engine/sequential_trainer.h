@@ -36,10 +36,6 @@ layers::optimizer_settings optimizer_settings_of(const training_config& training
 /// The dropout stream of optimizer step `step`.
 uint64_t step_seed(uint64_t job_seed, int64_t step);
 
-/// GEMM precision of a job's [training] precision ("fp32", "tf32" or "bf16"; aborts on any
-/// other name, which load_job_file never lets through).
-layers::math_precision gemm_precision_of(const training_config& training);
-
 class sequential_trainer {
  public:
   /// Builds the model of `config` (whose layer shapes must chain) on `device`, working on a

@@ -18,16 +18,19 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   settings.count = p.stages;
   // Sync mode steps once per batch: after the backward passes of all its micro-batches.
   settings.min_update_interval =
-      p.mode == "sync" ? p.micro_batches
-                       : (p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
-  const bool async = p.mode == "async";
-  settings.weight_stashing = p.weight_stashing || (async && p.staleness_correction == "2bw");
-  settings.predict_weights = async && p.staleness_correction == "predict";
+      p.mode == pipeline_mode::sync
+          ? p.micro_batches
+          : (p.min_update_interval > 0 ? p.min_update_interval : p.micro_batches);
+  const bool async = p.mode == pipeline_mode::async;
+  settings.weight_stashing =
+      p.weight_stashing || (async && p.staleness_correction == staleness_correction_kind::two_bw);
+  settings.predict_weights = async && p.staleness_correction == staleness_correction_kind::predict;
   if (nesterov_correction(config)) {
-    settings.nesterov_momentum =
-        config.training.optimizer == "sgd" ? config.training.momentum : config.training.beta1;
+    settings.nesterov_momentum = config.training.optimizer == layers::optimizer_kind::sgd
+                                     ? config.training.momentum
+                                     : config.training.beta1;
   }
-  if (async && p.staleness_correction == "pipemare") {
+  if (async && p.staleness_correction == staleness_correction_kind::pipemare) {
     settings.pipemare_warmup_steps = p.correction_warmup_steps > 0
                                          ? p.correction_warmup_steps
                                          : std::max<int64_t>(1, steps_per_epoch);
@@ -40,11 +43,12 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
   settings.gradient_scale = 1.0f / static_cast<float>(micro_batch_size(config) *
                                                       settings.min_update_interval * p.replicas);
   settings.clip_norm = config.training.clip_norm;
-  settings.global_clipping = p.mode == "sync" && p.stages > 1 && config.training.clip_norm > 0;
-  settings.step_after_sending = p.mode == "sync";
+  settings.global_clipping =
+      p.mode == pipeline_mode::sync && p.stages > 1 && config.training.clip_norm > 0;
+  settings.step_after_sending = p.mode == pipeline_mode::sync;
   if (!turns.empty()) settings.turn = turns[static_cast<size_t>(pipeline_worker_of(config, index))];
   // 1F1B's bound on forwards ahead of backwards; a fixed order of passes bounds them itself.
-  if (backward_first(config) && p.schedule != "interleaved" && !settings.turn) {
+  if (backward_first(config) && p.schedule != pipeline_schedule::interleaved && !settings.turn) {
     settings.max_forward_keys = p.stages - index;
   }
   const training_config training = config.training;
@@ -55,8 +59,8 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
 }
 
 bool nesterov_correction(const job_config& config) {
-  return config.parallelism.mode == "async" &&
-         config.parallelism.staleness_correction == "nesterov";
+  return config.parallelism.mode == pipeline_mode::async &&
+         config.parallelism.staleness_correction == staleness_correction_kind::nesterov;
 }
 
 int keys_per_step(const job_config& config) {
@@ -86,11 +90,12 @@ int job_threads(const job_config& config) {
 
 int pipeline_workers(const job_config& config) {
   const parallelism_config& p = config.parallelism;
-  return p.schedule == "interleaved" ? p.stages / p.virtual_stages : p.stages;
+  return p.schedule == pipeline_schedule::interleaved ? p.stages / p.virtual_stages : p.stages;
 }
 
 bool backward_first(const job_config& config) {
-  return config.parallelism.mode == "sync" && config.parallelism.schedule != "gpipe";
+  return config.parallelism.mode == pipeline_mode::sync &&
+         config.parallelism.schedule != pipeline_schedule::gpipe;
 }
 
 int threads_per_stage(const job_config& config) {

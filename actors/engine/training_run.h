@@ -121,7 +121,7 @@ class training_run {
   const job_config& config_;
   /// Batch totals count labels: one per sample, or one per token of a language model.
   int64_t tokens_per_sample() const { return train_.labels_per_sample; }
-  bool language_model() const { return config_.data.dataset == "text"; }
+  bool language_model() const { return config_.data.dataset == dataset_kind::text; }
   double samples_of(const batch_totals& totals) const {
     return static_cast<double>(totals.samples) / static_cast<double>(tokens_per_sample());
   }

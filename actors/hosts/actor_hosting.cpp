@@ -466,7 +466,7 @@ double spin_wait_seconds(const parallelism_config& parallelism) {
   // one's works beside the stages, and a polling stage would hide from the kernel the idle core
   // that the coordinator should take (measured on the MLP 784-512x3-10 in 2 stages, 3 ABBA
   // rounds: sync 1.12x as fast with polling, async 0.97x).
-  return parallelism.mode == "sync" ? 0.010 : 0.0;
+  return parallelism.mode == pipeline_mode::sync ? 0.010 : 0.0;
 }
 
 bool stages_get_own_threads(size_t stage_actors) {

@@ -16,14 +16,14 @@ std::string quoted(const std::string& text) { return "\"" + text + "\""; }
 }  // namespace
 
 bool uses_replica_groups(const job_config& config) {
-  return config.parallelism.replicas > 1 && config.parallelism.collective != "ring";
+  return config.parallelism.replicas > 1 && config.parallelism.collective != collective_kind::ring;
 }
 
 std::string replica_group_problem(const job_config& config, bool one_process) {
   if (!uses_replica_groups(config)) return "";
   const parallelism_config& p = config.parallelism;
-  const std::string key = "parallelism.collective = " + quoted(p.collective);
-  if (p.collective == "shared_memory") {
+  const std::string key = "parallelism.collective = " + quoted(to_string(p.collective));
+  if (p.collective == collective_kind::shared_memory) {
     if (one_process) return "";
     return key +
            " sums the replicas in one process: run without --workers or a launcher, or "
@@ -55,7 +55,8 @@ std::string replica_group_problem(const job_config& config, bool one_process) {
 
 std::vector<std::string> make_replica_group_ids(const job_config& config, std::string* error) {
   std::vector<std::string> ids;
-  if (!uses_replica_groups(config) || config.parallelism.collective != "nccl") return ids;
+  const bool nccl = config.parallelism.collective == collective_kind::nccl;
+  if (!uses_replica_groups(config) || !nccl) return ids;
   for (int stage = 0; stage < config.parallelism.stages; ++stage) {
     ids.push_back(layers::make_nccl_group_id(error));
     if (ids.back().empty()) return {};
@@ -69,7 +70,7 @@ bool join_replica_groups(const job_config& config,
                          std::string* error) {
   if (!uses_replica_groups(config)) return true;
   const int replicas = config.parallelism.replicas;
-  if (config.parallelism.collective == "shared_memory") {
+  if (config.parallelism.collective == collective_kind::shared_memory) {
     std::map<int, std::vector<std::shared_ptr<stage_parts>>> by_stage;
     for (const auto& stage : parts) by_stage[stage_of_actor(config, stage->index)].push_back(stage);
     for (auto& [stage, peers] : by_stage) {

@@ -106,7 +106,7 @@ std::optional<std::string> find_example_job() {
 /// SGD with momentum (so a velocity per weight), on 4 stages.
 actors::job_config large_model() {
   actors::job_config config = mlp_job({8192, 8192, 8192, 8192, 10}, 64);
-  config.data.dataset = "synthetic";
+  config.data.dataset = actors::dataset_kind::synthetic;
   config.parallelism.stages = 4;
   return config;
 }

@@ -113,7 +113,7 @@ double training_flops(const std::vector<int>& widths, int64_t batch) {
 actors::job_config probe_job(const std::vector<int>& widths, int64_t batch,
                              const std::string& precision) {
   actors::job_config config = mlp_job(widths, batch);
-  config.training.precision = precision;
+  config.training.precision = *layers::math_precision_named(precision);
   return config;
 }
 

@@ -55,18 +55,18 @@ actors::job_config hop_job(const payload_size& size, int stages, int64_t steps) 
     flatten.type = "flatten";
     config.model.layers.push_back(flatten);
   }
-  config.data.dataset = "synthetic";
+  config.data.dataset = actors::dataset_kind::synthetic;
   config.data.classes = static_cast<int>(size.width);
   config.data.synthetic_train = epoch_steps * size.batch;
   config.data.synthetic_test = size.batch;
   config.data.normalize = false;
   config.parallelism.stages = stages;
   config.parallelism.partition = "uniform";
-  config.parallelism.mode = "async";
+  config.parallelism.mode = actors::pipeline_mode::async;
   config.parallelism.max_active_keys = 1;
   config.parallelism.min_update_interval = 1;
   config.training.batch_size = size.batch;
-  config.training.optimizer = "sgd";
+  config.training.optimizer = layers::optimizer_kind::sgd;
   config.training.epochs = (steps + epoch_steps - 1) / epoch_steps;
   config.training.max_steps = steps;
   config.metrics.log_interval = 0;

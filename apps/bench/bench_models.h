@@ -23,7 +23,7 @@ inline actors::job_config mlp_job(const std::vector<int>& widths, int64_t batch)
     if (i + 1 < widths.size()) config.model.layers.push_back(relu);
   }
   config.training.batch_size = batch;
-  config.training.optimizer = "sgd";
+  config.training.optimizer = layers::optimizer_kind::sgd;
   config.training.momentum = 0.9;
   config.training.lr = 0.01;
   return config;

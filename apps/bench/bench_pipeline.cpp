@@ -28,6 +28,7 @@
 #include "apps/cli/progress.h"
 #include "apps/cli/run_output.h"
 #include "layers/backend_registry.h"
+#include "layers/gemm_precision.h"
 #include "transport/endpoint.h"
 
 namespace troupe::apps {
@@ -57,8 +58,8 @@ std::string widths_text(const std::vector<int>& widths) {
 actors::job_config wide_mlp(int64_t steps, const bench_target& target) {
   actors::job_config config = mlp_job(target.widths(), target.batch());
   config.parallelism.devices = {target.device};
-  config.training.precision = target.precision;
-  config.data.dataset = "synthetic";
+  config.training.precision = *layers::math_precision_named(target.precision);
+  config.data.dataset = actors::dataset_kind::synthetic;
   config.data.synthetic_train = steps * target.batch();
   config.data.synthetic_test = target.batch();
   config.data.normalize = false;
@@ -82,7 +83,7 @@ double samples_per_second(const actors::job_config& config) {
 }
 
 actors::job_config variant(const bench_target& target, int64_t steps, int stages, int threads,
-                           const std::string& mode, int micro_batches) {
+                           actors::pipeline_mode mode, int micro_batches) {
   actors::job_config config = wide_mlp(steps, target);
   config.parallelism.stages = stages;
   config.parallelism.threads = threads;
@@ -149,7 +150,7 @@ void print_cpu_figures(double one_core, double two_cores, double async_two, doub
       micro, gpipe_two, gpipe_two / (2 * one_core), ideal);
 }
 
-/// The job file of variant(target, steps, stages, .., "async", 1), for worker processes, which
+/// The job file of variant(target, steps, stages, .., async, 1), for worker processes, which
 /// read their job as TOML.
 std::string job_toml(const bench_target& target, int64_t steps, int stages) {
   std::string layers_text;
@@ -209,6 +210,7 @@ void print_gpu_figures(const gpu_figures& f, int micro) {
 }  // namespace
 
 int run_bench_pipeline(const bench_options& options) {
+  using actors::pipeline_mode;
   const bench_target target{options.device, options.precision};
   std::string error;
   if (!layers::create_backend(target.device, 1, &error)) {
@@ -222,19 +224,22 @@ int run_bench_pipeline(const bench_options& options) {
               static_cast<long long>(target.batch()), static_cast<long long>(steps));
   // On a GPU a short untimed run first loads the kernels and chooses each GEMM shape's
   // algorithm (once per process), so that no timed run pays for it.
-  if (!on_cpu) samples_per_second(variant(target, 4, 1, 1, "sync", 1));
-  const double one_core = samples_per_second(variant(target, steps, 1, 1, "sync", 1));
+  if (!on_cpu) samples_per_second(variant(target, 4, 1, 1, pipeline_mode::sync, 1));
+  const double one_core = samples_per_second(variant(target, steps, 1, 1, pipeline_mode::sync, 1));
   // Threads matter to the CPU only: on a GPU the second run would repeat the first.
   const double two_cores =
-      on_cpu ? samples_per_second(variant(target, steps, 1, 2, "sync", 1)) : one_core;
-  const double async_two = samples_per_second(variant(target, steps, 2, 2, "async", 1));
+      on_cpu ? samples_per_second(variant(target, steps, 1, 2, pipeline_mode::sync, 1)) : one_core;
+  const double async_two =
+      samples_per_second(variant(target, steps, 2, 2, pipeline_mode::async, 1));
   const int micro = 4;
-  const double gpipe_two = samples_per_second(variant(target, steps, 2, 2, "sync", micro));
+  const double gpipe_two =
+      samples_per_second(variant(target, steps, 2, 2, pipeline_mode::sync, micro));
   const double ideal = static_cast<double>(micro) / (micro + 2 - 1);
   gpu_figures gpu;
   if (!on_cpu) {
-    gpu = {one_core, async_two, samples_per_second(variant(target, steps, 4, 4, "async", 1)),
-           gpipe_two, workers_samples_per_second(target, steps, 2)};
+    gpu = {one_core, async_two,
+           samples_per_second(variant(target, steps, 4, 4, pipeline_mode::async, 1)), gpipe_two,
+           workers_samples_per_second(target, steps, 2)};
   }
   const double handoff = handoff_seconds(target, 200);
   const double step_seconds = static_cast<double>(target.batch()) / one_core;

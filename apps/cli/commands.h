@@ -214,6 +214,14 @@ struct generate_options {
 /// `troupe generate CHECKPOINT --prompt TEXT`: samples text from a language model.
 int run_generate(const generate_options& options);
 
+struct keys_options {
+  bool markdown = false;  ///< docs/guide/job-file.md's Markdown instead of plain text
+  std::string section;    ///< only this section (empty: every section and the layer types)
+};
+
+/// `troupe keys [SECTION]`: every job-file key with its default and description.
+int run_keys(const keys_options& options);
+
 struct plot_options {
   std::vector<std::string> run_directories;
   std::string out_directory;

@@ -51,9 +51,9 @@ int run_generate(const generate_options& options) {
   std::string error;
   auto config = job_of_weights(options.weights, options.job_file, &error);
   if (!config) return fail(error);
-  if (config->data.dataset != "text" || config->model.input_shape.size() != 1) {
+  if (config->data.dataset != actors::dataset_kind::text || config->model.input_shape.size() != 1) {
     return fail("the job of " + options.weights + " is not a language model (data.dataset = \"" +
-                config->data.dataset + "\")");
+                to_string(config->data.dataset) + "\")");
   }
   auto tensors = read_weights(options.weights, &error);
   if (!tensors) return fail(error);

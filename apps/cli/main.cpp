@@ -335,6 +335,14 @@ void add_plot(CLI::App& app, troupe::apps::plot_options& options) {
                    "the last 2 s of training work)");
 }
 
+void add_keys(CLI::App& app, troupe::apps::keys_options& options) {
+  CLI::App* keys =
+      app.add_subcommand("keys", "List every job-file key with its default and description");
+  keys->add_option("section", options.section, "Only this section (model, data, parallelism, ...)");
+  keys->add_flag("--markdown", options.markdown,
+                 "Print the Markdown of docs/guide/job-file.md instead");
+}
+
 /// Keeps freed memory in the process. A stage receives every key's activations into a buffer
 /// that ZeroMQ allocates and frees per message; glibc hands large blocks back to the kernel
 /// (above its mmap threshold, or by trimming the heap), so every message's pages were faulted
@@ -385,6 +393,8 @@ int main(int argc, char** argv) {
   add_plot(app, plot);
   troupe::apps::dashboard_options dashboard;
   add_dashboard(app, dashboard);
+  troupe::apps::keys_options keys;
+  add_keys(app, keys);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -408,6 +418,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
     if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
     if (app.got_subcommand("plot")) return troupe::apps::run_plot(plot);
+    if (app.got_subcommand("keys")) return troupe::apps::run_keys(keys);
     if (bench.what == "checkpoint") return troupe::apps::run_bench_checkpoint(bench);
     if (bench.what == "pipeline") return troupe::apps::run_bench_pipeline(bench);
     if (bench.what == "transport") return troupe::apps::run_bench_transport(bench);

@@ -113,7 +113,9 @@ std::string layer_cut_hint(const actors::job_config& config) {
 
 std::string interleaving_note(const actors::job_config& config, bool in_table) {
   const actors::parallelism_config& p = config.parallelism;
-  if (p.mode != "sync" || p.schedule != "interleaved") return "";
+  const bool interleaved =
+      p.mode == actors::pipeline_mode::sync && p.schedule == actors::pipeline_schedule::interleaved;
+  if (!interleaved) return "";
   if (p.virtual_stages == 1) {
     return "troupe: schedule \"interleaved\" with parallelism.virtual_stages = 1 runs as 1F1B; "
            "set virtual_stages >= 2 (stages a multiple of it) to interleave";

@@ -29,7 +29,7 @@ nlohmann::json stages_json(const actors::pipeline_report& report,
     if (config.parallelism.replicas > 1) {
       entry["stage"] = actors::stage_of_actor(config, static_cast<int>(i));
       entry["replica"] = actors::replica_of_actor(config, static_cast<int>(i));
-      if (config.parallelism.mode == "async") {
+      if (config.parallelism.mode == actors::pipeline_mode::async) {
         entry["replica_staleness_histogram"] = stage.replica_staleness_histogram;
       }
     }

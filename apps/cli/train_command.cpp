@@ -50,7 +50,7 @@ std::string default_out_directory(const std::string& job_file) {
 }
 
 int classes_of(const actors::job_config& config) {
-  return config.data.dataset == "synthetic" ? config.data.classes : 10;
+  return config.data.dataset == actors::dataset_kind::synthetic ? config.data.classes : 10;
 }
 
 /// The checkpoint to continue from for --resume; nothing, with `error` set, when none loads.
@@ -254,7 +254,7 @@ void announce(const training_job& job) {
   std::fprintf(stderr,
                "troupe: training %s on %s: %d stage(s), %s mode, %lld steps, output in %s\n",
                job.options.job_file.c_str(), job.device->name().c_str(), config.parallelism.stages,
-               config.parallelism.mode.c_str(),
+               to_string(config.parallelism.mode),
                static_cast<long long>(actors::planned_steps(config, job.data->train.count())),
                job.out.c_str());
   if (const std::string note = interleaving_note(config); !note.empty()) {

@@ -34,7 +34,9 @@ double mean(const std::vector<double>& values) {
 /// engine (a sync stage steps after all its micro-batches, an async one every
 /// min_update_interval keys).
 int keys_in_round(const actors::job_config& config) {
-  if (config.parallelism.mode == "sync") return std::max(1, config.parallelism.micro_batches);
+  if (config.parallelism.mode == actors::pipeline_mode::sync) {
+    return std::max(1, config.parallelism.micro_batches);
+  }
   return std::max(1, config.parallelism.min_update_interval);
 }
 
@@ -58,7 +60,8 @@ class stage_timer {
         first_(first),
         last_(last),
         keys_per_round_(keys_in_round(config)),
-        stash_(config.parallelism.mode == "async" && engine_settings(config).weight_stashing),
+        stash_(config.parallelism.mode == actors::pipeline_mode::async &&
+               engine_settings(config).weight_stashing),
         // The last stage's keys are never stale: it predicts nothing.
         predict_(engine_settings(config).predict_weights && !last),
         replicated_(config.parallelism.replicas > 1) {}
@@ -314,7 +317,7 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
     stages.push_back(stage);
   }
   // Keys in flight (load_job_file() resolves max_active_keys = 0 to the stage count).
-  const bool sync = config.parallelism.mode == "sync";
+  const bool sync = config.parallelism.mode == actors::pipeline_mode::sync;
   const int keys =
       std::max(1, sync ? config.parallelism.micro_batches : config.parallelism.max_active_keys);
   auto measured = process_pipeline_keys_per_s(

@@ -49,7 +49,7 @@ TEST(OptimizerTest, AdamFollowsPyTorch) {
   stream s = device->default_stream();
   parameter p = make_parameter(*device, {0.5f}, {0.2f});
   optimizer_settings settings;
-  settings.kind = "adam";
+  settings.kind = optimizer_kind::adam;
   optimizer adam(s, settings, {&p});
   double w = 0.5, m = 0, v = 0;
   for (int step = 1; step <= 3; ++step) {
@@ -74,7 +74,7 @@ TEST(OptimizerTest, NadamFollowsPyTorch) {
   stream s = device->default_stream();
   parameter p = make_parameter(*device, {0.5f}, {0.2f});
   optimizer_settings settings;
-  settings.kind = "adam";
+  settings.kind = optimizer_kind::adam;
   settings.nesterov = true;
   settings.weight_decay = 0.1f;
   optimizer nadam(s, settings, {&p});

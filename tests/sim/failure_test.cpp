@@ -19,7 +19,7 @@ cluster_model with_storage(cluster_model cluster, double bandwidth, double laten
 }
 
 TEST(SimulatedFailureTest, CheckpointsCostTheStoragesTimeForTheStagesState) {
-  actors::job_config config = balanced_job(4, 4, "sync");
+  actors::job_config config = balanced_job(4, 4, actors::pipeline_mode::sync);
   config.checkpoint.interval_steps = 10;  // 50 steps: checkpoints at 10, 20, 30, 40, 50
   const double free = simulated(config, ideal_cluster(4)).virtual_s;
   const simulation_result slow = simulated(config, with_storage(ideal_cluster(4), 1e8, 0.01));
@@ -85,7 +85,7 @@ TEST(SimulatedFailureTest, AFailureWhileStagesHoldTheirStepForTheClippingTotalRe
   // of its backward pass until stage 0's step message brings every stage's norm, the second
   // half of the step or so. Failures at eight moments across one step (some in a hold, some
   // not) must each recover and finish the run.
-  actors::job_config config = balanced_job(4, 1, "sync");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::sync);
   config.training.clip_norm = 0.5;
   const cluster_model cluster = ideal_cluster(4);
   const simulation_result steady = simulated(config, cluster);
@@ -106,7 +106,7 @@ TEST(SimulatedFailureTest, AFailureWhileStagesHoldTheirStepForTheClippingTotalRe
 }
 
 TEST(SimulatedFailureTest, AFailurePastMaxRestartsEndsTheRunNamingTheWorker) {
-  actors::job_config config = balanced_job(4, 4, "async");
+  actors::job_config config = balanced_job(4, 4, actors::pipeline_mode::async);
   config.checkpoint.max_restarts = 1;
   const cluster_model cluster = ideal_cluster(4);
   const double length = simulated(config, cluster).virtual_s;
@@ -129,7 +129,7 @@ TEST(SimulatedFailureTest, AFailurePastMaxRestartsEndsTheRunNamingTheWorker) {
 }
 
 TEST(SimulatedFailureTest, AFailureOfADeviceWithoutStagesIsRefused) {
-  const actors::job_config config = balanced_job(2, 1, "sync");
+  const actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::sync);
   simulation_options options;
   options.failures = {{3, 0.001}};
   std::string error;

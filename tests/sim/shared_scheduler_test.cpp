@@ -70,7 +70,7 @@ cluster_model core_pool(int devices, const std::string& more = "") {
 
 /// Two async replicas of one stage, two keys in flight each, averaging their weights every step.
 actors::job_config averaging_replicas() {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.stages = 1;
   config.parallelism.replicas = 2;
   config.parallelism.max_active_keys = 2;
@@ -99,7 +99,7 @@ simulation_options traced_with_coordinator_cost(double per_sample_s) {
 }
 
 actors::job_config four_async_stages() {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   return config;
@@ -222,7 +222,7 @@ TEST(SharedSchedulerTest, WorkJitterIsReadCheckedAndMeasured) {
   EXPECT_NEAR(log_spread({&times, &few}), 1 / 1.349, 1e-12);
   EXPECT_EQ(log_spread({&few}), 0);
 
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.data.synthetic_train = 320;
   auto measured = calibrate(config, 0.01, &error);
   ASSERT_TRUE(measured) << error;
@@ -256,8 +256,8 @@ TEST(SharedSchedulerTest, OnFewerPooledDevicesThanStagesOneFOneBPassesGpipeWithM
   // micro-batches outnumber the stages, interleaves forwards and backwards without that turn.
   // With as many micro-batches as stages it only removes choices (measured on this machine:
   // 1F1B 0.96x GPipe at m = 4, 1.07x at m = 16; README, Results).
-  auto rate = [](int micro_batches, const std::string& schedule) {
-    actors::job_config config = balanced_job(4, micro_batches, "sync");
+  auto rate = [](int micro_batches, actors::pipeline_schedule schedule) {
+    actors::job_config config = balanced_job(4, micro_batches, actors::pipeline_mode::sync);
     config.model.layers.erase(config.model.layers.begin());  // no layernorm before stage 0
     config.model.layers.back().out = 8;
     config.data.classes = 8;
@@ -265,9 +265,9 @@ TEST(SharedSchedulerTest, OnFewerPooledDevicesThanStagesOneFOneBPassesGpipeWithM
     return simulated(config, ideal_cluster(2, sharing::pooled)).summary.samples_per_s;
   };
   for (int micro_batches : {4, 16}) {
-    const double gpipe = rate(micro_batches, "gpipe");
-    const double one_f_one_b = rate(micro_batches, "1f1b");
-    const double zero_bubble = rate(micro_batches, "zb-h1");
+    const double gpipe = rate(micro_batches, actors::pipeline_schedule::gpipe);
+    const double one_f_one_b = rate(micro_batches, actors::pipeline_schedule::one_f_one_b);
+    const double zero_bubble = rate(micro_batches, actors::pipeline_schedule::zb_h1);
     std::printf(
         "4 stages on 2 pooled devices, m=%-2d samples/s: gpipe %.0f, 1f1b %.0f (%.3fx), "
         "zb-h1 %.0f (%.3fx)\n",
@@ -319,20 +319,22 @@ TEST(SharedSchedulerTest, AStageTakesARingChunkBeforeItsOtherMail) {
 TEST(SharedSchedulerTest, ReplicaGroupsSumWithoutTheRingsMessageCosts) {
   // Two sync replicas of one stage on two cores: the ring's pieces are messages, each end paying
   // 50 us and a link's latency; a shared-memory group sums in memory, an NCCL group on the links.
-  actors::job_config config = balanced_job(4, 1, "sync");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::sync);
   config.parallelism.stages = 1;
   config.parallelism.replicas = 2;
   simulation_options options = traced_with_coordinator_cost(0);
   options.message_cpu_s = 5e-5;
   std::map<std::string, double> seconds;
-  for (const char* collective : {"ring", "shared_memory", "nccl"}) {
+  for (actors::collective_kind collective :
+       {actors::collective_kind::ring, actors::collective_kind::shared_memory,
+        actors::collective_kind::nccl}) {
     config.parallelism.collective = collective;
     const simulation_result result = simulated(config, core_pool(2), options);
-    seconds[collective] = result.virtual_s;
+    seconds[to_string(collective)] = result.virtual_s;
     int reduces = 0;
     const nlohmann::json records = result.trace->records();
     for (const auto& span : records["spans"]) reduces += span[1] == "reduce" ? 1 : 0;
-    EXPECT_GT(reduces, 0) << collective << ": the sum still takes its adds and copies";
+    EXPECT_GT(reduces, 0) << to_string(collective) << ": the sum still takes its adds and copies";
   }
   EXPECT_LT(seconds["shared_memory"], seconds["ring"]);
   EXPECT_LT(seconds["nccl"], seconds["ring"]);
@@ -346,7 +348,8 @@ TEST(SharedSchedulerTest, AsyncReplicaGroupsAverageInLockStep) {
   simulation_options options = traced_with_coordinator_cost(0);
   options.profile->parameter_copy_s_per_float = 1e-9;
   options.stragglers = {{1, 1.0, 3.0}};
-  for (const char* collective : {"ring", "shared_memory"}) {
+  for (actors::collective_kind collective :
+       {actors::collective_kind::ring, actors::collective_kind::shared_memory}) {
     config.parallelism.collective = collective;
     const simulation_result result = simulated(config, core_pool(2), options);
     // The faster replica's work in order: 'T' a training pass, 'R' a piece of an average.
@@ -359,10 +362,11 @@ TEST(SharedSchedulerTest, AsyncReplicaGroupsAverageInLockStep) {
     std::sort(spans.begin(), spans.end());
     std::string order;
     for (const auto& [start, kind] : spans) order += kind;
-    ASSERT_GT(order.size(), 20u) << collective;
+    ASSERT_GT(order.size(), 20u) << to_string(collective);
     // Two training passes in a row: a step taken while the average before it was under way.
     const bool trained_on = order.find("TT") != std::string::npos;
-    EXPECT_EQ(trained_on, std::string(collective) == "ring") << collective << ": " << order;
+    EXPECT_EQ(trained_on, collective == actors::collective_kind::ring)
+        << to_string(collective) << ": " << order;
   }
 }
 

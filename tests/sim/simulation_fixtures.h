@@ -49,7 +49,7 @@ nic = { bandwidth = 1e18 }
 /// parameters make stage 0's first linear block compute its input gradient too (a model's
 /// leading parameterless blocks would not), so all stages do the same work, and it costs about
 /// 1% of a linear block.
-inline actors::job_config balanced_job(int stages, int micro_batches, const std::string& mode) {
+inline actors::job_config balanced_job(int stages, int micro_batches, actors::pipeline_mode mode) {
   std::string layers = "{ type = \"layernorm\" }";
   for (int s = 0; s < stages; ++s) layers += ", { type = \"linear\", out = 256 }";
   const int batch = 32 * micro_batches;
@@ -58,7 +58,8 @@ inline actors::job_config balanced_job(int stages, int micro_batches, const std:
       "]\n[data]\ndataset = \"synthetic\"\nclasses = 256\nsynthetic_train = " +
       std::to_string(50 * batch) +
       "\nsynthetic_test = 16\n[parallelism]\nstages = " + std::to_string(stages) + "\nmode = \"" +
-      mode + "\"\nschedule = \"gpipe\"\nmicro_batches = " + std::to_string(micro_batches) +
+      to_string(mode) +
+      "\"\nschedule = \"gpipe\"\nmicro_batches = " + std::to_string(micro_batches) +
       "\n[training]\nbatch_size = " + std::to_string(batch) + "\nepochs = 1\nlr = 0.01\n";
   actors::job_error problem;
   auto config = actors::parse_job(text, "balanced job", {}, &problem);
@@ -69,7 +70,7 @@ inline actors::job_config balanced_job(int stages, int micro_batches, const std:
 /// A small sync job of 3 stages whose numerics the simulator can run for real (momentum, so the
 /// optimizer has state).
 inline actors::job_config numerics_job() {
-  actors::job_config config = balanced_job(3, 2, "sync");
+  actors::job_config config = balanced_job(3, 2, actors::pipeline_mode::sync);
   config.model.layers.back().out = 8;
   config.data.classes = 8;
   config.data.synthetic_train = 640;

@@ -38,8 +38,8 @@ machine_profile two_linear_blocks() {
 TEST(SimulationTest, GpipeIdleFractionIsTheBubbleFormula) {
   for (int stages : {2, 4, 8}) {
     for (int micro_batches : {1, 4, 16}) {
-      simulation_result result =
-          simulated(balanced_job(stages, micro_batches, "sync"), ideal_cluster(stages));
+      simulation_result result = simulated(
+          balanced_job(stages, micro_batches, actors::pipeline_mode::sync), ideal_cluster(stages));
       const double expected = double(stages - 1) / (micro_batches + stages - 1);
       ASSERT_EQ(result.stage_idle_fraction.size(), static_cast<size_t>(stages));
       std::printf("S=%d M=%-2d idle fraction: stage 0 %.4f, stage %d %.4f; (S-1)/(M+S-1) %.4f\n",
@@ -74,13 +74,14 @@ TEST(SimulationTest, NewerSchedulesShrinkTheBubbleAsPublished) {
   for (int stages : {2, 4, 8}) {
     for (int micro_batches : {4, 16}) {
       const double p = stages, m = micro_batches, v = virtual_stages;
-      actors::job_config config = balanced_job(stages, micro_batches, "sync");
-      config.parallelism.schedule = "1f1b";
+      actors::job_config config = balanced_job(stages, micro_batches, actors::pipeline_mode::sync);
+      config.parallelism.schedule = actors::pipeline_schedule::one_f_one_b;
       const double one_f_one_b = mean_idle(config, stages);
-      config.parallelism.schedule = "zb-h1";
+      config.parallelism.schedule = actors::pipeline_schedule::zb_h1;
       const double zero_bubble = mean_idle(config, stages);
-      actors::job_config chunks = balanced_job(stages * virtual_stages, micro_batches, "sync");
-      chunks.parallelism.schedule = "interleaved";
+      actors::job_config chunks =
+          balanced_job(stages * virtual_stages, micro_batches, actors::pipeline_mode::sync);
+      chunks.parallelism.schedule = actors::pipeline_schedule::interleaved;
       chunks.parallelism.virtual_stages = virtual_stages;
       const double interleaved = mean_idle(chunks, stages);
       const bool enough = micro_batches >= stages;
@@ -105,7 +106,7 @@ TEST(SimulationTest, NewerSchedulesShrinkTheBubbleAsPublished) {
 }
 
 TEST(SimulationTest, PooledDevicesRunTheirStagesOnWhicheverIsFree) {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   // Every stage placed on the first of two devices.
@@ -152,7 +153,7 @@ int most_overlapping_spans(const simulation_result& result) {
 }
 
 TEST(SimulationTest, TimeSlicedStagesShareThePoolsDevicesAtOnce) {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   simulation_options options;
@@ -190,7 +191,7 @@ TEST(SimulationTest, TimeSlicedStagesShareThePoolsDevicesAtOnce) {
 }
 
 TEST(SimulationTest, TimeSlicedStagesGetTheEfficiencyShareOfThePoolWhenTheyOutnumberIt) {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   const auto with_efficiency = [](int devices, double efficiency) {
@@ -221,7 +222,7 @@ TEST(SimulationTest, TheShareCostsOnlyWhileTheStagesKeepEveryDeviceBusy) {
     for (device_model& device : cluster.devices) device.time_slice_efficiency = efficiency;
     return cluster;
   };
-  actors::job_config config = balanced_job(3, 1, "async");
+  actors::job_config config = balanced_job(3, 1, actors::pipeline_mode::async);
   config.parallelism.min_update_interval = 1;
   config.parallelism.max_active_keys = 1;
   EXPECT_EQ(simulated(config, with_efficiency(0.5)).trace_hash,
@@ -238,20 +239,20 @@ TEST(SimulationTest, FixedOrdersRunOnTimeSlicedAndPooledDevices) {
   // ZB-H1's W and interleaved chunks waiting for their turn run wherever their stages run:
   // four stages time-sliced on two devices, or pooled on them, finish every step.
   for (sharing shared : {sharing::time_sliced, sharing::pooled}) {
-    actors::job_config zero_bubble = balanced_job(4, 4, "sync");
-    zero_bubble.parallelism.schedule = "zb-h1";
-    actors::job_config interleaved = balanced_job(4, 4, "sync");
-    interleaved.parallelism.schedule = "interleaved";
+    actors::job_config zero_bubble = balanced_job(4, 4, actors::pipeline_mode::sync);
+    zero_bubble.parallelism.schedule = actors::pipeline_schedule::zb_h1;
+    actors::job_config interleaved = balanced_job(4, 4, actors::pipeline_mode::sync);
+    interleaved.parallelism.schedule = actors::pipeline_schedule::interleaved;
     interleaved.parallelism.virtual_stages = 2;
     for (const actors::job_config& config : {zero_bubble, interleaved}) {
       const simulation_result result = simulated(config, ideal_cluster(2, shared));
-      EXPECT_EQ(result.summary.steps, 50) << config.parallelism.schedule;
+      EXPECT_EQ(result.summary.steps, 50) << to_string(config.parallelism.schedule);
     }
   }
 }
 
 TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
-  actors::job_config config = balanced_job(4, 1, "async");
+  actors::job_config config = balanced_job(4, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   simulation_result result = simulated(config, ideal_cluster(4));
@@ -272,7 +273,7 @@ TEST(SimulationTest, AsyncStalenessStaysWithinItsBound) {
 }
 
 TEST(SimulationTest, TheSameSeedReplaysTheSameTraceAndStragglersDependOnIt) {
-  actors::job_config config = balanced_job(4, 2, "async");
+  actors::job_config config = balanced_job(4, 2, actors::pipeline_mode::async);
   const cluster_model cluster = ideal_cluster(4);
   simulation_options options;
   options.seed = 7;
@@ -289,7 +290,7 @@ TEST(SimulationTest, TheSameSeedReplaysTheSameTraceAndStragglersDependOnIt) {
 }
 
 TEST(SimulationTest, ASlowDeviceSlowsTheWholeSyncPipeline) {
-  actors::job_config config = balanced_job(4, 4, "sync");
+  actors::job_config config = balanced_job(4, 4, actors::pipeline_mode::sync);
   const cluster_model cluster = ideal_cluster(4);
   const double fast = simulated(config, cluster).summary.samples_per_s;
   simulation_options options;
@@ -329,7 +330,7 @@ TEST(SimulationTest, NumericsReproduceTheRealSyncRunsLosses) {
 }
 
 TEST(SimulationTest, AProfileSetsTheCostsAndCalibrationMeasuresThem) {
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.data.synthetic_train = 640;
   std::string error;
   auto measured = calibrate(config, 0.01, &error);
@@ -394,7 +395,7 @@ TEST(SimulationTest, AProfileSetsTheCostsAndCalibrationMeasuresThem) {
 }
 
 TEST(SimulationTest, TheCoordinatorAssemblesEachKeysBatchBeforeItLeaves) {
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.data.synthetic_train = 640;
   std::string error;
   auto measured = calibrate(config, 0.01, &error);
@@ -417,7 +418,7 @@ TEST(SimulationTest, TheCoordinatorAssemblesEachKeysBatchBeforeItLeaves) {
 }
 
 TEST(SimulationTest, CalibrationTimesThePredictedCopyOfTheJobsThatPredictWeights) {
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.data.synthetic_train = 640;
   config.training.momentum = 0.9;  // the predicted copy moves along the momentum
   std::string error;
@@ -425,7 +426,7 @@ TEST(SimulationTest, CalibrationTimesThePredictedCopyOfTheJobsThatPredictWeights
   ASSERT_TRUE(plain) << error;
   for (const block_profile& block : plain->blocks) EXPECT_EQ(block.predict_s, 0) << block.type;
 
-  config.parallelism.staleness_correction = "predict";
+  config.parallelism.staleness_correction = actors::staleness_correction_kind::predict;
   auto predicting = calibrate(config, 0.01, &error);
   ASSERT_TRUE(predicting) << error;
   // A copy of the weights, then a pass over it and the momentum: more than the copy alone.
@@ -436,7 +437,7 @@ TEST(SimulationTest, CalibrationTimesThePredictedCopyOfTheJobsThatPredictWeights
 }
 
 TEST(SimulationTest, EveryMessageEndCostsTheStagesDeviceItsMeasuredCpuTime) {
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.data.synthetic_train = 640;
   std::string error;
   auto measured = calibrate(config, 0.01, &error);
@@ -471,7 +472,7 @@ TEST(SimulationTest, MessagesCostCpuTimeByTheirPayload) {
   // linear block; the layernorm is free); six ends of its messages carry 32 × 256 floats (the
   // coordinator's send, stage 0's input and output, stage 1's input, the gradient out and stage
   // 0's backward input), at 10 ns a byte: 1.97 ms more per key (labels add under 0.01 ms).
-  actors::job_config config = balanced_job(2, 1, "async");
+  actors::job_config config = balanced_job(2, 1, actors::pipeline_mode::async);
   config.parallelism.max_active_keys = 1;
   simulation_options options;
   options.profile = two_linear_blocks();

@@ -23,8 +23,10 @@ inline layers::layer_spec block(const std::string& type, int out = 0) {
 }
 
 /// A small synthetic job (8 blocks, 4 classes) with every kind of activation and dropout.
-inline actors::job_config small_pipeline_job(int stages, int micro_batches, const std::string& mode,
-                                             const std::string& schedule, int64_t train_samples) {
+inline actors::job_config small_pipeline_job(int stages, int micro_batches,
+                                             actors::pipeline_mode mode,
+                                             actors::pipeline_schedule schedule,
+                                             int64_t train_samples) {
   actors::job_config config;
   config.model.input_shape = {12};
   layers::layer_spec dropout = block("dropout");
@@ -32,7 +34,7 @@ inline actors::job_config small_pipeline_job(int stages, int micro_batches, cons
   config.model.layers = {block("linear", 24), block("tanh"),     dropout,
                          block("linear", 20), block("relu"),     block("linear", 16),
                          block("gelu"),       block("linear", 4)};
-  config.data.dataset = "synthetic";
+  config.data.dataset = troupe::actors::dataset_kind::synthetic;
   config.data.synthetic_train = train_samples;
   config.data.synthetic_test = 100;
   config.data.classes = 4;
@@ -40,7 +42,7 @@ inline actors::job_config small_pipeline_job(int stages, int micro_batches, cons
   config.training.lr = 0.05;
   config.training.momentum = 0.9;
   config.training.weight_decay = 0.001;
-  config.training.lr_schedule = "cosine";
+  config.training.lr_schedule = troupe::actors::lr_schedule_kind::cosine;
   config.parallelism.stages = stages;
   config.parallelism.micro_batches = micro_batches;
   config.parallelism.mode = mode;

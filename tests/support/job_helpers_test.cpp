@@ -19,7 +19,8 @@ const float infinity = std::numeric_limits<float>::infinity();
 
 TEST(WeightComparisonTest, APlantedNanMakesTheEqualsSequentialCheckFail) {
   // A 2-stage sync pipeline equals the sequential trainer, as pipeline_test checks...
-  const actors::job_config config = small_pipeline_job(2, 2, "sync", "1f1b", 320);
+  const actors::job_config config = small_pipeline_job(2, 2, actors::pipeline_mode::sync,
+                                                       actors::pipeline_schedule::one_f_one_b, 320);
   std::string error;
   auto data = actors::load_job_data(config, &error);
   ASSERT_TRUE(data) << error;

@@ -129,8 +129,9 @@ std::vector<std::thread> start_workers(const std::string& coordinator, const std
 }
 
 TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
-  for (const char* schedule : {"gpipe", "1f1b"}) {
-    const std::vector<std::string> overrides = {std::string("parallelism.schedule=") + schedule};
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}) {
+    const std::vector<std::string> overrides = {std::string("parallelism.schedule=") +
+                                                to_string(schedule)};
     reference_run reference;
     ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
     const pipeline_report& local = *reference.local;
@@ -152,7 +153,7 @@ TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
     ASSERT_TRUE(remote) << error;
     EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
     ASSERT_EQ(remote->stages.size(), 3u);
-    EXPECT_EQ(weights_of(*remote), weights_of(local)) << schedule;
+    EXPECT_EQ(weights_of(*remote), weights_of(local)) << to_string(schedule);
     EXPECT_EQ(remote->summary.final_test_loss, local.summary.final_test_loss);
     EXPECT_EQ(remote->summary.steps, 80);
   }

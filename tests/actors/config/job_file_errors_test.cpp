@@ -170,10 +170,10 @@ TEST(JobFileTest, CollectiveMustSuitTheDevices) {
             "[parallelism]\nstages = 2\nreplicas = 2\ncollective = \"nccl\"\n"
             "devices = [\"cuda:0\", \"cuda:1\", \"cuda:2\", \"cuda:3\"]\n");
   ASSERT_TRUE(config);
-  EXPECT_EQ(config->parallelism.collective, "nccl");
+  EXPECT_EQ(config->parallelism.collective, collective_kind::nccl);
   EXPECT_EQ(device_of_actor(*config, 3), "cuda:3");
   EXPECT_EQ(device_of_stage(*config, 1), "cuda:1");
-  EXPECT_EQ(parse(model)->parallelism.collective, "ring");
+  EXPECT_EQ(parse(model)->parallelism.collective, collective_kind::ring);
   EXPECT_THAT(error_of(model + "[parallelism]\nreplicas = 2\ncollective = \"nccl\"\n"),
               HasSubstr("parallelism.collective = \"nccl\" needs every stage on a CUDA device, "
                         "but parallelism.devices has \"cpu\""));

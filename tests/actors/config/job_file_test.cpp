@@ -121,16 +121,16 @@ TEST(JobFileTest, DefaultsFillEveryKeyNotGiven) {
   EXPECT_EQ(config->model.layers[0].out, 10);
   EXPECT_TRUE(config->model.layers[0].bias);
   EXPECT_EQ(config->model.input_shape, defaults.model.input_shape);
-  EXPECT_EQ(config->data.dataset, "fashion-mnist");
+  EXPECT_EQ(config->data.dataset, dataset_kind::fashion_mnist);
   EXPECT_EQ(config->data.path, defaults.data.path);
   EXPECT_EQ(config->training.batch_size, 64);
   EXPECT_DOUBLE_EQ(config->training.lr, 0.01);
-  EXPECT_EQ(config->training.optimizer, "sgd");
+  EXPECT_EQ(config->training.optimizer, layers::optimizer_kind::sgd);
   EXPECT_EQ(config->training.seed, 1u);
   EXPECT_EQ(config->parallelism.stages, 1);
   EXPECT_EQ(config->parallelism.devices, std::vector<std::string>{"cpu"});
   EXPECT_EQ(config->parallelism.partition, "balanced");
-  EXPECT_EQ(config->parallelism.mode, "sync");
+  EXPECT_EQ(config->parallelism.mode, pipeline_mode::sync);
   EXPECT_EQ(config->checkpoint.keep_last, 3);
   EXPECT_EQ(config->metrics.log_interval, 100);
   // Defaults that depend on other keys are resolved: MAK = S and MUI = M.
@@ -169,7 +169,7 @@ TEST(JobFileTest, FullFileIsReadAndSurvivesARoundTripThroughJson) {
   EXPECT_EQ(config->parallelism.max_staleness, 3);
   EXPECT_DOUBLE_EQ(config->training.epsilon, 1e-6);
   EXPECT_EQ(config->training.seed, 42u);
-  EXPECT_EQ(config->training.precision, "bf16");
+  EXPECT_EQ(config->training.precision, layers::math_precision::bf16);
   EXPECT_DOUBLE_EQ(config->checkpoint.interval_s, 60.5);
   EXPECT_FALSE(config->metrics.progress);
 
@@ -193,9 +193,9 @@ TEST(JobFileTest, OverrideThatIsNotTomlIsAString) {
       parse(kMinimal, {"training.optimizer=adam", "data.path=/srv/fashion mnist",
                        "parallelism.mode=\"async\"", "parallelism.devices=cuda:0"});
   ASSERT_TRUE(config);
-  EXPECT_EQ(config->training.optimizer, "adam");
+  EXPECT_EQ(config->training.optimizer, layers::optimizer_kind::adam);
   EXPECT_EQ(config->data.path, "/srv/fashion mnist");
-  EXPECT_EQ(config->parallelism.mode, "async");
+  EXPECT_EQ(config->parallelism.mode, pipeline_mode::async);
   EXPECT_EQ(config->parallelism.devices, std::vector<std::string>{"cuda:0"});
 }
 

@@ -51,8 +51,7 @@ layers::layer_spec spec(const std::string& type) {
   return s;
 }
 
-job_config gpt_job(int stages, int micro_batches, const std::string& mode,
-                   const std::string& schedule) {
+job_config gpt_job(int stages, int micro_batches, pipeline_mode mode, pipeline_schedule schedule) {
   static const corpus_file corpus;
   job_config config;
   layers::layer_spec embedding = spec("embedding");
@@ -66,7 +65,7 @@ job_config gpt_job(int stages, int micro_batches, const std::string& mode,
   head.bias = false;
   config.model.layers = {embedding, block, block, block, spec("layernorm"), head};
   config.model.input_shape = {8};
-  config.data.dataset = "text";
+  config.data.dataset = dataset_kind::text;
   config.data.path = corpus.path().string();
   config.data.context = 8;
   config.data.validation_fraction = 0.1;
@@ -74,11 +73,11 @@ job_config gpt_job(int stages, int micro_batches, const std::string& mode,
   // Weights are compared under SGD: Adam turns float noise in gradients that are zero in
   // exact arithmetic (the key bias: softmax ignores a shift of a row's scores) into steps of
   // full size, so under Adam the losses are compared instead (AdamLossesEqualSequential).
-  config.training.optimizer = "sgd";
+  config.training.optimizer = layers::optimizer_kind::sgd;
   config.training.momentum = 0.9;
   config.training.lr = 0.05;
   config.training.weight_decay = 0.01;
-  config.training.lr_schedule = "cosine";
+  config.training.lr_schedule = lr_schedule_kind::cosine;
   config.training.warmup_steps = 5;
   config.parallelism.stages = stages;
   config.parallelism.micro_batches = micro_batches;
@@ -86,7 +85,7 @@ job_config gpt_job(int stages, int micro_batches, const std::string& mode,
   config.parallelism.schedule = schedule;
   config.parallelism.partition = "uniform";
   config.parallelism.min_update_interval = micro_batches;
-  config.parallelism.max_active_keys = mode == "async" ? 1 : stages;
+  config.parallelism.max_active_keys = mode == pipeline_mode::async ? 1 : stages;
   return config;
 }
 
@@ -117,27 +116,28 @@ void expect_matches_sequential(const job_config& config, uint64_t order_seed = 0
   ASSERT_EQ(actual.size(), expected.size());
   // Micro-batches add weight gradients in another order (float reassociation).
   EXPECT_LE(testing::max_relative_difference(actual, expected), 2e-5)
-      << config.parallelism.mode << " " << config.parallelism.schedule
+      << to_string(config.parallelism.mode) << " " << to_string(config.parallelism.schedule)
       << " S=" << config.parallelism.stages << " M=" << config.parallelism.micro_batches;
 }
 
 TEST(GptPipelineTest, SyncGpipeEqualsSequential) {
   for (int stages : {1, 2, 3}) {
     for (int micro_batches : {1, 4}) {
-      expect_matches_sequential(gpt_job(stages, micro_batches, "sync", "gpipe"));
+      expect_matches_sequential(
+          gpt_job(stages, micro_batches, pipeline_mode::sync, pipeline_schedule::gpipe));
     }
   }
 }
 
 TEST(GptPipelineTest, SyncOneForwardOneBackwardEqualsSequential) {
-  expect_matches_sequential(gpt_job(3, 4, "sync", "1f1b"));
-  expect_matches_sequential(gpt_job(2, 8, "sync", "1f1b"), 11);
+  expect_matches_sequential(gpt_job(3, 4, pipeline_mode::sync, pipeline_schedule::one_f_one_b));
+  expect_matches_sequential(gpt_job(2, 8, pipeline_mode::sync, pipeline_schedule::one_f_one_b), 11);
 }
 
 TEST(GptPipelineTest, SyncGlobalClippingEqualsSequential) {
   // A bound below every step's norm: every step clips, by the norm of all stages together.
-  for (const char* schedule : {"gpipe", "1f1b"}) {
-    job_config config = gpt_job(3, 4, "sync", schedule);
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}) {
+    job_config config = gpt_job(3, 4, pipeline_mode::sync, schedule);
     config.training.clip_norm = 0.05;
     expect_matches_sequential(config);
     expect_matches_sequential(config, 5);
@@ -147,7 +147,7 @@ TEST(GptPipelineTest, SyncGlobalClippingEqualsSequential) {
 TEST(GptPipelineTest, PerStageClippingIsNotGlobalClipping) {
   // The control: async mode clips each stage by its own norm, which the sequential trainer's
   // global clipping does not reproduce, so the comparison above can tell them apart.
-  job_config config = gpt_job(3, 1, "async", "gpipe");
+  job_config config = gpt_job(3, 1, pipeline_mode::async, pipeline_schedule::gpipe);
   config.training.clip_norm = 0.05;
   std::string error;
   auto data = load_job_data(config, &error);
@@ -158,7 +158,7 @@ TEST(GptPipelineTest, PerStageClippingIsNotGlobalClipping) {
 }
 
 TEST(GptPipelineTest, AsyncWithOneActiveKeyEqualsSequential) {
-  expect_matches_sequential(gpt_job(3, 2, "async", "gpipe"));
+  expect_matches_sequential(gpt_job(3, 2, pipeline_mode::async, pipeline_schedule::gpipe));
 }
 
 /// Mean loss of each of `steps` steps: the pipeline's, and the sequential trainer's.
@@ -191,9 +191,9 @@ void expect_losses_match_sequential(const job_config& config, int64_t steps) {
 }
 
 TEST(GptPipelineTest, AdamWLossesEqualSequential) {
-  for (const char* schedule : {"gpipe", "1f1b"}) {
-    job_config config = gpt_job(3, 4, "sync", schedule);
-    config.training.optimizer = "adamw";
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}) {
+    job_config config = gpt_job(3, 4, pipeline_mode::sync, schedule);
+    config.training.optimizer = layers::optimizer_kind::adamw;
     config.training.lr = 3e-3;
     config.training.weight_decay = 0.1;
     expect_losses_match_sequential(config, 12);
@@ -201,7 +201,7 @@ TEST(GptPipelineTest, AdamWLossesEqualSequential) {
 }
 
 TEST(GptPipelineTest, RecomputeTrainsTheSameWeightsInLessMemory) {
-  job_config config = gpt_job(2, 4, "sync", "gpipe");
+  job_config config = gpt_job(2, 4, pipeline_mode::sync, pipeline_schedule::gpipe);
   std::string error;
   auto data = load_job_data(config, &error);
   ASSERT_TRUE(data.has_value()) << error;
@@ -226,7 +226,7 @@ TEST(GptPipelineTest, RecomputeTrainsTheSameWeightsInLessMemory) {
 }
 
 TEST(GptPipelineTest, OneMicroBatchIsBitForBitTheSequentialTrainer) {
-  const job_config config = gpt_job(3, 1, "sync", "gpipe");
+  const job_config config = gpt_job(3, 1, pipeline_mode::sync, pipeline_schedule::gpipe);
   std::string error;
   auto data = load_job_data(config, &error);
   ASSERT_TRUE(data.has_value()) << error;

@@ -147,25 +147,28 @@ void expect_cut_pipeline_equals_sequential(const job_config& whole, const std::s
   const weights expected = testing::sequential_weights(whole, data->train, steps);
   ASSERT_EQ(actual.size(), expected.size()) << cuts;
   EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-5)
-      << whole.parallelism.schedule << " " << cuts;
+      << to_string(whole.parallelism.schedule) << " " << cuts;
 }
 
 TEST(LayerCutTest, SyncPipelinesThatCutInsideLayersEqualTheSequentialTrainer) {
   struct run {
-    const char* schedule;
+    pipeline_schedule schedule;
     int micro_batches;
     const char* cuts;
   };
-  for (const run& r :
-       {run{"gpipe", 4, "3:8,5"}, run{"1f1b", 2, "0:12,3:8"}, run{"zb-h1", 4, "3:16,5:4"}}) {
+  for (const run& r : {run{pipeline_schedule::gpipe, 4, "3:8,5"},
+                       run{pipeline_schedule::one_f_one_b, 2, "0:12,3:8"},
+                       run{pipeline_schedule::zb_h1, 4, "3:16,5:4"}}) {
     expect_cut_pipeline_equals_sequential(
-        testing::small_pipeline_job(3, r.micro_batches, "sync", r.schedule, 640), r.cuts, 40);
+        testing::small_pipeline_job(3, r.micro_batches, pipeline_mode::sync, r.schedule, 640),
+        r.cuts, 40);
   }
 }
 
 /// A small CNN: two convolutions that keep the image's size, one that halves it, a linear head.
-job_config small_cnn(int stages, const std::string& schedule, int micro_batches) {
-  job_config config = testing::small_pipeline_job(stages, micro_batches, "sync", schedule, 320);
+job_config small_cnn(int stages, pipeline_schedule schedule, int micro_batches) {
+  job_config config =
+      testing::small_pipeline_job(stages, micro_batches, pipeline_mode::sync, schedule, 320);
   config.model.input_shape = {2, 6, 6};
   layers::layer_spec same = block("conv2d", 6);
   same.kernel = 3;
@@ -180,15 +183,16 @@ job_config small_cnn(int stages, const std::string& schedule, int micro_batches)
 
 TEST(LayerCutTest, SyncPipelinesThatCutInsideConvolutionsEqualTheSequentialTrainer) {
   struct run {
-    const char* schedule;
+    pipeline_schedule schedule;
     int micro_batches;
     const char* cuts;
   };
-  for (const run& r : {run{"gpipe", 4, "0:2,2:5"}, run{"zb-h1", 2, "2:3,4"}}) {
+  for (const run& r :
+       {run{pipeline_schedule::gpipe, 4, "0:2,2:5"}, run{pipeline_schedule::zb_h1, 2, "2:3,4"}}) {
     expect_cut_pipeline_equals_sequential(small_cnn(3, r.schedule, r.micro_batches), r.cuts, 30);
   }
   // A convolution that changes the image's size cannot stack its input and output channels.
-  job_config strided = small_cnn(2, "gpipe", 1);
+  job_config strided = small_cnn(2, pipeline_schedule::gpipe, 1);
   strided.parallelism.partition = "4:2";
   EXPECT_NE(expand_cut_points(&strided).find("cuts inside model.layers[4] (conv2d): only a "
                                              "convolution that keeps its image's size"),

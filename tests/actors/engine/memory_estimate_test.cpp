@@ -18,7 +18,7 @@ job_config small_mlp() {
   config.model.input_shape = {8};
   config.model.layers = {testing::block("linear", 16), testing::block("relu"),
                          testing::block("linear", 4)};
-  config.data.dataset = "synthetic";
+  config.data.dataset = dataset_kind::synthetic;
   config.data.synthetic_train = 100;
   config.data.synthetic_test = 28;
   config.data.classes = 4;
@@ -41,7 +41,7 @@ job_config wide_convolution() {
   pooling.kernel = 1000;
   config.model.layers = {convolution, testing::block("relu"), pooling, testing::block("flatten"),
                          testing::block("linear", 10)};
-  config.data.dataset = "synthetic";
+  config.data.dataset = dataset_kind::synthetic;
   config.data.synthetic_train = 4;
   config.data.synthetic_test = 4;
   config.training.batch_size = 4;
@@ -65,8 +65,8 @@ TEST(MemoryEstimateTest, CountsStateActivationsOfOneKeyAndTheSyntheticData) {
   EXPECT_EQ(estimate->total_bytes(), 2544.0 + 1152 + 4096);
 
   job_config adam = small_mlp();
-  adam.training.optimizer = "adam";  // two moments per parameter
-  adam.parallelism.replicas = 2;     // two copies, each with a key of 4 samples
+  adam.training.optimizer = layers::optimizer_kind::adam;  // two moments per parameter
+  adam.parallelism.replicas = 2;  // two copies, each with a key of 4 samples
   const auto replicated = estimate_memory(adam, &error);
   ASSERT_TRUE(replicated) << error;
   EXPECT_EQ(replicated->state_bytes, 2 * 4.0 * 212 * 4);

@@ -24,8 +24,8 @@ using testing::max_relative_difference;
 using testing::sequential_weights;
 using testing::weights;
 
-job_config small_job(int stages, int micro_batches, const std::string& mode,
-                     const std::string& schedule) {
+job_config small_job(int stages, int micro_batches, pipeline_mode mode,
+                     pipeline_schedule schedule) {
   return testing::small_pipeline_job(stages, micro_batches, mode, schedule, 640);
 }
 
@@ -54,8 +54,7 @@ constexpr double fp32_tolerance = 1e-5;
 /// and 2^-7 for bf16.
 double reduced_precision_tolerance(const job_config& config) {
   if (config.parallelism.micro_batches == 1) return 0.0;
-  const auto precision = layers::math_precision_named(config.training.precision);
-  return 2 * layers::unit_roundoff(*precision);
+  return 2 * layers::unit_roundoff(config.training.precision);
 }
 
 void expect_matches_sequential(const job_config& config, uint64_t order_seed,
@@ -70,8 +69,8 @@ void expect_matches_sequential(const job_config& config, uint64_t order_seed,
   ASSERT_EQ(actual.size(), expected.size());
   const double difference = max_relative_difference(actual, expected);
   EXPECT_LE(difference, tolerance)
-      << config.training.precision << " " << config.parallelism.mode << " "
-      << config.parallelism.schedule << " S=" << config.parallelism.stages
+      << to_string(config.training.precision) << " " << to_string(config.parallelism.mode) << " "
+      << to_string(config.parallelism.schedule) << " S=" << config.parallelism.stages
       << " M=" << config.parallelism.micro_batches;
   for (int s = 0; s < pipeline.stage_count(); ++s) {
     EXPECT_EQ(pipeline.stage(s).version(), steps);
@@ -82,19 +81,22 @@ void expect_matches_sequential(const job_config& config, uint64_t order_seed,
 TEST(PipelineExactnessTest, SyncGpipeEqualsSequential) {
   for (int stages : {1, 2, 4}) {
     for (int micro_batches : {1, 4}) {
-      expect_matches_sequential(small_job(stages, micro_batches, "sync", "gpipe"), 0);
+      expect_matches_sequential(
+          small_job(stages, micro_batches, pipeline_mode::sync, pipeline_schedule::gpipe), 0);
     }
   }
 }
 
 TEST(PipelineExactnessTest, SyncAtReducedPrecisionEqualsSequential) {
-  for (const char* precision : {"tf32", "bf16"}) {
+  for (layers::math_precision precision :
+       {layers::math_precision::tf32, layers::math_precision::bf16}) {
     for (int stages : {1, 2, 4}) {
       for (int micro_batches : {1, 4}) {
-        job_config config = small_job(stages, micro_batches, "sync", "gpipe");
+        job_config config =
+            small_job(stages, micro_batches, pipeline_mode::sync, pipeline_schedule::gpipe);
         config.training.precision = precision;
         expect_matches_sequential(config, 0, reduced_precision_tolerance(config));
-        config.parallelism.schedule = "1f1b";
+        config.parallelism.schedule = pipeline_schedule::one_f_one_b;
         expect_matches_sequential(config, 3, reduced_precision_tolerance(config));
       }
     }
@@ -105,9 +107,11 @@ TEST(PipelineExactnessTest, SyncStagesOnOneGpuEqualSequentialOnIt) {
   // The stages share one CUDA backend, each on a stream of its own, and hand their tensors to
   // each other directly: this checks that every hand-over is ordered.
   if (layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  for (const char* precision : {"fp32", "bf16"}) {
+  for (layers::math_precision precision :
+       {layers::math_precision::fp32, layers::math_precision::bf16}) {
     for (int micro_batches : {1, 4}) {
-      job_config config = small_job(4, micro_batches, "sync", "1f1b");
+      job_config config =
+          small_job(4, micro_batches, pipeline_mode::sync, pipeline_schedule::one_f_one_b);
       config.training.precision = precision;
       const int64_t steps = 50;
       const layers::dataset data = training_set(config);
@@ -119,28 +123,30 @@ TEST(PipelineExactnessTest, SyncStagesOnOneGpuEqualSequentialOnIt) {
       const weights expected = sequential_weights(config, data, steps, "cuda");
       // Not asserted bit for bit at M = 1 as on the CPU: cuBLAS may pick another algorithm for
       // another handle.
-      const double tolerance = config.training.precision == std::string("fp32")
+      const double tolerance = config.training.precision == layers::math_precision::fp32
                                    ? fp32_tolerance
                                    : 2 * layers::unit_roundoff(layers::math_precision::bf16);
       EXPECT_LE(max_relative_difference(pipeline.weights(), expected), tolerance)
-          << precision << " M=" << micro_batches;
+          << to_string(precision) << " M=" << micro_batches;
     }
   }
 }
 
 TEST(PipelineExactnessTest, SyncOneForwardOneBackwardEqualsSequential) {
   for (int stages : {2, 4}) {
-    expect_matches_sequential(small_job(stages, 8, "sync", "1f1b"), 0);
+    expect_matches_sequential(
+        small_job(stages, 8, pipeline_mode::sync, pipeline_schedule::one_f_one_b), 0);
   }
 }
 
 TEST(PipelineExactnessTest, SyncEqualsSequentialUnderShuffledDelivery) {
-  expect_matches_sequential(small_job(4, 4, "sync", "gpipe"), 99);
-  expect_matches_sequential(small_job(4, 4, "sync", "1f1b"), 7);
+  expect_matches_sequential(small_job(4, 4, pipeline_mode::sync, pipeline_schedule::gpipe), 99);
+  expect_matches_sequential(small_job(4, 4, pipeline_mode::sync, pipeline_schedule::one_f_one_b),
+                            7);
 }
 
 TEST(PipelineExactnessTest, AsyncWithOneActiveKeyEqualsSequential) {
-  job_config config = small_job(4, 2, "async", "gpipe");
+  job_config config = small_job(4, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.parallelism.max_active_keys = 1;
   expect_matches_sequential(config, 0);
   expect_matches_sequential(config, 5);
@@ -149,7 +155,7 @@ TEST(PipelineExactnessTest, AsyncWithOneActiveKeyEqualsSequential) {
 TEST(PipelineExactnessTest, StaleAsyncTrainingDiffersFromSequential) {
   // The control: with several keys in flight the weights must differ, or the comparison
   // above could not tell pipelines apart.
-  job_config config = small_job(4, 2, "async", "gpipe");
+  job_config config = small_job(4, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.parallelism.max_active_keys = 4;
   const int64_t steps = 50;
   const layers::dataset data = training_set(config);
@@ -161,7 +167,7 @@ TEST(PipelineExactnessTest, StaleAsyncTrainingDiffersFromSequential) {
 }
 
 TEST(PipelineExactnessTest, OneForwardOneBackwardHoldsAtMostStagesContexts) {
-  job_config config = small_job(4, 8, "sync", "1f1b");
+  job_config config = small_job(4, 8, pipeline_mode::sync, pipeline_schedule::one_f_one_b);
   const layers::dataset data = training_set(config);
   auto device = cpu();
   local_pipeline pipeline(config, *device, data.count(), 4, 3);
@@ -173,10 +179,11 @@ TEST(PipelineExactnessTest, OneForwardOneBackwardHoldsAtMostStagesContexts) {
 TEST(PipelineExactnessTest, ZeroBubbleEqualsSequential) {
   for (int stages : {2, 4}) {
     for (int micro_batches : {1, 4, 8}) {
-      expect_matches_sequential(small_job(stages, micro_batches, "sync", "zb-h1"), 0);
+      expect_matches_sequential(
+          small_job(stages, micro_batches, pipeline_mode::sync, pipeline_schedule::zb_h1), 0);
     }
   }
-  expect_matches_sequential(small_job(4, 8, "sync", "zb-h1"), 11);
+  expect_matches_sequential(small_job(4, 8, pipeline_mode::sync, pipeline_schedule::zb_h1), 11);
 }
 
 TEST(PipelineExactnessTest, ZeroBubbleSumsTheWeightGradientsOf1f1bInItsOrder) {
@@ -185,9 +192,9 @@ TEST(PipelineExactnessTest, ZeroBubbleSumsTheWeightGradientsOf1f1bInItsOrder) {
   const int64_t steps = 20;
   auto device = cpu();
   weights result[2];
-  const char* schedules[2] = {"1f1b", "zb-h1"};
+  const pipeline_schedule schedules[2] = {pipeline_schedule::one_f_one_b, pipeline_schedule::zb_h1};
   for (int i = 0; i < 2; ++i) {
-    const job_config config = small_job(4, 8, "sync", schedules[i]);
+    const job_config config = small_job(4, 8, pipeline_mode::sync, schedules[i]);
     const layers::dataset data = training_set(config);
     local_pipeline pipeline(config, *device, data.count(), steps, 0);
     pipeline.train(data, steps);
@@ -200,9 +207,9 @@ TEST(PipelineExactnessTest, ZeroBubbleHoldsNoMoreKeysThan1f1bsFirstStage) {
   // A key whose weight gradients wait still holds its activations: every stage of ZB-H1 holds
   // up to p keys, the most 1F1B holds (at stage 0), whatever the deliveries.
   std::vector<size_t> peaks[2];
-  const char* schedules[2] = {"1f1b", "zb-h1"};
+  const pipeline_schedule schedules[2] = {pipeline_schedule::one_f_one_b, pipeline_schedule::zb_h1};
   for (int i = 0; i < 2; ++i) {
-    job_config config = small_job(4, 8, "sync", schedules[i]);
+    job_config config = small_job(4, 8, pipeline_mode::sync, schedules[i]);
     const layers::dataset data = training_set(config);
     auto device = cpu();
     local_pipeline pipeline(config, *device, data.count(), 4, 7);
@@ -216,7 +223,8 @@ TEST(PipelineExactnessTest, ZeroBubbleHoldsNoMoreKeysThan1f1bsFirstStage) {
 
 TEST(PipelineExactnessTest, InterleavedEqualsSequential) {
   for (int micro_batches : {2, 8}) {
-    job_config config = small_job(4, micro_batches, "sync", "interleaved");
+    job_config config =
+        small_job(4, micro_batches, pipeline_mode::sync, pipeline_schedule::interleaved);
     config.parallelism.virtual_stages = 2;
     expect_matches_sequential(config, 0);
     expect_matches_sequential(config, 13);
@@ -291,7 +299,7 @@ TEST(PassOrderTest, EachInterleavedWorkerRunsEveryPassOfItsChunksOnce) {
 
 TEST(AdmissionPolicyTest, IgnoresRetirementsOfKeysNotInFlight) {
   admission_settings settings;
-  settings.mode = "async";
+  settings.mode = pipeline_mode::async;
   settings.max_active_keys = 2;
   settings.total_steps = 3;
   admission_policy coordinator(settings);
@@ -317,7 +325,7 @@ TEST(PipelineStalenessTest, AsyncNeverExceedsTheBound) {
   layers::random_generator random(2024);
   for (int trial = 0; trial < 40; ++trial) {
     const int stages = 2 + static_cast<int>(random.below(3));
-    job_config config = small_job(stages, 2, "async", "gpipe");
+    job_config config = small_job(stages, 2, pipeline_mode::async, pipeline_schedule::gpipe);
     config.parallelism.max_active_keys = 1 + static_cast<int>(random.below(8));
     config.parallelism.min_update_interval = 1 + static_cast<int>(random.below(3));
     const bool bounded = random.below(2) == 0;
@@ -346,7 +354,7 @@ TEST(PipelineStalenessTest, AsyncNeverExceedsTheBound) {
 }
 
 TEST(PipelineStalenessTest, AsyncWithManyKeysIsActuallyStale) {
-  job_config config = small_job(4, 2, "async", "gpipe");
+  job_config config = small_job(4, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   const layers::dataset data = training_set(config);

@@ -19,8 +19,9 @@ namespace {
 
 using testing::max_relative_difference;
 
-job_config replica_job(int stages, int micro_batches, int replicas, const std::string& mode) {
-  job_config config = testing::small_pipeline_job(stages, micro_batches, mode, "gpipe", 640);
+job_config replica_job(int stages, int micro_batches, int replicas, pipeline_mode mode) {
+  job_config config =
+      testing::small_pipeline_job(stages, micro_batches, mode, pipeline_schedule::gpipe, 640);
   config.parallelism.replicas = replicas;
   return config;
 }
@@ -38,7 +39,8 @@ layers::dataset training_set(const job_config& config) {
 }
 
 TEST(ReplicaAdmissionTest, SyncReplicasSplitEachBatchInTheSequentialOrder) {
-  job_config config = replica_job(2, 2, 2, "sync");  // batch 16: 4 keys of 4 samples a step
+  job_config config =
+      replica_job(2, 2, 2, pipeline_mode::sync);  // batch 16: 4 keys of 4 samples a step
   admission_policy logic(admission_settings::of(config, 3));
   std::vector<admission> first = logic.admit();
   ASSERT_EQ(first.size(), 4u);
@@ -64,7 +66,7 @@ TEST(ReplicaAdmissionTest, SyncReplicasSplitEachBatchInTheSequentialOrder) {
 }
 
 TEST(ReplicaAdmissionTest, AsyncReplicaWaitsAtTheStalenessBound) {
-  job_config config = replica_job(2, 1, 2, "async");
+  job_config config = replica_job(2, 1, 2, pipeline_mode::async);
   config.parallelism.max_active_keys = 4;
   config.parallelism.min_update_interval = 1;
   config.parallelism.replica_staleness = 2;
@@ -93,8 +95,8 @@ TEST(ReplicaAdmissionTest, AsyncReplicaWaitsAtTheStalenessBound) {
 TEST(ReplicaPipelineTest, SyncReplicasEqualOnePipelineInAnyOrder) {
   const int64_t steps = 12;
   for (uint64_t seed : {0u, 1u, 7u, 31u}) {
-    job_config replicated = replica_job(2, 2, 2, "sync");
-    job_config single = replica_job(2, 4, 1, "sync");
+    job_config replicated = replica_job(2, 2, 2, pipeline_mode::sync);
+    job_config single = replica_job(2, 4, 1, pipeline_mode::sync);
     const layers::dataset data = training_set(single);
     auto device = cpu();
     local_pipeline many(replicated, *device, data.count(), steps, seed);
@@ -147,7 +149,7 @@ int64_t widest_replica_gap(job_config config, uint64_t seed, local_pipeline** ou
 
 TEST(ReplicaPipelineTest, AsyncReplicasStayWithinTheStalenessBound) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    job_config config = replica_job(3, 1, 3, "async");
+    job_config config = replica_job(3, 1, 3, pipeline_mode::async);
     config.parallelism.max_active_keys = 4;
     config.parallelism.min_update_interval = 1;
     config.parallelism.replica_staleness = 1;
@@ -160,7 +162,7 @@ TEST(ReplicaPipelineTest, WithoutTheBoundAsyncReplicasDrift) {
   // above could not fail.
   int64_t widest = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    job_config config = replica_job(3, 1, 3, "async");
+    job_config config = replica_job(3, 1, 3, pipeline_mode::async);
     config.parallelism.max_active_keys = 4;
     config.parallelism.min_update_interval = 1;
     config.parallelism.replica_staleness = -1;

@@ -23,8 +23,8 @@ std::string* nullptr_error() {
   return &error;
 }
 
-job_config small_job(int stages, int micro_batches, const std::string& mode,
-                     const std::string& schedule) {
+job_config small_job(int stages, int micro_batches, pipeline_mode mode,
+                     pipeline_schedule schedule) {
   return testing::small_pipeline_job(stages, micro_batches, mode, schedule, 640);
 }
 
@@ -52,7 +52,7 @@ struct last_stage {
 TEST(StageLogicTest, ZeroBubbleRunsPassesInItsOrder) {
   // The last of 2 stages, 2 micro-batches: F0 B0 F1 B1 W0 W1. F1 comes first and waits; W
   // wait until the host asks for the ready work, after it sent what B produced.
-  last_stage stage(small_job(2, 2, "sync", "zb-h1"));
+  last_stage stage(small_job(2, 2, pipeline_mode::sync, pipeline_schedule::zb_h1));
   stage_logic& last = stage.logic;
   stage_device* last_device = stage.work.get();
   key_message first = stage.forward({8, 20});
@@ -83,7 +83,7 @@ TEST(StageLogicTest, ZeroBubbleRunsPassesInItsOrder) {
 TEST(StageLogicTest, InterleavedChunksOfAWorkerTakeTurns) {
   // Stages 1 and 3 of 4 share worker 1 (2 workers, 2 chunks, 2 micro-batches): stage 3's
   // forward waits until stage 1 has run both of its forwards.
-  job_config config = small_job(4, 2, "sync", "interleaved");
+  job_config config = small_job(4, 2, pipeline_mode::sync, pipeline_schedule::interleaved);
   config.parallelism.virtual_stages = 2;
   const auto turns = make_pass_turns(config);
   ASSERT_EQ(turns.size(), 2u);
@@ -124,7 +124,7 @@ TEST(StageLogicTest, InterleavedChunksOfAWorkerTakeTurns) {
 }
 
 TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
-  last_stage stage(small_job(2, 1, "async", "gpipe"));
+  last_stage stage(small_job(2, 1, pipeline_mode::async, pipeline_schedule::gpipe));
   stage_logic& last = stage.logic;
   layers::backend* device = stage.device.get();
   const key_message wrong_shape = stage.forward({4, 7});
@@ -154,8 +154,8 @@ std::vector<std::vector<float>> weights_of(last_stage& stage) {
 TEST(StageLogicTest, SyncStageSendsItsLastInputGradientBeforeItSteps) {
   // One key per step: its backward completes the step. The input gradient leaves first; the
   // step waits for the host's ready work, or for the next pass.
-  last_stage stepped(small_job(2, 1, "sync", "1f1b"));
-  last_stage unstepped(small_job(2, 1, "sync", "1f1b"));
+  last_stage stepped(small_job(2, 1, pipeline_mode::sync, pipeline_schedule::one_f_one_b));
+  last_stage unstepped(small_job(2, 1, pipeline_mode::sync, pipeline_schedule::one_f_one_b));
   const auto before = weights_of(stepped);
   auto outputs = stepped.logic.handle(stepped.forward({8, 20}));
   ASSERT_EQ(outputs.size(), 2u);  // the loss, and the input gradient for stage 0
@@ -189,7 +189,7 @@ TEST(StageLogicTest, ALoadedStateForgetsAStepHeldForTheClippingTotal) {
   // Global clipping (sync, several stages): the last stage's backward completes its step and
   // holds it until stage 0's step message brings every stage's norm. A pipeline reset then (a
   // recovery loading the latest checkpoint) must leave it taking keys as at that checkpoint.
-  job_config config = small_job(2, 1, "sync", "1f1b");
+  job_config config = small_job(2, 1, pipeline_mode::sync, pipeline_schedule::one_f_one_b);
   config.training.clip_norm = 0.5;
   last_stage stage(config);
   const stage_state checkpoint = stage.logic.save_state();
@@ -212,7 +212,7 @@ TEST(StageLogicTest, ALoadedStateForgetsAStepHeldForTheClippingTotal) {
 }
 
 TEST(StageLogicTest, AsyncStageStepsWithinItsPass) {
-  last_stage stage(small_job(2, 1, "async", "gpipe"));
+  last_stage stage(small_job(2, 1, pipeline_mode::async, pipeline_schedule::gpipe));
   stage.logic.handle(stage.forward({8, 20}));
   EXPECT_EQ(stage.logic.version(), 1);
   EXPECT_FALSE(stage.logic.has_ready_work());

@@ -92,8 +92,9 @@ TEST(StageStateTest, HugeCountsAreRefusedBeforeAllocating) {
 }
 
 TEST(StageStateTest, LoadedStageContinuesExactlyAsTheOriginal) {
-  job_config config = testing::small_pipeline_job(2, 1, "sync", "gpipe", 64);
-  config.training.optimizer = "adam";
+  job_config config =
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
+  config.training.optimizer = layers::optimizer_kind::adam;
   std::string error;
   auto ranges = partition_model(config, &error);
   ASSERT_TRUE(ranges) << error;
@@ -146,7 +147,8 @@ TEST(StageStateTest, LoadedStageContinuesExactlyAsTheOriginal) {
 }
 
 TEST(StageStateTest, MismatchedStateIsRefusedAndChangesNothing) {
-  job_config config = testing::small_pipeline_job(2, 1, "sync", "gpipe", 64);
+  job_config config =
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
   std::string error;
   auto ranges = partition_model(config, &error);
   auto backend = layers::create_backend("cpu", 1, &error);

@@ -154,10 +154,11 @@ TEST(StalenessCorrectionTest, PipemareTakesTheMeanDelayOfTheKeysAStepApplies) {
 }
 
 TEST(StalenessCorrectionTest, TwoBwStashesWeightsAndBoundsTheDelayToOne) {
-  job_config config = testing::small_pipeline_job(4, 4, "async", "gpipe", 640);
+  job_config config =
+      testing::small_pipeline_job(4, 4, pipeline_mode::async, pipeline_schedule::gpipe, 640);
   config.parallelism.max_active_keys = 8;
   config.parallelism.min_update_interval = 4;
-  config.parallelism.staleness_correction = "2bw";
+  config.parallelism.staleness_correction = staleness_correction_kind::two_bw;
   const std::vector<std::shared_ptr<pass_turn>> no_turns;
   EXPECT_TRUE(stage_settings_of(config, 1, 10, 10, no_turns).weight_stashing);
   const admission_settings admission = admission_settings::of(config, 10);
@@ -172,7 +173,7 @@ TEST(StalenessCorrectionTest, TwoBwStashesWeightsAndBoundsTheDelayToOne) {
     EXPECT_EQ(pipeline.stage(s).weight_staleness_histogram().size(), 1u) << "stashed";
   }
   // Sync mode has no stale gradient to correct and ignores the setting.
-  config.parallelism.mode = "sync";
+  config.parallelism.mode = pipeline_mode::sync;
   EXPECT_FALSE(stage_settings_of(config, 1, 10, 10, no_turns).weight_stashing);
 }
 
@@ -203,7 +204,8 @@ TEST(StalenessCorrectionTest, PredictionRunsAKeyOnTheWeightsItsDelayWillBring) {
 TEST(StalenessCorrectionTest, PredictedWeightsAreTheWeightsMovedAlongTheMomentumBuffer) {
   // One linear stage, SGD with momentum 0.9: after a step, forward on the weights predicted
   // 0.3 ahead gives what a stage holding w − 0.3 · velocity gives.
-  job_config config = testing::small_pipeline_job(1, 1, "async", "gpipe", 64);
+  job_config config =
+      testing::small_pipeline_job(1, 1, pipeline_mode::async, pipeline_schedule::gpipe, 64);
   config.model.layers = {testing::block("linear", 4)};
   config.training.momentum = 0.9;
   auto device = cpu();
@@ -308,7 +310,7 @@ TEST(StalenessCorrectionTest, NesterovWithAdamStepsAsNadamTwiceAsComputedByHand)
   const layers::stream s = device->default_stream();
   layers::parameter weight = two_weights(*device);
   layers::optimizer_settings settings;
-  settings.kind = "adam";
+  settings.kind = layers::optimizer_kind::adam;
   settings.nesterov = true;
   layers::optimizer optimizer(s, settings, {&weight});
   double w[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0}, product = 1;
@@ -341,17 +343,18 @@ TEST(StalenessCorrectionTest, NesterovWithAdamStepsAsNadamTwiceAsComputedByHand)
 
 TEST(StalenessCorrectionTest, NesterovWithAdamWAndOneKeyInFlightIsSequentialNadamW) {
   // MAK = 1: the stages' β1 stays the job's, so the delay-corrected method is NAdam(W).
-  job_config config = testing::small_pipeline_job(4, 1, "async", "gpipe", 640);
+  job_config config =
+      testing::small_pipeline_job(4, 1, pipeline_mode::async, pipeline_schedule::gpipe, 640);
   config.parallelism.max_active_keys = 1;
-  config.parallelism.staleness_correction = "nesterov";
-  config.training.optimizer = "adamw";
+  config.parallelism.staleness_correction = staleness_correction_kind::nesterov;
+  config.training.optimizer = layers::optimizer_kind::adamw;
   config.training.lr = 0.002;
   config.training.weight_decay = 0.01;
   const int64_t steps = 30;
   const layers::dataset data = training_set(config);
   const testing::weights actual = one_key_pipeline_weights(config, data, steps);
   job_config oracle = config;
-  oracle.parallelism.staleness_correction = "none";
+  oracle.parallelism.staleness_correction = staleness_correction_kind::none;
   oracle.training.nesterov = true;
   EXPECT_LE(
       testing::max_relative_difference(actual, testing::sequential_weights(oracle, data, steps)),
@@ -366,8 +369,12 @@ TEST(StalenessCorrectionTest, NesterovWithAdamWAndOneKeyInFlightIsSequentialNada
 TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
   // MAK = 1: no key is ever stale, so every correction steps as plain async does, which is
   // the sequential trainer's SGD (with Nesterov's look-ahead for "nesterov").
-  for (const char* correction : {"none", "pipemare", "2bw", "predict", "nesterov"}) {
-    job_config config = testing::small_pipeline_job(4, 1, "async", "gpipe", 640);
+  for (staleness_correction_kind correction :
+       {staleness_correction_kind::none, staleness_correction_kind::pipemare,
+        staleness_correction_kind::two_bw, staleness_correction_kind::predict,
+        staleness_correction_kind::nesterov}) {
+    job_config config =
+        testing::small_pipeline_job(4, 1, pipeline_mode::async, pipeline_schedule::gpipe, 640);
     config.parallelism.max_active_keys = 1;
     config.parallelism.staleness_correction = correction;
     config.parallelism.correction_warmup_steps = 100;
@@ -376,9 +383,9 @@ TEST(StalenessCorrectionTest, EachCorrectionWithOneKeyInFlightIsSequentialSgd) {
     const layers::dataset data = training_set(config);
     const testing::weights actual = one_key_pipeline_weights(config, data, steps);
     job_config oracle = config;
-    oracle.training.nesterov = std::string(correction) == "nesterov";
+    oracle.training.nesterov = correction == staleness_correction_kind::nesterov;
     const testing::weights expected = testing::sequential_weights(oracle, data, steps);
-    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-6) << correction;
+    EXPECT_LE(testing::max_relative_difference(actual, expected), 1e-6) << to_string(correction);
   }
 }
 

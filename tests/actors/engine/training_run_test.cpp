@@ -14,6 +14,7 @@
 #include "actors/engine/sequential_trainer.h"
 #include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
+#include "layers/gemm_precision.h"
 #include "tests/support/job_helpers.h"
 #include "tests/support/local_pipeline.h"
 
@@ -28,7 +29,7 @@ job_config synthetic_job() {
   layers::layer_spec dropout = block("dropout");
   dropout.probability = 0.1f;
   config.model.layers = {block("linear", 32), block("relu"), dropout, block("linear", 4)};
-  config.data.dataset = "synthetic";
+  config.data.dataset = dataset_kind::synthetic;
   config.data.synthetic_train = 1024;
   config.data.synthetic_test = 256;
   config.data.classes = 4;
@@ -105,15 +106,16 @@ TEST(TrainingRunTest, LearnsAtReducedPrecision) {
   // GEMM operands rounded to tf32 or bf16 (weights kept in fp32) still learn the task as well
   // as fp32, and the weights show that the rounding really happened.
   const finished_run fp32 = train(synthetic_job());
-  for (const char* precision : {"tf32", "bf16"}) {
+  for (layers::math_precision precision :
+       {layers::math_precision::tf32, layers::math_precision::bf16}) {
     job_config config = synthetic_job();
     config.training.precision = precision;
     finished_run run = train(config);
-    EXPECT_GT(run.summary.final_test_accuracy, 0.6) << precision;
+    EXPECT_GT(run.summary.final_test_accuracy, 0.6) << to_string(precision);
     ASSERT_GE(run.records.size(), 2u);
-    EXPECT_LT(run.records.back().loss, 0.8 * run.records.front().loss) << precision;
-    EXPECT_NE(run.weights, fp32.weights) << precision;
-    EXPECT_EQ(train(config).weights, run.weights) << precision << " is deterministic";
+    EXPECT_LT(run.records.back().loss, 0.8 * run.records.front().loss) << to_string(precision);
+    EXPECT_NE(run.weights, fp32.weights) << to_string(precision);
+    EXPECT_EQ(train(config).weights, run.weights) << to_string(precision) << " is deterministic";
   }
 }
 
@@ -199,7 +201,7 @@ TEST(TrainingRunTest, AsyncCheckpointsWithSeveralMicroBatchesPauseAtAStepBoundar
   // keys; admission must go on to the step's end before the pipeline can be quiet.
   job_config config = synthetic_job();
   config.parallelism.stages = 3;
-  config.parallelism.mode = "async";
+  config.parallelism.mode = pipeline_mode::async;
   config.parallelism.micro_batches = 4;
   config.parallelism.min_update_interval = 4;
   config.parallelism.max_active_keys = 3;
@@ -270,11 +272,11 @@ TEST(LearningRateTest, SchedulesAndWarmup) {
   training_config training;
   training.lr = 0.1;
   EXPECT_DOUBLE_EQ(learning_rate_at(training, 50, 10, 100), 0.1);
-  training.lr_schedule = "cosine";
+  training.lr_schedule = lr_schedule_kind::cosine;
   EXPECT_DOUBLE_EQ(learning_rate_at(training, 0, 10, 100), 0.1);
   EXPECT_NEAR(learning_rate_at(training, 50, 10, 100), 0.05, 1e-12);
   EXPECT_NEAR(learning_rate_at(training, 100, 10, 100), 0.0, 1e-12);
-  training.lr_schedule = "step";
+  training.lr_schedule = lr_schedule_kind::step;
   training.lr_decay_epochs = 2;
   training.lr_decay = 0.5;
   EXPECT_DOUBLE_EQ(learning_rate_at(training, 19, 10, 100), 0.1);

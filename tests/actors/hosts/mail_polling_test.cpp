@@ -116,13 +116,13 @@ TEST(MailPollingTest, APollForAnythingEndsWhenItArrivesOrAtItsBudget) {
 
 TEST(MailPollingTest, SyncStagesPollTenMillisecondsAndAsyncStagesNoneUnlessTheJobSays) {
   parallelism_config parallelism;
-  parallelism.mode = "sync";
+  parallelism.mode = pipeline_mode::sync;
   EXPECT_DOUBLE_EQ(spin_wait_seconds(parallelism), 0.010);
-  parallelism.mode = "async";
+  parallelism.mode = pipeline_mode::async;
   EXPECT_DOUBLE_EQ(spin_wait_seconds(parallelism), 0.0);
   parallelism.spin_wait_ms = 2.5;
   EXPECT_DOUBLE_EQ(spin_wait_seconds(parallelism), 0.0025);
-  parallelism.mode = "sync";
+  parallelism.mode = pipeline_mode::sync;
   parallelism.spin_wait_ms = 0;
   EXPECT_DOUBLE_EQ(spin_wait_seconds(parallelism), 0.0);
 }

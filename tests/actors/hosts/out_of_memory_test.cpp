@@ -63,7 +63,8 @@ void train(const job_config& config) {
 TEST(OutOfMemoryTest, AStageThatRunsOutOfMemoryEndsTheProcessWithOneLineAndStatus2) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh, without threads
   register_greedy_layer();
-  job_config config = testing::small_pipeline_job(2, 1, "async", "gpipe", 64);
+  job_config config =
+      testing::small_pipeline_job(2, 1, pipeline_mode::async, pipeline_schedule::gpipe, 64);
   // Stage 1 of 2 (blocks 4 to 8, uniform) holds the greedy block.
   config.model.layers.insert(config.model.layers.begin() + 5, testing::block("greedy"));
   config.model.layers.erase(config.model.layers.begin() + 2);  // the dropout: 8 blocks again

@@ -21,6 +21,7 @@
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/pipeline_test_seam.h"
 #include "layers/backend_registry.h"
+#include "layers/gemm_precision.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 
@@ -33,8 +34,7 @@ using testing::wall_clock;
 using testing::max_relative_difference;
 using testing::weights;
 
-job_config host_job(int stages, int micro_batches, const std::string& mode,
-                    const std::string& schedule) {
+job_config host_job(int stages, int micro_batches, pipeline_mode mode, pipeline_schedule schedule) {
   job_config config = testing::small_pipeline_job(stages, micro_batches, mode, schedule, 800);
   config.training.weight_decay = 0;
   config.training.epochs = 1;
@@ -85,15 +85,16 @@ weights all_weights(const pipeline_report& report) {
 }
 
 TEST(PipelineHostTest, SyncStagesOverZeroMqEqualSequential) {
-  for (const auto& [stages, micro, schedule] :
-       {std::tuple{2, 4, "gpipe"}, std::tuple{4, 4, "1f1b"}, std::tuple{4, 2, "gpipe"}}) {
-    job_config config = host_job(stages, micro, "sync", schedule);
+  for (const auto& [stages, micro, schedule] : {std::tuple{2, 4, pipeline_schedule::gpipe},
+                                                std::tuple{4, 4, pipeline_schedule::one_f_one_b},
+                                                std::tuple{4, 2, pipeline_schedule::gpipe}}) {
+    job_config config = host_job(stages, micro, pipeline_mode::sync, schedule);
     job_data data;
     pipeline_report report = run(config, &data);
     ASSERT_EQ(report.stages.size(), static_cast<size_t>(stages));
     EXPECT_LE(max_relative_difference(all_weights(report), sequential_weights(config, data.train)),
               1e-5)
-        << schedule << " S=" << stages << " M=" << micro;
+        << to_string(schedule) << " S=" << stages << " M=" << micro;
     EXPECT_EQ(report.summary.steps, 50);
     EXPECT_EQ(report.dropped_frames, 0u);
     for (const auto& stage : report.stages) EXPECT_EQ(stage.version, 50);
@@ -105,14 +106,14 @@ TEST(PipelineHostTest, SyncStagesAtBf16EqualSequentialAtBf16) {
   // trainer, bit for bit; four: reassociated gradient sums, within 2u = 2^-7 (see
   // pipeline_test.cpp; this run measures 1.1e-3).
   for (const auto& [stages, micro, tolerance] : {std::tuple{2, 1, 0.0}, std::tuple{4, 4, 0x1p-7}}) {
-    job_config config = host_job(stages, micro, "sync", "gpipe");
-    config.training.precision = "bf16";
+    job_config config = host_job(stages, micro, pipeline_mode::sync, pipeline_schedule::gpipe);
+    config.training.precision = layers::math_precision::bf16;
     job_data data;
     pipeline_report report = run(config, &data);
     const weights expected = sequential_weights(config, data.train);
     EXPECT_LE(max_relative_difference(all_weights(report), expected), tolerance)
         << "S=" << stages << " M=" << micro;
-    config.training.precision = "fp32";
+    config.training.precision = layers::math_precision::fp32;
     EXPECT_GT(max_relative_difference(all_weights(report), sequential_weights(config, data.train)),
               1e-4)
         << "the bf16 run must differ from fp32";
@@ -123,25 +124,26 @@ TEST(PipelineHostTest, SyncStagesOnCudaEqualSequentialOnCuda) {
   // Every stage opens the GPU as a backend of its own and runs on a stream of its own; keys
   // cross over inproc ZeroMQ in pinned host buffers.
   if (layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  for (const char* precision : {"fp32", "bf16"}) {
-    job_config config = host_job(3, 2, "sync", "1f1b");
+  for (layers::math_precision precision :
+       {layers::math_precision::fp32, layers::math_precision::bf16}) {
+    job_config config = host_job(3, 2, pipeline_mode::sync, pipeline_schedule::one_f_one_b);
     config.parallelism.devices = {"cuda"};
     config.training.precision = precision;
     job_data data;
     pipeline_report report = run(config, &data);
-    const double tolerance = std::string(precision) == "fp32" ? 1e-5 : 0x1p-7;
+    const double tolerance = precision == layers::math_precision::fp32 ? 1e-5 : 0x1p-7;
     EXPECT_LE(max_relative_difference(
                   all_weights(report),
                   testing::sequential_weights(
                       config, data.train, data.train.count() / config.training.batch_size, "cuda")),
               tolerance)
-        << precision;
+        << to_string(precision);
     EXPECT_EQ(report.dropped_frames, 0u);
   }
 }
 
 TEST(PipelineHostTest, AsyncWithOneActiveKeyEqualsSequential) {
-  job_config config = host_job(3, 2, "async", "gpipe");
+  job_config config = host_job(3, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.parallelism.max_active_keys = 1;
   job_data data;
   pipeline_report report = run(config, &data);
@@ -150,7 +152,7 @@ TEST(PipelineHostTest, AsyncWithOneActiveKeyEqualsSequential) {
 }
 
 TEST(PipelineHostTest, AsyncStalenessStaysWithinItsBoundAndTheRunEvaluates) {
-  job_config config = host_job(4, 2, "async", "gpipe");
+  job_config config = host_job(4, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.parallelism.max_active_keys = 6;
   config.parallelism.min_update_interval = 2;
   config.training.epochs = 2;
@@ -183,7 +185,7 @@ TEST(PipelineHostTest, ActorSystemsShareOneSchedulerQueue) {
 
 TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: stages take turns";
-  job_config config = host_job(2, 1, "async", "gpipe");
+  job_config config = host_job(2, 1, pipeline_mode::async, pipeline_schedule::gpipe);
   std::string error;
   auto data = load_job_data(config, &error);
   ASSERT_TRUE(data) << error;
@@ -206,7 +208,7 @@ TEST(PipelineHostTest, EachStageKeepsOneThreadOfItsOwnWhenEveryStageHasACore) {
 // The last stage's input gradient is on the critical path and its loss report is not: waking
 // the coordinator first would let it take the sender's core before the gradient leaves.
 TEST(PipelineHostTest, TheLastStageSendsItsGradientBeforeItsReportAndTheTraceShowsTheCoordinator) {
-  job_config config = host_job(2, 1, "sync", "gpipe");
+  job_config config = host_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe);
   const nlohmann::json timeline = traced_run(config);
   const int64_t steps = config.data.synthetic_train / config.training.batch_size;
   std::map<uint64_t, const nlohmann::json*> starts;
@@ -234,9 +236,9 @@ TEST(PipelineHostTest, TheLastStageSendsItsGradientBeforeItsReportAndTheTraceSho
 }
 
 TEST(PipelineHostTest, ADivergingRunStopsAndNamesTheStepAndTheLearningRate) {
-  job_config config = host_job(3, 2, "async", "gpipe");
+  job_config config = host_job(3, 2, pipeline_mode::async, pipeline_schedule::gpipe);
   config.training.lr = 1e30;
-  config.training.lr_schedule = "constant";
+  config.training.lr_schedule = lr_schedule_kind::constant;
   config.training.epochs = 3;
   std::string error;
   auto data = load_job_data(config, &error);

@@ -23,8 +23,9 @@ namespace {
 using testing::max_relative_difference;
 using testing::weights;
 
-job_config replica_job(int stages, int micro_batches, int replicas, const std::string& schedule) {
-  job_config config = testing::small_pipeline_job(stages, micro_batches, "sync", schedule, 800);
+job_config replica_job(int stages, int micro_batches, int replicas, pipeline_schedule schedule) {
+  job_config config =
+      testing::small_pipeline_job(stages, micro_batches, pipeline_mode::sync, schedule, 800);
   config.training.epochs = 1;
   config.parallelism.replicas = replicas;
   config.parallelism.threads = stages * replicas;
@@ -68,15 +69,17 @@ int64_t ring_chunk_spans(const trace_recorder& trace) {
 }
 
 /// Sync replicas that sum by `collective` against one pipeline at the same global batch.
-void expect_replicas_train_like_one_pipeline(const std::string& collective) {
+void expect_replicas_train_like_one_pipeline(collective_kind collective) {
   // stages, micro-batches per replica, replicas, schedule, clip_norm (global clipping)
   for (const auto& [stages, micro, replicas, schedule, clip] :
-       {std::tuple{2, 2, 2, "gpipe", 0.0}, std::tuple{2, 2, 2, "1f1b", 0.0},
-        std::tuple{2, 1, 2, "gpipe", 0.5}, std::tuple{1, 1, 4, "gpipe", 0.0},
-        std::tuple{2, 2, 2, "zb-h1", 0.0}}) {
-    SCOPED_TRACE(std::string(schedule) + " S=" + std::to_string(stages) +
+       {std::tuple{2, 2, 2, pipeline_schedule::gpipe, 0.0},
+        std::tuple{2, 2, 2, pipeline_schedule::one_f_one_b, 0.0},
+        std::tuple{2, 1, 2, pipeline_schedule::gpipe, 0.5},
+        std::tuple{1, 1, 4, pipeline_schedule::gpipe, 0.0},
+        std::tuple{2, 2, 2, pipeline_schedule::zb_h1, 0.0}}) {
+    SCOPED_TRACE(std::string(to_string(schedule)) + " S=" + std::to_string(stages) +
                  " M=" + std::to_string(micro) + " R=" + std::to_string(replicas) +
-                 " clip=" + std::to_string(clip) + " " + collective);
+                 " clip=" + std::to_string(clip) + " " + to_string(collective));
     job_config replicated = replica_job(stages, micro, replicas, schedule);
     replicated.training.clip_norm = clip;
     replicated.parallelism.collective = collective;
@@ -88,7 +91,7 @@ void expect_replicas_train_like_one_pipeline(const std::string& collective) {
     ASSERT_EQ(many.stages.size(), static_cast<size_t>(stages * replicas));
     ASSERT_EQ(one.stages.size(), static_cast<size_t>(stages));
     // The ring's chunks travel as messages; a group's sums do not.
-    if (collective == "ring") {
+    if (collective == collective_kind::ring) {
       EXPECT_GT(ring_chunk_spans(trace), 0);
     } else {
       EXPECT_EQ(ring_chunk_spans(trace), 0);
@@ -108,24 +111,24 @@ void expect_replicas_train_like_one_pipeline(const std::string& collective) {
 }
 
 TEST(ReplicaTest, SyncReplicasEqualOnePipelineAtTheSameGlobalBatch) {
-  expect_replicas_train_like_one_pipeline("ring");
+  expect_replicas_train_like_one_pipeline(collective_kind::ring);
 }
 
 TEST(ReplicaTest, SharedMemoryGroupsSumLikeOnePipeline) {
   // The replica-group path of parallelism.collective (NCCL's on GPUs) with CPU ranks.
-  expect_replicas_train_like_one_pipeline("shared_memory");
+  expect_replicas_train_like_one_pipeline(collective_kind::shared_memory);
 }
 
 TEST(ReplicaTest, SharedMemoryGroupsAverageAsyncReplicasAtEveryInterval) {
   // Async replicas averaging through the group every second step: the run ends on an average
   // (100 steps), so every replica holds the same weights, bit for bit.
-  job_config config = replica_job(2, 1, 2, "gpipe");
-  config.parallelism.mode = "async";
+  job_config config = replica_job(2, 1, 2, pipeline_schedule::gpipe);
+  config.parallelism.mode = pipeline_mode::async;
   config.parallelism.max_active_keys = 2;
   config.parallelism.min_update_interval = 1;
   config.parallelism.replica_sync_interval = 2;
   config.parallelism.replica_staleness = 2;
-  config.parallelism.collective = "shared_memory";
+  config.parallelism.collective = collective_kind::shared_memory;
   config.training.batch_size = 8;
   trace_recorder trace(4);
   const pipeline_report report = run(config, &trace);
@@ -137,13 +140,13 @@ TEST(ReplicaTest, SharedMemoryGroupsAverageAsyncReplicasAtEveryInterval) {
 }
 
 TEST(ReplicaTest, ReplicaGroupsThatCannotFormAreNamedBeforeTheRun) {
-  job_config config = replica_job(2, 1, 2, "gpipe");
+  job_config config = replica_job(2, 1, 2, pipeline_schedule::gpipe);
   EXPECT_EQ(replica_group_problem(config, true), "");  // the ring
-  config.parallelism.collective = "shared_memory";
+  config.parallelism.collective = collective_kind::shared_memory;
   EXPECT_EQ(replica_group_problem(config, true), "");
   EXPECT_NE(replica_group_problem(config, false).find("sums the replicas in one process"),
             std::string::npos);
-  config.parallelism.collective = "nccl";
+  config.parallelism.collective = collective_kind::nccl;
   config.parallelism.devices = {"cuda"};
   if (!layers::nccl_compiled()) {
     EXPECT_NE(replica_group_problem(config, true).find("has no NCCL"), std::string::npos);
@@ -162,10 +165,10 @@ TEST(ReplicaTest, NcclGroupsOnTwoGpusSumLikeOnePipeline) {
   if (!layers::nccl_compiled() || layers::cuda_device_count() < 2) {
     GTEST_SKIP() << "needs NCCL and 2 GPUs (NCCL refuses two ranks on one GPU)";
   }
-  job_config grouped = replica_job(2, 2, 2, "1f1b");
-  grouped.parallelism.collective = "nccl";
+  job_config grouped = replica_job(2, 2, 2, pipeline_schedule::one_f_one_b);
+  grouped.parallelism.collective = collective_kind::nccl;
   grouped.parallelism.devices = {"cuda:0", "cuda:0", "cuda:1", "cuda:1"};
-  job_config single = replica_job(2, 4, 1, "1f1b");
+  job_config single = replica_job(2, 4, 1, pipeline_schedule::one_f_one_b);
   single.parallelism.devices = {"cuda:0"};
   trace_recorder trace(4);
   const pipeline_report many = run(grouped, &trace);
@@ -181,7 +184,8 @@ TEST(ReplicaTest, AsyncAveragesKeepPaceWithTheSteps) {
   // within a version of each other: each round of the ring brings a stage 2 chunks (one
   // reduce-scatter, one all-gather step), and the coordinator's next key reaches the stage's
   // inbox as soon as the last one is reported.
-  job_config config = testing::small_pipeline_job(1, 1, "async", "gpipe", 16 * 2 * 120);
+  job_config config = testing::small_pipeline_job(1, 1, pipeline_mode::async,
+                                                  pipeline_schedule::gpipe, 16 * 2 * 120);
   config.model.input_shape = {256};
   config.model.layers = {testing::block("linear", 512), testing::block("relu"),
                          testing::block("linear", 512), testing::block("relu"),

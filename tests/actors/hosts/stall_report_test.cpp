@@ -75,7 +75,8 @@ class stall_observer final : public training_observer {
 
 /// One epoch of a small async pipeline of `stages` stages, one thread each.
 job_config stall_job(int stages, double stall_timeout_s) {
-  job_config config = testing::small_pipeline_job(stages, 1, "async", "gpipe", 800);
+  job_config config =
+      testing::small_pipeline_job(stages, 1, pipeline_mode::async, pipeline_schedule::gpipe, 800);
   config.training.epochs = 1;
   config.parallelism.threads = stages;
   config.metrics.stall_timeout_s = stall_timeout_s;

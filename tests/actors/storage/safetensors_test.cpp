@@ -224,8 +224,8 @@ std::vector<stage_state> fresh_states(const job_config& config) {
 
 /// The exported tensors of a two-stage job, with values no fresh model has.
 std::vector<named_tensor> two_stage_export() {
-  auto tensors =
-      export_tensors(fresh_states(testing::small_pipeline_job(2, 1, "sync", "gpipe", 64)));
+  auto tensors = export_tensors(fresh_states(
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64)));
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t i = 0; i < tensors[t].values.size(); ++i) tensors[t].values[i] = t + 0.001f * i;
   }
@@ -233,7 +233,8 @@ std::vector<named_tensor> two_stage_export() {
 }
 
 TEST_F(SafetensorsTest, StageStatesTakeTheModelsNamesAndShapes) {
-  const job_config config = testing::small_pipeline_job(2, 1, "sync", "gpipe", 64);
+  const job_config config =
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
   const std::vector<stage_state> fresh = fresh_states(config);
   const std::vector<named_tensor> tensors = two_stage_export();
   EXPECT_EQ(tensors.front().name, "stage0.linear0.weight");
@@ -264,7 +265,8 @@ TEST_F(SafetensorsTest, MissingTensorIsNamed) {
   tensors.pop_back();
   std::string error;
   EXPECT_FALSE(stage_states_from_tensors(
-      tensors, testing::small_pipeline_job(2, 1, "sync", "gpipe", 64), &error));
+      tensors, testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64),
+      &error));
   EXPECT_EQ(error, "the file has no tensor " + name + " (nor linear7.bias)");
 }
 
@@ -275,7 +277,8 @@ TEST_F(SafetensorsTest, WrongShapeIsNamed) {
   std::swap(weight.dims[0], weight.dims[1]);
   std::string error;
   EXPECT_FALSE(stage_states_from_tensors(
-      tensors, testing::small_pipeline_job(2, 1, "sync", "gpipe", 64), &error));
+      tensors, testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64),
+      &error));
   EXPECT_EQ(error, "tensor stage0.linear0.weight has shape " + layers::to_string(weight.dims) +
                        " but the model's is " + model_shape);
 }
@@ -285,12 +288,14 @@ TEST_F(SafetensorsTest, ExtraTensorIsNamed) {
   tensors.push_back({"stage1.linear9.weight", {1}, {0}});
   std::string error;
   EXPECT_FALSE(stage_states_from_tensors(
-      tensors, testing::small_pipeline_job(2, 1, "sync", "gpipe", 64), &error));
+      tensors, testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64),
+      &error));
   EXPECT_NE(error.find("stage1.linear9.weight"), std::string::npos) << error;
 }
 
 TEST_F(SafetensorsTest, AnotherStageCountLoadsWithOrWithoutStagePrefixes) {
-  job_config one_stage = testing::small_pipeline_job(2, 1, "sync", "gpipe", 64);
+  job_config one_stage =
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
   one_stage.parallelism.stages = 1;
   std::vector<named_tensor> tensors = two_stage_export();
   std::vector<named_tensor> bare = tensors;
@@ -312,7 +317,8 @@ TEST_F(SafetensorsTest, AnotherStageCountLoadsWithOrWithoutStagePrefixes) {
 TEST_F(SafetensorsTest, APartitionThatCutsALayerTakesEachPartsRowsOfTheWholeTensor) {
   // The 2-stage export (whole layers) into 3 stages that cut inside linear3 (20 outputs, at 8):
   // the same weights, the head's rows in stage 0 and the tail's in stage 1.
-  job_config cut = testing::small_pipeline_job(3, 1, "sync", "gpipe", 64);
+  job_config cut =
+      testing::small_pipeline_job(3, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
   cut.parallelism.partition = "3:8,5";
   ASSERT_EQ(expand_cut_points(&cut), "");
   std::vector<named_tensor> tensors = two_stage_export();
@@ -357,7 +363,8 @@ TEST_F(SafetensorsTest, APartitionThatCutsALayerTakesEachPartsRowsOfTheWholeTens
 }
 
 TEST_F(SafetensorsTest, InitialStageStatesLoadIntoTheStages) {
-  job_config config = testing::small_pipeline_job(2, 1, "sync", "gpipe", 64);
+  job_config config =
+      testing::small_pipeline_job(2, 1, pipeline_mode::sync, pipeline_schedule::gpipe, 64);
   config.model.init_from = path("init.safetensors");
   std::string error;
   ASSERT_TRUE(write_safetensors(config.model.init_from, two_stage_export(), {}, &error)) << error;

@@ -53,13 +53,13 @@ TEST(ProcessPipelineTest, AFlushAdmitsTheNextKeysOnlyOnceAllAreDone) {
 TEST(ProcessPipelineTest, CalibrationMeasuresTimeSlicingOnlyWhenStagesOutnumberTheCores) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string error;
-  actors::job_config roomy = balanced_job(std::min(cores, 2), 1, "async");
+  actors::job_config roomy = balanced_job(std::min(cores, 2), 1, actors::pipeline_mode::async);
   roomy.data.synthetic_train = 640;
   auto profile = calibrate(roomy, 0.01, &error);
   ASSERT_TRUE(profile) << error;
   EXPECT_EQ(profile->time_slice_efficiency, 1.0);
   if (cores > 4) GTEST_SKIP() << cores << " cores: a job of more stages would take too long here";
-  actors::job_config crowded = balanced_job(cores + 1, 1, "async");
+  actors::job_config crowded = balanced_job(cores + 1, 1, actors::pipeline_mode::async);
   crowded.data.synthetic_train = 640;
   profile = calibrate(crowded, 0.01, &error);
   ASSERT_TRUE(profile) << error;
@@ -79,7 +79,7 @@ TEST(ProcessPipelineTest, CalibrationMeasuresTimeSlicingOnlyWhenStagesOutnumberT
 
 TEST(CalibrationTest, TimesAReplicatedStagesCopiesOnlyWithReplicas) {
   std::string error;
-  actors::job_config alone = balanced_job(1, 1, "async");
+  actors::job_config alone = balanced_job(1, 1, actors::pipeline_mode::async);
   alone.data.synthetic_train = 640;
   auto profile = calibrate(alone, 0.01, &error);
   ASSERT_TRUE(profile) << error;

@@ -48,7 +48,7 @@ double simulated_keys_per_s(const actors::job_config& config, machine_profile pr
 }
 
 TEST(ThisMachineTest, IsOnePooledNodeWithADevicePerCoreTimeSlicedOnlyAcrossProcesses) {
-  actors::job_config job = balanced_job(2, 1, "async");
+  actors::job_config job = balanced_job(2, 1, actors::pipeline_mode::async);
   machine_profile profile = hand_profile(job);
   profile.time_slice_efficiency = 0.7;
   std::string error;
@@ -63,7 +63,7 @@ TEST(ThisMachineTest, IsOnePooledNodeWithADevicePerCoreTimeSlicedOnlyAcrossProce
 }
 
 TEST(ThisMachineTest, FittedEfficiencyMakesTheSimulatorTrainAtTheMeasuredRate) {
-  actors::job_config job = balanced_job(cores() + 1, 1, "async");
+  actors::job_config job = balanced_job(cores() + 1, 1, actors::pipeline_mode::async);
   job.parallelism.max_active_keys = cores() + 1;
   job.data.synthetic_train = 400 * job.training.batch_size;
   const machine_profile profile = hand_profile(job);
@@ -90,7 +90,7 @@ TEST(ThisMachineTest, TheFitSimulatesTheStandInWithoutTheWorksSpread) {
   // The stand-in's stages spin for exactly their times: a profile whose real work spreads
   // widely fits the same share as one whose work does not, where a fit that simulated the
   // spread would need another share to make up for what the spread does to the rate.
-  actors::job_config job = balanced_job(cores() + 1, 1, "async");
+  actors::job_config job = balanced_job(cores() + 1, 1, actors::pipeline_mode::async);
   job.parallelism.max_active_keys = cores() + 1;
   job.data.synthetic_train = 400 * job.training.batch_size;
   const machine_profile steady = hand_profile(job);
@@ -110,7 +110,7 @@ TEST(ThisMachineTest, TheFitSimulatesTheStandInWithoutTheWorksSpread) {
 TEST(ThisMachineTest, APipelineThatKeepsNoMoreStagesBusyThanCoresKeepsTheFullShare) {
   // One key in flight keeps one stage busy: a slow stand-in says nothing about time slicing,
   // and pushing the share to its bound would price other jobs' shared cores at 1/20.
-  actors::job_config job = balanced_job(cores() + 1, 1, "async");
+  actors::job_config job = balanced_job(cores() + 1, 1, actors::pipeline_mode::async);
   job.parallelism.max_active_keys = 1;
   const machine_profile profile = hand_profile(job);
   const double full = simulated_keys_per_s(job, profile, 1.0);
@@ -124,7 +124,7 @@ TEST(ThisMachineTest, APipelineThatKeepsNoMoreStagesBusyThanCoresKeepsTheFullSha
 TEST(ThisMachineTest, SyncFlushNeedsALowerShareThanTheRateLost) {
   // Sync mode drains every step, and while fewer stages work than there are cores the
   // simulator's pool runs at full speed: losing 20% of the rate takes a share below 0.8.
-  actors::job_config job = balanced_job(cores() + 1, 4, "sync");
+  actors::job_config job = balanced_job(cores() + 1, 4, actors::pipeline_mode::sync);
   const machine_profile profile = hand_profile(job);
   const double fair = simulated_keys_per_s(job, profile, 1.0);
   std::string error;
