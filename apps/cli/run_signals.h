@@ -1,9 +1,10 @@
 #pragma once
 
 // Signals during `troupe train` and `troupe coordinator`: SIGUSR1 asks for a checkpoint and
-// training goes on; SIGUSR2 asks for a status report of every stage (docs/dashboard.md); SIGTERM
-// (what Slurm sends before preemption) asks for a checkpoint and then a clean stop; a second
-// SIGTERM, or SIGINT (Ctrl-C), ends the process at once, taking the local worker processes with it.
+// training goes on; SIGUSR2 asks for a status report of every stage (docs/guide/dashboard.md);
+// SIGTERM (what Slurm sends before preemption) asks for a checkpoint and then a clean stop; a
+// second SIGTERM, or SIGINT (Ctrl-C), ends the process at once, taking the local worker processes
+// with it.
 // `troupe worker` passes a SIGTERM on to its coordinator.
 
 #include <atomic>

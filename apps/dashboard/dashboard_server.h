@@ -3,7 +3,7 @@
 // The dashboard: an HTTP server (cpp-httplib) on its own thread that serves a page with live
 // charts (Chart.js from Debian's libjs-chart.js, served from this machine) and JSON endpoints
 // for scripts, all read from a run_monitor. Read-only; loopback only unless a token is set.
-// docs/dashboard.md describes the endpoints.
+// docs/guide/dashboard.md describes the endpoints.
 
 #include <functional>
 #include <memory>

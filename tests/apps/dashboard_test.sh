@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of the live dashboard (docs/dashboard.md): trains apps/examples/fashion_mlp_async.toml
+# End-to-end test of the live dashboard (docs/guide/dashboard.md): trains apps/examples/fashion_mlp_async.toml
 # with --dashboard, loads the page in headless Chromium and checks that its charts and stage
 # table received data, checks the JSON endpoints against the run's metrics.jsonl, serves the
 # stopped run's directory (troupe dashboard) and checks that its events and checkpoint list read
