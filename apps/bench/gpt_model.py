@@ -9,6 +9,10 @@ names without their "stage{i}." prefix: troupe's safetensors files load with loa
 The data is troupe's text data rebuilt byte for byte: the job's files in name order
 (regular files, no ".dat" or ".u8"), concatenated, the last data.validation_fraction held out,
 cut into sequences of data.context bytes labelled with the byte after each.
+
+This module chooses no threads and no OMP_WAIT_POLICY: on a 2-core machine untuned PyTorch runs
+about 3x slower. Every caller that reports a rate (pytorch_gpt.py train and speed) first enters
+the setting tuning.py's probe chose (tuning.enter_pytorch); compare reports losses only.
 """
 
 import json
