@@ -267,7 +267,7 @@ def pytorch_fashion_command(args):
     result = pytorch_fashion(data, args.epochs)
     choice = tuning.Choice(args.pytorch_setting, probed=args.default_rate is not None)
     print(tuning.summary_line("pytorch", choice, result["samples_per_s"], "samples/s",
-                              args.default_rate))
+                              args.default_rate, args.chosen_rate))
     result["setting"] = tuning.setting_text(args.pytorch_setting)
     print(json.dumps(result))
     return 0

@@ -198,7 +198,8 @@ def train(args):
     loss = validation_loss(model, validation)
     tokens_per_s = step * batch * inputs.shape[1] / trained_s
     choice = tuning.Choice(args.pytorch_setting, probed=args.default_rate is not None)
-    print(tuning.summary_line("pytorch", choice, tokens_per_s, "tokens/s", args.default_rate))
+    print(tuning.summary_line("pytorch", choice, tokens_per_s, "tokens/s", args.default_rate,
+                              args.chosen_rate))
     print(json.dumps({"framework": f"pytorch {torch.__version__}", "steps": step,
                       "train_s": round(trained_s, 1), "tokens_per_s": tokens_per_s,
                       "validation_loss": loss, "bits_per_byte": loss / math.log(2),

@@ -61,7 +61,7 @@ for name in pytorch "troupe 1 stage" "troupe 2 stages async M=2"; do
   grep -qE "^$name +[1-9][0-9]* +[0-9.]+$" <<<"$output" || { echo "no positive tokens/s for '$name'"; exit 1; }
   grep -qE "^  $name \(tuned: .+\)" <<<"$output" || { echo "no tuned setting for '$name'"; exit 1; }
 done
-grep -qE "default settings: [0-9.]+ tokens/s in the probe" <<<"$output" || { echo "no default rate"; exit 1; }
+grep -qE "default settings [0-9.]+ \([0-9.]+x\)" <<<"$output" || { echo "no default rate"; exit 1; }
 # A setting given skips the probe and is named as given.
 output="$("$python" "$source/apps/bench/pytorch_gpt.py" speed "$scratch/gpt.toml" \
   --troupe "$build/apps/troupe" --rounds 1 --steps 4 --pipelines \
