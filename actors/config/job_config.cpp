@@ -23,7 +23,9 @@ const std::vector<named_choice<dataset_kind>>& choice_names() {
   static const std::vector<named_choice<dataset_kind>> names = {
       {dataset_kind::fashion_mnist, "fashion-mnist"},
       {dataset_kind::synthetic, "synthetic"},
-      {dataset_kind::text, "text"}};
+      {dataset_kind::text, "text"},
+      {dataset_kind::text_records, "text-records"},
+      {dataset_kind::listops, "listops"}};
   return names;
 }
 

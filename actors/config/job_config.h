@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "actors/config/model_graph.h"
 #include "layers/backend.h"
 #include "layers/layer_spec.h"
 #include "layers/optimizer_kind.h"
@@ -18,8 +19,8 @@ namespace troupe::actors {
 
 // The keys whose values are a closed set, read once from their names by the job schema -------
 
-/// data.dataset: "fashion-mnist", "synthetic" or "text".
-enum class dataset_kind { fashion_mnist, synthetic, text };
+/// data.dataset: "fashion-mnist", "synthetic", "text", "text-records" or "listops".
+enum class dataset_kind { fashion_mnist, synthetic, text, text_records, listops };
 /// parallelism.mode: "sync" or "async".
 enum class pipeline_mode { sync, async };
 /// parallelism.schedule: "gpipe", "1f1b", "zb-h1" or "interleaved".
@@ -80,6 +81,8 @@ void to_json(nlohmann::json& json, lr_schedule_kind value);
 
 struct model_config {
   std::vector<layers::layer_spec> layers;
+  /// A graph of nodes instead of `layers` (dynamic models, model_graph.h); empty for a chain.
+  std::vector<graph_node_spec> nodes;
   std::vector<int64_t> input_shape{1, 28, 28};
   std::string loss = "softmax_cross_entropy";
   std::string init_from;  ///< a .safetensors file with the initial weights (empty: from the seed)
@@ -98,6 +101,13 @@ struct data_config {
   int classes = 10;                   ///< synthetic data set classes
   int64_t context = 128;              ///< text: tokens per sequence
   double validation_fraction = 0.05;  ///< text: share of the text held out for evaluation
+  /// text-records and listops: instances of their own sizes (layers/instance.h). text-records:
+  /// one instance per record (the text between lines holding only "%", fortune's format), cut
+  /// into pieces of at most `context` tokens. listops: nested MAX/MIN/MED/SM lists generated
+  /// from `seed`, synthetic_train and synthetic_test of them, at most `context` tokens each.
+  int max_depth = 4;      ///< listops: most nested lists
+  int max_arguments = 5;  ///< listops: most arguments of one list
+  uint64_t seed = 1;      ///< listops: the generator's seed
 };
 
 struct parallelism_config {
