@@ -1,0 +1,101 @@
+#pragma once
+
+// A run of a model graph's nodes on one backend (a stage's share of the graph, or the whole of
+// it): the forward pass of a key follows the routes of graph_routes.h over the key's
+// instances, and leaves a tape, per node, of what each visit's backward pass needs. The
+// backward pass retraces the tape in reverse, so a loop's shared weights get one gradient per
+// visit, summed, and a tree node's gradient goes back to each of its children.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/config/model_graph.h"
+#include "actors/engine/graph_routes.h"
+#include "layers/instance.h"
+#include "layers/model.h"
+
+namespace troupe::actors {
+
+/// The per-row widths of a node: what its blocks take and give (a loop or tree node's blocks
+/// take its own input and then `arity` of its outputs).
+struct node_widths {
+  int64_t input = 0;   ///< from the node before it (the first node's: 1, a token id)
+  int64_t output = 0;  ///< what it emits
+};
+
+/// What one key's forward pass kept for its backward pass.
+struct graph_tape {
+  struct node_record {
+    layers::sequential_context chain;                ///< a chain node's
+    std::vector<layers::sequential_context> visits;  ///< a loop or tree node's, one per visit
+    recurrence_plan plan;
+    int64_t parts = 0;
+  };
+  std::vector<node_record> nodes;
+  std::shared_ptr<const std::vector<layers::instance>> instances;
+};
+
+class graph_program {
+ public:
+  /// Builds nodes [first, last) of `nodes` (whose widths `widths` gives, one per node of the
+  /// whole graph) on `device`; trees have `arity` children per part. Node n's blocks draw their
+  /// weights from derive_seed(seed, n), so any partition holds the weights the whole graph does.
+  graph_program(layers::backend& device, layers::stream s,
+                const std::vector<graph_node_spec>& nodes, const std::vector<node_widths>& widths,
+                size_t first, size_t last, int arity, uint64_t seed);
+
+  /// Runs the nodes on a key: `input` holds the rows the first node takes for `instances`.
+  /// With a tape (training) it records what backward() needs.
+  layers::tensor forward(const layers::run_options& options, const layers::tensor& input,
+                         std::shared_ptr<const std::vector<layers::instance>> instances,
+                         graph_tape* tape);
+  /// Adds the key's weight gradients and returns the gradient of the first node's input rows
+  /// (empty when !need_input_gradient).
+  layers::tensor backward(const layers::run_options& options, graph_tape& tape,
+                          const layers::tensor& output_gradient, bool need_input_gradient);
+
+  /// The rows the first node takes, and the last gives, for a key of these instances.
+  int64_t input_rows(const key_layout& layout) const { return rows_of(layout, input_unit_); }
+  int64_t output_rows(const key_layout& layout) const { return rows_of(layout, output_unit_); }
+  int64_t input_width() const { return widths_[first_].input; }
+  int64_t output_width() const { return widths_[last_ - 1].output; }
+  row_unit output_unit() const { return output_unit_; }
+
+  std::vector<layers::parameter*> parameters();
+  /// "cell.lstm_cell0.weight": each parameter's name, parallel to parameters().
+  std::vector<std::string> parameter_names();
+
+ private:
+  struct node {
+    const graph_node_spec* spec;
+    std::unique_ptr<layers::sequential> blocks;
+    int64_t own_input = 0;  ///< loop and tree nodes: the width of the part's own input
+  };
+
+  layers::tensor run_chain(const layers::run_options& options, node& n, const layers::tensor& rows,
+                           graph_tape::node_record* record);
+  layers::tensor run_recurrence(const layers::run_options& options, node& n,
+                                const layers::tensor& rows,
+                                const std::vector<layers::instance>& instances,
+                                graph_tape::node_record* record);
+  layers::tensor chain_backward(const layers::run_options& options, node& n,
+                                graph_tape::node_record& record, const layers::tensor& gradient,
+                                bool need_input_gradient);
+  layers::tensor recurrence_backward(const layers::run_options& options, node& n,
+                                     graph_tape::node_record& record,
+                                     const layers::tensor& gradient);
+
+  layers::backend& device_;
+  layers::stream stream_;
+  std::vector<node_widths> widths_;
+  size_t first_;
+  size_t last_;
+  int arity_;
+  row_unit input_unit_ = row_unit::part;
+  row_unit output_unit_ = row_unit::part;
+  std::vector<node> nodes_;
+};
+
+}  // namespace troupe::actors
