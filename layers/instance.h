@@ -54,4 +54,10 @@ struct instance_dataset {
 /// label count that fits neither kind), or empty when it is.
 std::string instance_error(const instance_dataset& data, const instance& item);
 
+/// A training set and the set held out from it (validation or test).
+struct instance_splits {
+  instance_dataset train;
+  instance_dataset validation;
+};
+
 }  // namespace troupe::layers

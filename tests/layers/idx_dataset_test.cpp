@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/layers/temp_directory.h"
+
 namespace troupe::layers {
 namespace {
 
@@ -23,27 +25,6 @@ namespace fs = std::filesystem;
 using bytes = std::vector<unsigned char>;
 
 const char* const fashion_mnist_directory = "/usr/share/datasets/fashion-mnist";
-
-/// A fresh directory named after the running test, removed with everything in it at the end.
-class temp_directory {
- public:
-  temp_directory() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("troupe_dataset_test_" + std::to_string(getpid()) + "_" +
-                                         test->test_suite_name() + "_" + test->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_directory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string path() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 void append_big_endian(bytes& out, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back((value >> shift) & 0xff);
