@@ -3,10 +3,12 @@
 // Data sets held in host memory, and the seeded batch order over them.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "layers/instance.h"
 #include "layers/tensor.h"
 
 namespace troupe::layers {
@@ -21,8 +23,14 @@ struct dataset {
   int64_t labels_per_sample = 1;
   std::vector<float> features;
   std::vector<int32_t> labels;
+  /// A dynamic model's data: one instance per sample, each of its own size (features and
+  /// labels stay empty; sample_shape is {1}, a token id per part).
+  std::shared_ptr<const instance_dataset> instances;
 
-  int64_t count() const { return static_cast<int64_t>(labels.size()) / labels_per_sample; }
+  int64_t count() const {
+    if (instances) return instances->count();
+    return static_cast<int64_t>(labels.size()) / labels_per_sample;
+  }
   int64_t sample_size() const { return element_count(sample_shape); }
 };
 

@@ -44,11 +44,10 @@ graph_program::graph_program(layers::backend& device, layers::stream s,
     if (n < first) continue;
     const int node_arity = spec.route == node_route::tree ? arity : 1;
     node built{&spec, nullptr, 0};
-    int64_t blocks_input = widths[n].input;
-    if (recurrent(spec)) {
-      built.own_input = widths[n].input;
-      blocks_input += node_arity * widths[n].output;
-    }
+    const int64_t blocks_input = widths[n].input;
+    if (recurrent(spec)) built.own_input = widths[n].received;
+    TROUPE_CHECK(blocks_input == widths[n].received + (recurrent(spec) ? node_arity : 0) *
+                                                          widths[n].output);
     built.blocks =
         std::make_unique<layers::sequential>(device, s, spec.layers, layers::shape{blocks_input}, 0,
                                              spec.layers.size(), layers::derive_seed(seed, n));

@@ -12,18 +12,12 @@
 #include <vector>
 
 #include "actors/config/model_graph.h"
+#include "actors/config/model_graph_checks.h"
 #include "actors/engine/graph_routes.h"
 #include "layers/instance.h"
 #include "layers/model.h"
 
 namespace troupe::actors {
-
-/// The per-row widths of a node: what its blocks take and give (a loop or tree node's blocks
-/// take its own input and then `arity` of its outputs).
-struct node_widths {
-  int64_t input = 0;   ///< from the node before it (the first node's: 1, a token id)
-  int64_t output = 0;  ///< what it emits
-};
 
 /// What one key's forward pass kept for its backward pass.
 struct graph_tape {
@@ -39,8 +33,8 @@ struct graph_tape {
 
 class graph_program {
  public:
-  /// Builds nodes [first, last) of `nodes` (whose widths `widths` gives, one per node of the
-  /// whole graph) on `device`; trees have `arity` children per part. Node n's blocks draw their
+  /// Builds nodes [first, last) of `nodes`, listed in the order rows visit them, whose widths
+  /// `widths` gives (model_graph_widths(), one per node of the whole graph), on `device`; trees have `arity` children per part. Node n's blocks draw their
   /// weights from derive_seed(seed, n), so any partition holds the weights the whole graph does.
   graph_program(layers::backend& device, layers::stream s,
                 const std::vector<graph_node_spec>& nodes, const std::vector<node_widths>& widths,
@@ -59,7 +53,7 @@ class graph_program {
   /// The rows the first node takes, and the last gives, for a key of these instances.
   int64_t input_rows(const key_layout& layout) const { return rows_of(layout, input_unit_); }
   int64_t output_rows(const key_layout& layout) const { return rows_of(layout, output_unit_); }
-  int64_t input_width() const { return widths_[first_].input; }
+  int64_t input_width() const { return widths_[first_].received; }
   int64_t output_width() const { return widths_[last_ - 1].output; }
   row_unit output_unit() const { return output_unit_; }
 

@@ -1,5 +1,6 @@
 #include <unordered_map>
 
+#include "actors/engine/graph_stage_device.h"
 #include "actors/engine/model_stage_device.h"
 #include "layers/check.h"
 #include "layers/loss.h"
@@ -125,6 +126,7 @@ class layers_stage_device final : public model_stage_device {
 
 std::unique_ptr<stage_device> make_layers_stage_device(const job_config& config, stage_range range,
                                                        layers::backend& device) {
+  if (!config.model.nodes.empty()) return make_graph_stage_device(config, range, device);
   return std::make_unique<layers_stage_device>(config, range, device);
 }
 

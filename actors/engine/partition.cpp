@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "actors/config/layer_cuts.h"
+#include "actors/config/model_graph_checks.h"
 #include "layers/layer_registry.h"
 #include "layers/model.h"
 
@@ -23,9 +24,8 @@ constexpr double message_overhead_s = 30e-6;
 constexpr double step_bytes_per_parameter = 20;
 
 /// The estimate of block `index` with output `output` for a key of `batch` samples.
-block_cost estimate_block(const job_config& config, size_t index, const layers::shape& input,
-                          const layers::shape& output, double batch) {
-  const auto& spec = config.model.layers[index];
+block_cost estimate_block(const job_config& config, const layers::layer_spec& spec,
+                          const layers::shape& input, const layers::shape& output, double batch) {
   const double elements = static_cast<double>(layers::element_count(output));
   const double parameters = static_cast<double>(layers::parameter_count(spec, input));
   // Multiply-adds per sample: a registered type does one per weight.
@@ -66,9 +66,42 @@ bool starts_stage_well(const job_config& config, size_t block) {
   return layers::find_custom_layer_type(type) != nullptr;
 }
 
+
+/// A graph's nodes as the blocks a partition cuts between: each node's blocks estimated for the
+/// rows a key brings it (nominal_parts_per_instance rows per instance where it runs on parts).
+std::optional<std::vector<block_cost>> estimated_node_costs(const job_config& config,
+                                                            std::string* error) {
+  auto widths = model_graph_widths(config, expected_arity(config.data), error);
+  if (!widths) return std::nullopt;
+  const double instances = static_cast<double>(config.training.batch_size) /
+                           std::max(1, config.parallelism.micro_batches);
+  std::vector<block_cost> costs;
+  bool per_part = true;
+  for (size_t n = 0; n < config.model.nodes.size(); ++n) {
+    const double rows = instances * (per_part ? nominal_parts_per_instance : 1.0);
+    layers::shape input{(*widths)[n].input};
+    block_cost total;
+    for (const layers::layer_spec& spec : config.model.nodes[n].layers) {
+      layers::shape output;
+      if (!layers::infer_output_shape(spec, input, &output, error)) return std::nullopt;
+      const block_cost cost = estimate_block(config, spec, input, output, rows);
+      total.forward += cost.forward;
+      total.backward += cost.backward;
+      total.input_gradient += cost.input_gradient;
+      total.step += cost.step;
+      total.message = cost.message;  // the node's output and its gradient
+      input = output;
+    }
+    costs.push_back(total);
+    per_part = (*widths)[n].emits_per_part;
+  }
+  return costs;
+}
+
 }  // namespace
 
 std::vector<bool> good_stage_starts(const job_config& config) {
+  if (!config.model.nodes.empty()) return std::vector<bool>(config.model.nodes.size(), true);
   std::vector<bool> starts;
   for (size_t i = 0; i < config.model.layers.size(); ++i) {
     starts.push_back(starts_stage_well(config, i));
@@ -122,6 +155,8 @@ int keys_between_steps(const job_config& config) {
 }
 
 size_t blocks_without_input_gradient(const job_config& config) {
+  // A graph's first node takes token ids, which have no gradient.
+  if (!config.model.nodes.empty()) return 1;
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   std::string error;
   auto shapes = layers::infer_shapes(config.model.layers, input, &error);
@@ -141,6 +176,7 @@ void mark_input_gradients(const job_config& config, std::vector<block_cost>* cos
 
 std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& config,
                                                              std::string* error) {
+  if (!config.model.nodes.empty()) return estimated_node_costs(config, error);
   layers::shape input(config.model.input_shape.begin(), config.model.input_shape.end());
   auto shapes = layers::infer_shapes(config.model.layers, input, error);
   if (!shapes) return std::nullopt;
@@ -148,7 +184,7 @@ std::optional<std::vector<block_cost>> estimated_block_costs(const job_config& c
                        std::max(1, config.parallelism.micro_batches);
   std::vector<block_cost> costs;
   for (size_t i = 0; i < shapes->size(); ++i) {
-    costs.push_back(estimate_block(config, i, input, (*shapes)[i], batch));
+    costs.push_back(estimate_block(config, config.model.layers[i], input, (*shapes)[i], batch));
     input = (*shapes)[i];
   }
   mark_input_gradients(config, &costs);

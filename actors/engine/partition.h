@@ -38,6 +38,10 @@ struct block_cost {
 /// input gradient); all of them when none has parameters, 0 when the shapes do not chain.
 size_t blocks_without_input_gradient(const job_config& config);
 
+/// The parts an instance of a dynamic model is taken to have where a partition is estimated
+/// before the data is seen (a sentence's words, a short text's bytes are of this order).
+inline constexpr double nominal_parts_per_instance = 32;
+
 /// Memory traffic of element-wise work, optimizer steps and copies in the estimates, bytes per
 /// second (DRAM: 30-50 GB/s).
 inline constexpr double nominal_bytes_per_s = 40e9;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/engine/ring_all_reduce.h"
+#include "layers/instance.h"
 #include "layers/tensor.h"
 
 namespace troupe::actors {
@@ -32,6 +33,9 @@ struct key_message {
   layers::tensor payload;
   /// The key's labels, carried along to the last stage.
   std::shared_ptr<const std::vector<int32_t>> labels;
+  /// A dynamic model's key (model.nodes): its instances, which every stage routes its rows by
+  /// (actors/engine/graph_routes.h); the payload's rows stand for their parts or for them.
+  std::shared_ptr<const std::vector<layers::instance>> instances;
   /// Sync mode with global clipping: on a step's last backward message, the squared gradient
   /// norms of the stages after the receiver, summed; on a step message, those of every stage.
   double norm_squared = 0;

@@ -119,7 +119,8 @@ class stage_device {
   virtual bool load_state(const stage_state& state, bool weights_only, std::string* error) = 0;
 };
 
-/// The device work of blocks `range` of `config`'s model on `device`, with the job's optimizer.
+/// The device work of blocks `range` of `config`'s model on `device`, with the job's optimizer
+/// (of nodes `range` where the model is a graph: actors/engine/graph_stage_device.h).
 std::unique_ptr<stage_device> make_layers_stage_device(const job_config& config, stage_range range,
                                                        layers::backend& device);
 

@@ -50,6 +50,10 @@ struct stage_settings {
   /// Multiplies the last stage's loss gradient: 1 / (samples per key × min_update_interval),
   /// so one step applies the mean gradient of the samples it saw.
   float gradient_scale = 1.0f;
+  /// The same for a dynamic model's key (model.nodes), whose rows (parts or instances) vary
+  /// from key to key: 1 / (min_update_interval × replicas), divided by the key's rows, so one
+  /// step applies the mean over its keys of each key's mean gradient.
+  float key_gradient_scale = 1.0f;
   /// Learning rate of the step that produces weight version v + 1 from version v.
   std::function<double(int64_t)> learning_rate = [](int64_t) { return 0.01; };
   /// Scales a step's gradients down to this L2 norm when larger (0: no clipping).

@@ -42,6 +42,8 @@ stage_settings stage_settings_of(const job_config& config, int index, int64_t st
     settings.replica_sync_interval = std::max<int64_t>(1, p.replica_sync_interval);
   settings.gradient_scale = 1.0f / static_cast<float>(micro_batch_size(config) *
                                                       settings.min_update_interval * p.replicas);
+  settings.key_gradient_scale =
+      1.0f / static_cast<float>(settings.min_update_interval * p.replicas);
   settings.clip_norm = config.training.clip_norm;
   settings.global_clipping =
       p.mode == pipeline_mode::sync && p.stages > 1 && config.training.clip_norm > 0;

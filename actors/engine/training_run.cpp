@@ -66,8 +66,36 @@ std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::
   return progress;
 }
 
+namespace {
+
+/// The key of instances `samples` of a dynamic model's data: their parts' token ids as the
+/// payload rows, their labels in row order (one per instance, or one per part).
+key_message instance_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
+                             const layers::instance_dataset& data, layers::backend& host) {
+  auto instances = std::make_shared<std::vector<layers::instance>>();
+  auto labels = std::make_shared<std::vector<int32_t>>();
+  std::vector<float> tokens;
+  for (int64_t sample : samples) {
+    const layers::instance& item = data.instances[static_cast<size_t>(sample)];
+    instances->push_back(item);
+    tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+    labels->insert(labels->end(), item.labels.begin(), item.labels.end());
+  }
+  key_message message;
+  message.kind = kind;
+  message.key = key;
+  message.payload = layers::tensor::from_host(host, host.default_stream(),
+                                              {static_cast<int64_t>(tokens.size()), 1}, tokens);
+  message.labels = std::move(labels);
+  message.instances = std::move(instances);
+  return message;
+}
+
+}  // namespace
+
 key_message batch_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
                           const layers::dataset& data, layers::backend& host) {
+  if (data.instances) return instance_message(kind, key, samples, *data.instances, host);
   const int64_t size = data.sample_size();
   const int64_t count = static_cast<int64_t>(samples.size());
   layers::shape dims{count};

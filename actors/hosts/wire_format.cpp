@@ -83,6 +83,71 @@ std::optional<key_message> chunk_from_wire(const transport::message& message, st
   return result;
 }
 
+
+/// A dynamic model's instances as one int32 frame: their count, then per instance its parts P,
+/// its parent entries (0 or P) and its labels L, followed by its P tokens, the parent entries
+/// and the L labels.
+std::shared_ptr<const std::vector<int32_t>> encode_instances(
+    const std::vector<layers::instance>& instances) {
+  auto values = std::make_shared<std::vector<int32_t>>();
+  values->push_back(static_cast<int32_t>(instances.size()));
+  for (const layers::instance& item : instances) {
+    values->push_back(static_cast<int32_t>(item.tokens.size()));
+    values->push_back(static_cast<int32_t>(item.parent.size()));
+    values->push_back(static_cast<int32_t>(item.labels.size()));
+    values->insert(values->end(), item.tokens.begin(), item.tokens.end());
+    values->insert(values->end(), item.parent.begin(), item.parent.end());
+    values->insert(values->end(), item.labels.begin(), item.labels.end());
+  }
+  return values;
+}
+
+/// The instances of encode_instances(); nothing, with `error` set, when the counts do not fit
+/// the frame or an instance is not well formed (a parent out of order, not one root).
+std::optional<std::vector<layers::instance>> decode_instances(const int32_t* values, size_t count,
+                                                              std::string* error) {
+  size_t at = 0;
+  auto next = [&](int32_t* value) {
+    if (at >= count) return false;
+    *value = values[at++];
+    return true;
+  };
+  int32_t instances = 0;
+  if (!next(&instances) || instances < 0 || static_cast<size_t>(instances) > count) {
+    *error = "the instances frame does not start with a count that fits it";
+    return std::nullopt;
+  }
+  std::vector<layers::instance> result(static_cast<size_t>(instances));
+  for (layers::instance& item : result) {
+    int32_t parts = 0, parents = 0, labels = 0;
+    if (!next(&parts) || !next(&parents) || !next(&labels) || parts < 1 ||
+        (parents != 0 && parents != parts) || labels < 0 ||
+        static_cast<size_t>(parts) + parents + labels > count - at) {
+      *error = "an instance in the instances frame has counts that do not fit it";
+      return std::nullopt;
+    }
+    item.tokens.assign(values + at, values + at + parts);
+    at += static_cast<size_t>(parts);
+    item.parent.assign(values + at, values + at + parents);
+    at += static_cast<size_t>(parents);
+    item.labels.assign(values + at, values + at + labels);
+    at += static_cast<size_t>(labels);
+    for (int32_t part = 0; part < parents; ++part) {
+      const int32_t parent = item.parent[static_cast<size_t>(part)];
+      const bool root = part + 1 == parts;
+      if (root ? parent != -1 : parent <= part || parent >= parts) {
+        *error = "an instance in the instances frame is not a tree whose last part is its root";
+        return std::nullopt;
+      }
+    }
+  }
+  if (at != count) {
+    *error = "the instances frame holds more than its instances";
+    return std::nullopt;
+  }
+  return result;
+}
+
 }  // namespace
 
 transport::message to_wire(const key_message& message, const wire_route& route) {
@@ -100,6 +165,13 @@ transport::message to_wire(const key_message& message, const wire_route& route) 
   }
   if (message.labels) {
     transport::add_payload(result, {static_cast<int64_t>(message.labels->size())}, message.labels);
+  }
+  if (message.instances) {
+    // After the labels (which a backward message lacks): the flag says the last int32 frame
+    // holds the instances.
+    result.header.metrics["instances"] = 1;
+    auto values = encode_instances(*message.instances);
+    transport::add_payload(result, {static_cast<int64_t>(values->size())}, values);
   }
   if (message.kind == key_kind::reduce) {
     result.header.frames.push_back({transport::element_type::float32, {message.values.count}});
@@ -161,7 +233,21 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     }
     result.replica_floor = static_cast<int64_t>(floor->second);
   }
-  for (size_t i = 0; i < message.payloads.size(); ++i) {
+  const bool has_instances = message.header.metrics.count("instances") > 0;
+  size_t frames = message.payloads.size();
+  if (has_instances) {
+    if (frames == 0 || message.header.frames[frames - 1].dtype != transport::element_type::int32) {
+      *error = "a key message flagged with instances lacks their int32 frame";
+      return std::nullopt;
+    }
+    const transport::frame& frame = message.payloads[--frames];
+    auto instances = decode_instances(static_cast<const int32_t*>(frame.data),
+                                      frame.bytes / sizeof(int32_t), error);
+    if (!instances) return std::nullopt;
+    result.instances =
+        std::make_shared<const std::vector<layers::instance>>(std::move(*instances));
+  }
+  for (size_t i = 0; i < frames; ++i) {
     const transport::tensor_frame_info& info = message.header.frames[i];
     const transport::frame& frame = message.payloads[i];
     if (info.dtype == transport::element_type::float32 && result.payload.empty()) {
@@ -185,7 +271,8 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     }
   }
   if (result.kind == key_kind::step) {
-    if (!result.payload.empty() || result.labels || !(result.norm_squared >= 0) ||
+    if (!result.payload.empty() || result.labels || result.instances ||
+        !(result.norm_squared >= 0) ||
         !std::isfinite(result.norm_squared)) {
       *error = "an optimizer_step message carries no frames and a finite norm_squared >= 0";
       return std::nullopt;

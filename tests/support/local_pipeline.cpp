@@ -45,6 +45,16 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
   }
   const int64_t micro = micro_batch_size(config_);
   const int64_t first = (entry.step % per_epoch) * batch + entry.sample_offset;
+  if (data.instances) {
+    // A dynamic model's key: its instances, assembled as the coordinator does.
+    std::vector<int64_t> samples(batches_.order().begin() + first,
+                                 batches_.order().begin() + first + micro);
+    key_message message = batch_message(key_kind::forward, entry.key, samples, data, backend_);
+    message.step = entry.step;
+    message.sample_offset = entry.sample_offset;
+    message.replica_floor = entry.replica_floor;
+    return message;
+  }
   const int64_t size = data.sample_size();
   std::vector<float> features(micro * size);
   const int64_t per_sample = data.labels_per_sample;

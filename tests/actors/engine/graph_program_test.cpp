@@ -56,7 +56,7 @@ test_graph language_model() {
                  node_of("cell", {block("linear", 4), block("tanh")}, node_route::loop,
                          node_emit::every, "head"),
                  node_of("head", {block("linear", 8)}, node_route::chain, node_emit::every, "")};
-  graph.widths = {{1, 3}, {3, 4}, {4, 8}};
+  graph.widths = {{1, 1, 3, true}, {3, 3 + 4, 4, true}, {4, 4, 8, true}};
   return graph;
 }
 
@@ -66,7 +66,7 @@ test_graph tree_classifier() {
                  node_of("cell", {block("linear", 4), block("tanh")}, node_route::tree,
                          node_emit::root, "head"),
                  node_of("head", {block("linear", 5)}, node_route::chain, node_emit::every, "")};
-  graph.widths = {{1, 3}, {3, 4}, {4, 5}};
+  graph.widths = {{1, 1, 3, true}, {3, 3 + 2 * 4, 4, false}, {4, 4, 5, false}};
   graph.arity = 2;
   return graph;
 }
