@@ -125,6 +125,13 @@ problem check_model_kind(const job_config& config) {
   return std::nullopt;
 }
 
+/// The shortest ListOps expression, [MAX 1 2 ], is 4 tokens.
+problem check_listops(const data_config& data) {
+  if (data.dataset != dataset_kind::listops || data.context >= 4) return std::nullopt;
+  return "data.context must be at least 4 for listops data (the shortest list, [MAX 1 2 ]), got " +
+         std::to_string(data.context);
+}
+
 /// What the stages split: the blocks of a chain, the nodes of a graph.
 size_t stage_units(const model_config& model) {
   return model.nodes.empty() ? model.layers.size() : model.nodes.size();
@@ -196,6 +203,7 @@ problem check_consistency(job_config* config, const std::set<std::string>& set_k
   if (problem error = check_schedule(*config)) return error;
   if (problem error = check_staleness_correction(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
+  if (problem error = check_listops(config->data)) return error;
   if (std::string error = expand_cut_points(config); !error.empty()) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;
   if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;

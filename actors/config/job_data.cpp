@@ -128,7 +128,7 @@ double parameters_of(const std::vector<layers::layer_spec>& specs, layers::shape
 /// The rows that reach the loss must stand for what the data labels: one per instance for
 /// listops (each labelled with its root's class), one per part for text-records (each
 /// labelled with the token after it).
-bool check_graph_loss(const job_config& config, int classes, const node_widths& last,
+bool check_graph_loss(const job_config& config, int classes, const graph_node_widths& last,
                       const std::string& label, std::string* error) {
   const dataset_kind data = config.data.dataset;
   if (data == dataset_kind::listops && last.emits_per_part) {
@@ -160,7 +160,7 @@ bool check_graph_model(const job_config& config, int classes, std::string* error
   double parameters = 0;
   for (size_t i = 0; i < config.model.nodes.size(); ++i) {
     const std::vector<layers::layer_spec>& specs = config.model.nodes[i].layers;
-    const layers::shape input{(*widths)[i].input};
+    const layers::shape input{(*widths)[i].blocks_input};
     auto shapes = layers::infer_shapes(specs, input, error);
     if (!shapes) return false;  // unreachable: model_graph_widths() inferred them
     parameters += parameters_of(specs, input, *shapes);

@@ -147,8 +147,8 @@ std::vector<field> listops_fields(data_config& data) {
   return {integer_field("max_depth", &data.max_depth, 1, 100)
               .about("listops: most nested lists in an expression")
               .written_only_if(listops),
-          integer_field("max_arguments", &data.max_arguments, 1, 100)
-              .about("listops: most arguments of one list")
+          integer_field("max_arguments", &data.max_arguments, 2, 100)
+              .about("listops: most arguments of one list (each has 2 at least)")
               .written_only_if(listops),
           integer_field("seed", &data.seed, 0)
               .about("listops: the generator's seed (the same seed, the same expressions)")

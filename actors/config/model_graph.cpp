@@ -182,9 +182,9 @@ std::string recurrent_row_text(const graph_node_spec& node, int arity, int64_t r
 /// A loop or tree node's widths: the output width o for which its blocks on rows of
 /// received + children × o output o.
 problem recurrent_widths(const graph_node_spec& node, const std::string& label, int arity,
-                         const std::string& before, node_widths* widths) {
+                         const std::string& before, graph_node_widths* widths) {
   const int64_t children = node.route == node_route::loop ? 1 : arity;
-  const int64_t received = widths->received;
+  const int64_t received = widths->input;
   std::string first_failure, failure, why;
   const std::optional<int64_t> guesses[] = {
       output_width(node, label, received, &first_failure),
@@ -195,7 +195,7 @@ problem recurrent_widths(const graph_node_spec& node, const std::string& label, 
     const std::string rows = recurrent_row_text(node, arity, received, before, *guess);
     const std::optional<int64_t> output = output_width(node, label, input, &why);
     if (output == guess) {
-      widths->input = input;
+      widths->blocks_input = input;
       widths->output = *output;
       return std::nullopt;
     }
@@ -210,16 +210,16 @@ problem recurrent_widths(const graph_node_spec& node, const std::string& label, 
   return failure.empty() ? first_failure : failure;
 }
 
-/// The widths of the node at `i`, fed rows of `widths->received` by `before` ("" for the first).
+/// The widths of the node at `i`, fed rows of `widths->input` by `before` ("" for the first).
 problem node_shape(const node_list& nodes, size_t i, int arity, const std::string& before,
-                   node_widths* widths) {
+                   graph_node_widths* widths) {
   const graph_node_spec& node = nodes[i];
   const std::string label = label_of(nodes, i);
   if (recurrent(node)) return recurrent_widths(node, label, arity, before, widths);
   std::string why;
-  const std::optional<int64_t> output = output_width(node, label, widths->received, &why);
-  if (!output) return why + " (its rows are " + source_text(widths->received, before) + ")";
-  widths->input = widths->received;
+  const std::optional<int64_t> output = output_width(node, label, widths->input, &why);
+  if (!output) return why + " (its rows are " + source_text(widths->input, before) + ")";
+  widths->blocks_input = widths->input;
   widths->output = *output;
   return std::nullopt;
 }
@@ -238,15 +238,15 @@ std::string after_roots(const node_list& nodes, size_t i, const std::string& roo
 
 /// The shapes along `path`, and that a loop or tree node gets one row per part.
 problem check_shapes(const node_list& nodes, int arity, const std::vector<size_t>& path,
-                     std::vector<node_widths>* widths) {
-  widths->assign(nodes.size(), node_widths{});
+                     std::vector<graph_node_widths>* widths) {
+  widths->assign(nodes.size(), graph_node_widths{});
   int64_t received = 1;
   std::string before, root_emitter;
   for (size_t i : path) {
     const graph_node_spec& node = nodes[i];
     if (recurrent(node) && !root_emitter.empty()) return after_roots(nodes, i, root_emitter);
-    node_widths& own = (*widths)[i];
-    own.received = received;
+    graph_node_widths& own = (*widths)[i];
+    own.input = received;
     if (problem error = node_shape(nodes, i, arity, before, &own)) return error;
     if (recurrent(node) && node.emit == node_emit::root) root_emitter = label_of(nodes, i);
     own.emits_per_part = root_emitter.empty();
@@ -262,11 +262,11 @@ int expected_arity(const data_config& data) {
   return data.dataset == dataset_kind::listops ? 2 : 1;
 }
 
-std::optional<std::vector<node_widths>> model_graph_widths(const job_config& config, int arity,
-                                                           std::string* error) {
+std::optional<std::vector<graph_node_widths>> model_graph_widths(const job_config& config,
+                                                                 int arity, std::string* error) {
   const node_list& nodes = config.model.nodes;
   std::vector<size_t> path;
-  std::vector<node_widths> widths;
+  std::vector<graph_node_widths> widths;
   problem message = check_structure(nodes, arity, &path);
   if (!message) message = check_shapes(nodes, arity, path, &widths);
   if (!message) return widths;

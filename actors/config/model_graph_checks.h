@@ -17,16 +17,17 @@
 
 namespace troupe::actors {
 
-/// One node's per-row widths in a valid graph.
-struct node_widths {
+/// One node's per-row widths in a valid graph. (actors/engine/graph_program.h's node_widths
+/// holds `input` and `output` of these.)
+struct graph_node_widths {
   /// Features per row the node gets from the node before it (1 for the first: a token id).
-  int64_t received = 0;
-  /// Features per row its blocks take: `received`, followed for a loop node by its own output
-  /// for the part before, and for a tree node by its outputs for the part's `arity` children.
   int64_t input = 0;
-  /// Features per row its blocks give.
+  /// Features per row its blocks take: `input`, followed for a loop node by its own output for
+  /// the part before, and for a tree node by its outputs for the part's `arity` children.
+  int64_t blocks_input = 0;
+  /// Features per row its blocks give, and it emits.
   int64_t output = 0;
-  /// Whether the rows it sends on are one per part (false once a node before it, or it, emits
+  /// Whether the rows it emits are one per part (false once a node before it, or it, emits
   /// only roots: then one per instance).
   bool emits_per_part = true;
 };
@@ -46,8 +47,8 @@ bool check_model_graph(const job_config& config, int arity, std::string* error);
 
 /// Each node's widths, in the order of model.nodes, for a graph that passes
 /// check_model_graph(); nothing, with `*error` set to its message, for one that does not.
-std::optional<std::vector<node_widths>> model_graph_widths(const job_config& config, int arity,
-                                                           std::string* error);
+std::optional<std::vector<graph_node_widths>> model_graph_widths(const job_config& config,
+                                                                 int arity, std::string* error);
 
 /// The indices into model.nodes in the order the rows visit them: the first node, then along
 /// `next` to the last; for a graph that passes check_model_graph().

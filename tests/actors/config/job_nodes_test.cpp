@@ -155,7 +155,12 @@ TEST(JobNodesTest, TheGeneratorsKeysAreRangeChecked) {
   EXPECT_EQ(error_of(tree_job_with("max_depth = 0\n")),
             "job.toml: data.max_depth must be in [1, 100], got 0");
   EXPECT_EQ(error_of(kTreeJob, {"data.max_arguments=101"}),
-            "job.toml: data.max_arguments must be in [1, 100], got 101 (from --set)");
+            "job.toml: data.max_arguments must be in [2, 100], got 101 (from --set)");
+  EXPECT_EQ(error_of(tree_job_with("max_arguments = 1\n")),
+            "job.toml: data.max_arguments must be in [2, 100], got 1");
+  EXPECT_EQ(error_of(tree_job_with("context = 3\n")),
+            "job.toml: data.context must be at least 4 for listops data (the shortest list, "
+            "[MAX 1 2 ]), got 3");
   EXPECT_EQ(error_of(tree_job_with("seed = -1\n")), "job.toml: data.seed must be >= 0, got -1");
   EXPECT_EQ(error_of(tree_job_with("seed = \"x\"\n")),
             "job.toml: data.seed must be an integer, got a string");

@@ -32,10 +32,10 @@ std::string graph_error(const std::string& text, int arity,
   return error;
 }
 
-void expect_widths(const node_widths& got, int64_t received, int64_t input, int64_t output,
-                   bool per_part) {
-  EXPECT_EQ(got.received, received);
+void expect_widths(const graph_node_widths& got, int64_t input, int64_t blocks_input,
+                   int64_t output, bool per_part) {
   EXPECT_EQ(got.input, input);
+  EXPECT_EQ(got.blocks_input, blocks_input);
   EXPECT_EQ(got.output, output);
   EXPECT_EQ(got.emits_per_part, per_part);
 }
@@ -63,7 +63,7 @@ TEST(ModelGraphTest, ATreeNodesRowsHoldItsChildrensOutputs) {
   expect_widths((*widths)[2], 8, 8, 10, false);
   auto ternary = model_graph_widths(*config, 3, &error);
   ASSERT_TRUE(ternary) << error;
-  EXPECT_EQ((*ternary)[1].input, 4 + 3 * 8);
+  EXPECT_EQ((*ternary)[1].blocks_input, 4 + 3 * 8);
 }
 
 TEST(ModelGraphTest, NodesRunInTheOrderOfTheirEdges) {
