@@ -13,6 +13,7 @@ set(troupe_public_headers
     actors/config/job_config.h
     actors/config/job_data.h
     actors/config/job_file.h
+    actors/config/model_graph.h
     actors/engine/run_monitor.h
     actors/engine/run_reports.h
     actors/engine/trace_recorder.h

@@ -62,12 +62,14 @@ problem check_schedule(const job_config& config) {
   return std::nullopt;
 }
 
-/// A text job reads Debian's fortunes unless data.path says otherwise, and feeds its model
-/// sequences of data.context token ids.
+/// A text or text-records job reads Debian's fortunes unless data.path says otherwise; a text
+/// job feeds its model sequences of data.context token ids.
 problem resolve_text_defaults(job_config* config) {
   data_config& data = config->data;
-  if (data.dataset != dataset_kind::text) return std::nullopt;
+  const bool records = data.dataset == dataset_kind::text_records;
+  if (data.dataset != dataset_kind::text && !records) return std::nullopt;
   if (data.path == data_config().path) data.path = "/usr/share/games/fortunes";
+  if (records) return std::nullopt;
   std::vector<int64_t>& shape = config->model.input_shape;
   if (shape == model_config().input_shape) shape = {data.context};
   if (shape != std::vector<int64_t>{data.context}) {
@@ -95,6 +97,46 @@ problem check_collective(const parallelism_config& p) {
   return std::nullopt;
 }
 
+/// A model is a chain of blocks or a graph of nodes, and a graph runs on instances.
+problem check_model_kind(const job_config& config) {
+  const model_config& model = config.model;
+  if (model.layers.empty() && model.nodes.empty()) {
+    return std::string("missing required key 'model.layers' (or [[model.nodes]], a graph)");
+  }
+  if (model.nodes.empty()) return std::nullopt;
+  if (!model.layers.empty()) {
+    return std::string(
+        "model.layers and model.nodes are both set: a model is a chain of blocks (model.layers) "
+        "or a graph of nodes (model.nodes), not both");
+  }
+  const dataset_kind data = config.data.dataset;
+  if (data != dataset_kind::text_records && data != dataset_kind::listops) {
+    return std::string(
+               "model.nodes needs data of instances of their own sizes, data.dataset = "
+               "\"text-records\" or \"listops\", but data.dataset is \"") +
+           to_string(data) + "\"";
+  }
+  std::vector<cut_point> cuts;
+  if (parse_cut_points(config.parallelism.partition, &cuts)) {
+    return "parallelism.partition [" + config.parallelism.partition +
+           "]: cut points name blocks of model.layers; a graph (model.nodes) takes \"balanced\", "
+           "\"measured\" or \"uniform\"";
+  }
+  return std::nullopt;
+}
+
+/// The shortest ListOps expression, [MAX 1 2 ], is 4 tokens.
+problem check_listops(const data_config& data) {
+  if (data.dataset != dataset_kind::listops || data.context >= 4) return std::nullopt;
+  return "data.context must be at least 4 for listops data (the shortest list, [MAX 1 2 ]), got " +
+         std::to_string(data.context);
+}
+
+/// What the stages split: the blocks of a chain, the nodes of a graph.
+size_t stage_units(const model_config& model) {
+  return model.nodes.empty() ? model.layers.size() : model.nodes.size();
+}
+
 }  // namespace
 
 int default_micro_batches(const job_config& config) {
@@ -102,7 +144,7 @@ int default_micro_batches(const job_config& config) {
   const int64_t batch = config.training.batch_size;
   // A job with more stages than blocks is refused below; the search stays within the blocks.
   if (p.mode != pipeline_mode::sync || p.stages <= 1 || batch % p.replicas != 0 ||
-      static_cast<size_t>(p.stages) > config.model.layers.size()) {
+      static_cast<size_t>(p.stages) > stage_units(config.model)) {
     return 1;
   }
   const int64_t per_replica = batch / p.replicas;
@@ -115,6 +157,7 @@ int default_micro_batches(const job_config& config) {
 }
 
 problem check_consistency(job_config* config, const std::set<std::string>& set_keys) {
+  if (problem error = check_model_kind(*config)) return error;
   parallelism_config& p = config->parallelism;
   const training_config& t = config->training;
   if (set_keys.count("parallelism.micro_batches") == 0) {
@@ -131,9 +174,11 @@ problem check_consistency(job_config* config, const std::set<std::string>& set_k
            ") must divide training.batch_size (" + std::to_string(t.batch_size) +
            "): each replica takes batch_size / replicas samples of every step";
   }
-  if (static_cast<size_t>(p.stages) > config->model.layers.size()) {
-    return "parallelism.stages (" + stages + ") exceeds the number of layers in model.layers (" +
-           std::to_string(config->model.layers.size()) + ")";
+  if (static_cast<size_t>(p.stages) > stage_units(config->model)) {
+    const bool graph = !config->model.nodes.empty();
+    return "parallelism.stages (" + stages + ") exceeds the number of " +
+           (graph ? "nodes in model.nodes (" : "layers in model.layers (") +
+           std::to_string(stage_units(config->model)) + ")";
   }
   const size_t actors = static_cast<size_t>(p.stages) * static_cast<size_t>(p.replicas);
   if (p.devices.size() != 1 && p.devices.size() != static_cast<size_t>(p.stages) &&
@@ -158,6 +203,7 @@ problem check_consistency(job_config* config, const std::set<std::string>& set_k
   if (problem error = check_schedule(*config)) return error;
   if (problem error = check_staleness_correction(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
+  if (problem error = check_listops(config->data)) return error;
   if (std::string error = expand_cut_points(config); !error.empty()) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;
   if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;

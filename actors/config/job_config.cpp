@@ -75,6 +75,20 @@ const std::vector<named_choice<lr_schedule_kind>>& choice_names() {
   return names;
 }
 
+template <>
+const std::vector<named_choice<node_route>>& choice_names() {
+  static const std::vector<named_choice<node_route>> names = {
+      {node_route::chain, "chain"}, {node_route::loop, "loop"}, {node_route::tree, "tree"}};
+  return names;
+}
+
+template <>
+const std::vector<named_choice<node_emit>>& choice_names() {
+  static const std::vector<named_choice<node_emit>> names = {{node_emit::every, "every"},
+                                                             {node_emit::root, "root"}};
+  return names;
+}
+
 // The layers' own enums keep their own names (layers::to_string).
 
 template <>
@@ -103,6 +117,8 @@ const char* to_string(pipeline_schedule value) { return name_of(value); }
 const char* to_string(staleness_correction_kind value) { return name_of(value); }
 const char* to_string(collective_kind value) { return name_of(value); }
 const char* to_string(lr_schedule_kind value) { return name_of(value); }
+const char* to_string(node_route value) { return name_of(value); }
+const char* to_string(node_emit value) { return name_of(value); }
 
 void to_json(nlohmann::json& json, dataset_kind value) { json = to_string(value); }
 void to_json(nlohmann::json& json, pipeline_mode value) { json = to_string(value); }
@@ -110,5 +126,7 @@ void to_json(nlohmann::json& json, pipeline_schedule value) { json = to_string(v
 void to_json(nlohmann::json& json, staleness_correction_kind value) { json = to_string(value); }
 void to_json(nlohmann::json& json, collective_kind value) { json = to_string(value); }
 void to_json(nlohmann::json& json, lr_schedule_kind value) { json = to_string(value); }
+void to_json(nlohmann::json& json, node_route value) { json = to_string(value); }
+void to_json(nlohmann::json& json, node_emit value) { json = to_string(value); }
 
 }  // namespace troupe::actors

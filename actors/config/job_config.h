@@ -31,7 +31,8 @@ enum class staleness_correction_kind { none, pipemare, two_bw, predict, nesterov
 enum class collective_kind { ring, nccl, shared_memory };
 /// training.lr_schedule: "constant", "cosine" or "step".
 enum class lr_schedule_kind { constant, cosine, step };
-// training.optimizer is a layers::optimizer_kind, training.precision a layers::math_precision.
+// training.optimizer is a layers::optimizer_kind, training.precision a layers::math_precision;
+// model.nodes[].route and emit are node_route and node_emit (model_graph.h).
 
 /// One value of a closed set and the name a job file gives it.
 template <typename E>
@@ -57,6 +58,10 @@ const std::vector<named_choice<collective_kind>>& choice_names();
 template <>
 const std::vector<named_choice<lr_schedule_kind>>& choice_names();
 template <>
+const std::vector<named_choice<node_route>>& choice_names();
+template <>
+const std::vector<named_choice<node_emit>>& choice_names();
+template <>
 const std::vector<named_choice<layers::optimizer_kind>>& choice_names();
 template <>
 const std::vector<named_choice<layers::math_precision>>& choice_names();
@@ -68,6 +73,8 @@ const char* to_string(pipeline_schedule value);
 const char* to_string(staleness_correction_kind value);
 const char* to_string(collective_kind value);
 const char* to_string(lr_schedule_kind value);
+const char* to_string(node_route value);
+const char* to_string(node_emit value);
 
 /// JSON writes each by its job-file name, as config.json does.
 void to_json(nlohmann::json& json, dataset_kind value);
@@ -76,6 +83,8 @@ void to_json(nlohmann::json& json, pipeline_schedule value);
 void to_json(nlohmann::json& json, staleness_correction_kind value);
 void to_json(nlohmann::json& json, collective_kind value);
 void to_json(nlohmann::json& json, lr_schedule_kind value);
+void to_json(nlohmann::json& json, node_route value);
+void to_json(nlohmann::json& json, node_emit value);
 
 // The sections ------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "actors/config/model_graph_checks.h"
 #include "layers/model.h"
 
 namespace troupe::actors {
@@ -100,31 +101,82 @@ double physical_memory_bytes() {
 }
 
 /// Rejects a model whose weights, gradients and optimizer state cannot fit in memory, before
-/// anything is allocated.
-bool check_model_size(const job_config& config, const std::vector<layers::shape>& shapes,
-                      std::string* error) {
-  double parameters = 0;
-  layers::shape input = input_shape_of(config);
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    parameters += static_cast<double>(layers::parameter_count(config.model.layers[i], input));
-    input = shapes[i];
-  }
+/// anything is allocated; `what` names the model's key.
+bool check_parameter_memory(double parameters, const std::string& what, std::string* error) {
   // Weights, gradients and up to two optimizer tensors, four bytes each.
   const double bytes = parameters * 4 * 4;
   if (bytes > physical_memory_bytes()) {
-    *error = "model.layers: " + std::to_string(static_cast<int64_t>(parameters)) +
-             " parameters need " + std::to_string(static_cast<int64_t>(bytes / 1e9)) +
+    *error = what + ": " + std::to_string(static_cast<int64_t>(parameters)) + " parameters need " +
+             std::to_string(static_cast<int64_t>(bytes / 1e9)) +
              " GB for weights, gradients and optimizer state, more than this machine's memory";
     return false;
   }
   return true;
 }
 
+/// The parameters of `specs` on samples of `input`, whose outputs are `shapes`.
+double parameters_of(const std::vector<layers::layer_spec>& specs, layers::shape input,
+                     const std::vector<layers::shape>& shapes) {
+  double parameters = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    parameters += static_cast<double>(layers::parameter_count(specs[i], input));
+    input = shapes[i];
+  }
+  return parameters;
+}
+
+/// The rows that reach the loss must stand for what the data labels: one per instance for
+/// listops (each labelled with its root's class), one per part for text-records (each
+/// labelled with the token after it).
+bool check_graph_loss(const job_config& config, int classes, const graph_node_widths& last,
+                      const std::string& label, std::string* error) {
+  const dataset_kind data = config.data.dataset;
+  if (data == dataset_kind::listops && last.emits_per_part) {
+    *error = label + ": listops labels each instance once (its root's value), but the rows " +
+             "reaching the loss are one per part: let a loop or tree node emit = \"root\"";
+    return false;
+  }
+  if (data == dataset_kind::text_records && !last.emits_per_part) {
+    *error = label + ": text-records labels every part (the token after it), but the rows " +
+             "reaching the loss are one per instance: emit = \"every\" on the loop or tree node";
+    return false;
+  }
+  if (data == dataset_kind::listops && last.output != classes) {
+    *error = label + ": the last node must output one score per class, " + std::to_string(classes) +
+             ", but outputs " + std::to_string(last.output) + " per row";
+    return false;
+  }
+  return true;
+}
+
+/// A graph model: its nodes on the data it will get, the rows that reach the loss, and its size.
+bool check_graph_model(const job_config& config, int classes, std::string* error) {
+  auto widths = model_graph_widths(config, expected_arity(config.data), error);
+  if (!widths) return false;
+  const std::vector<size_t> order = model_graph_order(config);
+  const std::string last = "model.nodes[" + std::to_string(order.back()) + "] (\"" +
+                           config.model.nodes[order.back()].name + "\")";
+  if (!check_graph_loss(config, classes, (*widths)[order.back()], last, error)) return false;
+  double parameters = 0;
+  for (size_t i = 0; i < config.model.nodes.size(); ++i) {
+    const std::vector<layers::layer_spec>& specs = config.model.nodes[i].layers;
+    const layers::shape input{(*widths)[i].blocks_input};
+    auto shapes = layers::infer_shapes(specs, input, error);
+    if (!shapes) return false;  // unreachable: model_graph_widths() inferred them
+    parameters += parameters_of(specs, input, *shapes);
+  }
+  return check_parameter_memory(parameters, "model.nodes", error);
+}
+
 }  // namespace
 
 bool check_model(const job_config& config, int classes, std::string* error) {
-  auto shapes = layers::infer_shapes(config.model.layers, input_shape_of(config), error);
-  if (!shapes || !check_model_size(config, *shapes, error)) return false;
+  if (!config.model.nodes.empty()) return check_graph_model(config, classes, error);
+  const layers::shape input = input_shape_of(config);
+  auto shapes = layers::infer_shapes(config.model.layers, input, error);
+  if (!shapes) return false;
+  const double parameters = parameters_of(config.model.layers, input, *shapes);
+  if (!check_parameter_memory(parameters, "model.layers", error)) return false;
   const layers::shape& last = shapes->back();
   if (config.data.dataset == dataset_kind::text) {
     if (last.size() == 2 && last[0] == config.data.context) return true;

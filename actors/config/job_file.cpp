@@ -13,6 +13,7 @@
 #include "actors/config/job_schema.h"
 #include "actors/config/job_warnings.h"
 #include "actors/config/layer_cuts.h"
+#include "actors/config/node_schema.h"
 #include "actors/config/toml_fields.h"
 
 namespace troupe::actors {
@@ -72,7 +73,9 @@ std::optional<job_config> parse_job_or_throw(const std::string& toml_text,
   if (problem message = parse_toml(toml_text, source_name, &root)) return fail(error, *message);
   std::set<std::string> overridden;
   for (const auto& text : overrides) {
-    if (problem message = apply_override(text, &root, &overridden)) {
+    problem message = is_node_override(text) ? apply_node_override(text, &root, &overridden)
+                                             : apply_override(text, &root, &overridden);
+    if (message) {
       return fail(error, source_name + ": " + *message);
     }
   }
@@ -126,7 +129,9 @@ nlohmann::json to_json(const job_config& config) {
   nlohmann::json json = nlohmann::json::object();
   for (const auto& s : job_schema(copy)) {
     nlohmann::json& keys = json[s.name] = nlohmann::json::object();
-    for (const auto& f : s.fields) keys[f.name] = f.write();
+    for (const auto& f : s.fields) {
+      if (f.is_written()) keys[f.name] = f.write();
+    }
   }
   return json;
 }

@@ -1,6 +1,7 @@
 #include "actors/config/job_keys.h"
 
 #include "actors/config/job_schema.h"
+#include "actors/config/node_schema.h"
 #include "layers/layer_registry.h"
 
 namespace troupe::actors {
@@ -50,6 +51,13 @@ std::vector<layer_type_description> layer_type_keys() {
     for (const detail::field& f : detail::layer_fields(spec)) described.keys.push_back(describe(f));
   }
   return types;
+}
+
+std::vector<key_description> graph_node_keys() {
+  graph_node_spec defaults;
+  std::vector<key_description> keys;
+  for (const detail::field& f : detail::node_fields(defaults)) keys.push_back(describe(f));
+  return keys;
 }
 
 }  // namespace troupe::actors

@@ -40,4 +40,7 @@ std::vector<section_description> job_file_keys();
 /// Every layer type a block may take: the built-in ones, then any registered ones.
 std::vector<layer_type_description> layer_type_keys();
 
+/// The keys of one `[[model.nodes]]` table (a model that is a graph of nodes).
+std::vector<key_description> graph_node_keys();
+
 }  // namespace troupe::actors

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "actors/config/job_values.h"
+#include "actors/config/node_schema.h"
 #include "layers/layer_registry.h"
 
 namespace troupe::actors::detail {
@@ -46,6 +47,8 @@ std::vector<field> convolution_fields(layer_spec& spec) {
           bias_field(spec)};
 }
 
+}  // namespace
+
 problem read_layer(const toml::node& node, const std::string& where, layer_spec* spec) {
   const auto* table = node.as_table();
   if (table == nullptr) return wrong_type(where, "a table such as { type = \"relu\" }", node);
@@ -72,32 +75,9 @@ nlohmann::json layers_json(const std::vector<layer_spec>& specs) {
   return json;
 }
 
-// The sections -----------------------------------------------------------------------------------
+namespace {
 
-/// A key whose value is one of the names choice_names<E>() gives: read once into the enum,
-/// written back as the name (so config.json and its hashes spell it as the job file does).
-template <typename E>
-field choice_field(std::string name, E* target) {
-  std::vector<std::string> names;
-  for (const named_choice<E>& choice : choice_names<E>()) names.push_back(choice.name);
-  auto read = [target, names](const toml::node& node, const std::string& label) -> problem {
-    std::string text;
-    if (problem error = read_string(node, label, names, &text)) return error;
-    for (const named_choice<E>& choice : choice_names<E>()) {
-      if (text == choice.name) *target = choice.value;
-    }
-    return std::nullopt;
-  };
-  auto write = [target] {
-    for (const named_choice<E>& choice : choice_names<E>()) {
-      if (choice.value == *target) return nlohmann::json(choice.name);
-    }
-    return nlohmann::json();
-  };
-  field f{std::move(name), read, write};
-  f.choices = std::move(names);
-  return f;
-}
+// The sections -----------------------------------------------------------------------------------
 
 /// `first` followed by `second`.
 std::vector<field> joined(std::vector<field> first, std::vector<field> second) {
@@ -113,9 +93,12 @@ std::vector<field> model_fields(model_config& model) {
     return read_array(node, label, "an array of positive integers", read_positive,
                       &model.input_shape);
   };
-  return {required({"layers", read_layers, [&model] { return layers_json(model.layers); }})
+  return {field{"layers", read_layers, [&model] { return layers_json(model.layers); }}
               .about("the model's blocks in order, each an inline table with a `type` (see the "
-                     "layer blocks below)"),
+                     "layer blocks below)")
+              .default_means("required unless the model is a graph, model.nodes")
+              .written_only_if([&model] { return model.nodes.empty(); }),
+          nodes_field(model),
           field{"input_shape", read_shape, write_value(&model.input_shape)}
               .about("shape of one sample")
               .default_means("text: [data.context]"),
@@ -130,11 +113,13 @@ std::vector<field> data_fields(data_config& data) {
   return {
       choice_field("dataset", &data.dataset)
           .about("the samples: IDX image files (fashion-mnist), seeded class prototypes with noise "
-                 "(synthetic) or UTF-8 files read as byte tokens (text)"),
+                 "(synthetic), UTF-8 files read as byte tokens (text), one instance of its own "
+                 "length per record of such files (text-records, for model.nodes), or seeded "
+                 "ListOps expressions, each a tree (listops, for model.nodes)"),
       string_field("path", &data.path)
-          .about("directory of the train-* and t10k-* IDX files (.gz or not); for text a file "
-                 "or a directory")
-          .default_means("text: /usr/share/games/fortunes"),
+          .about("directory of the train-* and t10k-* IDX files (.gz or not); for text and "
+                 "text-records a file or a directory")
+          .default_means("text and text-records: /usr/share/games/fortunes"),
       bool_field("shuffle", &data.shuffle).about("reshuffle the training set every epoch, seeded"),
       bool_field("normalize", &data.normalize)
           .about("standardize features with the training set's mean and deviation"),
@@ -145,12 +130,29 @@ std::vector<field> data_fields(data_config& data) {
           .about("use only the first N test samples")
           .default_means("all"),
       integer_field("synthetic_train", &data.synthetic_train, 1)
-          .about("synthetic: training samples"),
-      integer_field("synthetic_test", &data.synthetic_test, 1).about("synthetic: test samples"),
+          .about("synthetic and listops: training samples"),
+      integer_field("synthetic_test", &data.synthetic_test, 1)
+          .about("synthetic and listops: test samples"),
       integer_field("classes", &data.classes, 2).about("synthetic: classes"),
-      integer_field("context", &data.context, 1).about("text: tokens per training sequence"),
+      integer_field("context", &data.context, 1)
+          .about("text: tokens per training sequence; text-records: most tokens of an instance "
+                 "(a longer record is cut into pieces); listops: most tokens of an expression"),
       number_field("validation_fraction", &data.validation_fraction, kBelowOne)
           .about("text: share of the text held out for validation_loss")};
+}
+
+/// The ListOps generator's keys, written to config.json only for listops data.
+std::vector<field> listops_fields(data_config& data) {
+  auto listops = [&data] { return data.dataset == dataset_kind::listops; };
+  return {integer_field("max_depth", &data.max_depth, 1, 100)
+              .about("listops: most nested lists in an expression")
+              .written_only_if(listops),
+          integer_field("max_arguments", &data.max_arguments, 2, 100)
+              .about("listops: most arguments of one list (each has 2 at least)")
+              .written_only_if(listops),
+          integer_field("seed", &data.seed, 0)
+              .about("listops: the generator's seed (the same seed, the same expressions)")
+              .written_only_if(listops)};
 }
 
 std::vector<field> pipeline_fields(parallelism_config& p) {
@@ -336,7 +338,7 @@ std::vector<field> metrics_fields(metrics_config& m) {
 
 std::vector<section> job_schema(job_config& config) {
   return {{"model", model_fields(config.model)},
-          {"data", data_fields(config.data)},
+          {"data", joined(data_fields(config.data), listops_fields(config.data))},
           {"parallelism", parallelism_fields(config.parallelism)},
           {"training", training_fields(config.training)},
           {"checkpoint", checkpoint_fields(config.checkpoint)},

@@ -25,4 +25,36 @@ std::vector<field> layer_fields(layers::layer_spec& spec);
 /// One line on what a block of a built-in `type` computes ("" for other types).
 std::string layer_type_description(const std::string& type);
 
+/// Reads one block of a layers array (an inline table with a `type`), named `where`
+/// ("model.layers[2]") in messages.
+problem read_layer(const toml::node& node, const std::string& where, layers::layer_spec* spec);
+
+/// Blocks as config.json writes them: each a table with its type and every key of the type.
+nlohmann::json layers_json(const std::vector<layers::layer_spec>& specs);
+
+/// A key whose value is one of the names choice_names<E>() gives: read once into the enum,
+/// written back as the name (so config.json and its hashes spell it as the job file does).
+template <typename E>
+field choice_field(std::string name, E* target) {
+  std::vector<std::string> names;
+  for (const named_choice<E>& choice : choice_names<E>()) names.push_back(choice.name);
+  auto read = [target, names](const toml::node& node, const std::string& label) -> problem {
+    std::string text;
+    if (problem error = read_string(node, label, names, &text)) return error;
+    for (const named_choice<E>& choice : choice_names<E>()) {
+      if (text == choice.name) *target = choice.value;
+    }
+    return std::nullopt;
+  };
+  auto write = [target] {
+    for (const named_choice<E>& choice : choice_names<E>()) {
+      if (choice.value == *target) return nlohmann::json(choice.name);
+    }
+    return nlohmann::json();
+  };
+  field f{std::move(name), read, write};
+  f.choices = std::move(names);
+  return f;
+}
+
 }  // namespace troupe::actors::detail

@@ -62,6 +62,8 @@ std::vector<idle_key> training_and_data_keys(const job_config& config) {
   const bool sgd = t.optimizer == layers::optimizer_kind::sgd;
   const bool step = t.lr_schedule == lr_schedule_kind::step;
   const bool text = dataset == dataset_kind::text, synthetic = dataset == dataset_kind::synthetic;
+  const bool records = dataset == dataset_kind::text_records;
+  const bool listops = dataset == dataset_kind::listops;
   const std::string adam =
       std::string("with training.optimizer = \"") + to_string(t.optimizer) + "\"";
   const std::string dataset_why = std::string("with data.dataset = \"") + to_string(dataset) + "\"";
@@ -72,20 +74,25 @@ std::vector<idle_key> training_and_data_keys(const job_config& config) {
       {"training.epsilon", sgd, "with training.optimizer = \"sgd\""},
       {"training.lr_decay", !step, "without training.lr_schedule = \"step\""},
       {"training.lr_decay_epochs", !step, "without training.lr_schedule = \"step\""},
-      {"data.context", !text, dataset_why},
-      {"data.validation_fraction", !text, dataset_why},
-      {"data.synthetic_train", !synthetic, dataset_why},
-      {"data.synthetic_test", !synthetic, dataset_why},
+      {"data.context", !text && !records && !listops, dataset_why},
+      {"data.validation_fraction", !text && !records, dataset_why},
+      {"data.synthetic_train", !synthetic && !listops, dataset_why},
+      {"data.synthetic_test", !synthetic && !listops, dataset_why},
       {"data.classes", !synthetic, dataset_why},
-      {"data.path", synthetic, dataset_why},
+      {"data.path", synthetic || listops, dataset_why},
+      {"data.max_depth", !listops, dataset_why},
+      {"data.max_arguments", !listops, dataset_why},
+      {"data.seed", !listops, dataset_why},
   };
 }
 
-/// Whether `key` ("section.name") holds the same value in both configurations as written.
+/// Whether `key` ("section.name") holds the same value in both configurations as written; not
+/// when either leaves the key out (a key written only where it does something).
 bool same_value(const nlohmann::json& job, const nlohmann::json& defaults, const std::string& key) {
   const size_t dot = key.find('.');
   const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
-  return job.at(section).at(name) == defaults.at(section).at(name);
+  const nlohmann::json &ours = job.at(section), &theirs = defaults.at(section);
+  return ours.contains(name) && theirs.contains(name) && ours.at(name) == theirs.at(name);
 }
 
 /// A sync pipeline of one micro-batch: its only key visits the stages one after another.

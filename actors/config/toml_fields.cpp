@@ -35,19 +35,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string last_part(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
-/// `{ v = VALUE }`: VALUE read as TOML when `v = VALUE` is a document with that one key, else
-/// the text itself as a string.
-toml::table parse_override_value(const std::string& text) {
-  try {
-    toml::table parsed = toml::parse(std::string_view("v = " + text));
-    if (parsed.size() == 1 && parsed.contains("v")) return parsed;
-  } catch (const toml::parse_error&) {
-  }
-  toml::table fallback;
-  fallback.insert("v", text);
-  return fallback;
-}
-
 }  // namespace
 
 problem wrong_type(const std::string& label, const std::string& expected, const toml::node& node) {
@@ -189,6 +176,17 @@ problem read_fields(const toml::table& table, const std::vector<field>& fields, 
 }
 
 // Text in: TOML and overrides --------------------------------------------------------------------
+
+toml::table parse_override_value(const std::string& text) {
+  try {
+    toml::table parsed = toml::parse(std::string_view("v = " + text));
+    if (parsed.size() == 1 && parsed.contains("v")) return parsed;
+  } catch (const toml::parse_error&) {
+  }
+  toml::table fallback;
+  fallback.insert("v", text);
+  return fallback;
+}
 
 problem parse_toml(const std::string& text, const std::string& source, toml::table* root) {
   try {

@@ -38,6 +38,9 @@ struct field {
   std::string default_meaning{};       ///< what a special default stands for ("every core")
   std::vector<std::string> choices{};  ///< the values a closed set accepts (none: any)
   bool expert = false;                 ///< tuning that most jobs leave alone
+  /// When set, config.json holds the key only while this is true: keys added after jobs were
+  /// hashed are left out where they do nothing, so that those jobs' hashes stay as they were.
+  std::function<bool()> written_if{};
 
   /// This field with its one-line description.
   field about(std::string text) && {
@@ -54,6 +57,13 @@ struct field {
     expert = true;
     return std::move(*this);
   }
+  /// This field written to config.json only while `condition` holds.
+  field written_only_if(std::function<bool()> condition) && {
+    written_if = std::move(condition);
+    return std::move(*this);
+  }
+  /// Whether config.json holds this key now.
+  bool is_written() const { return !written_if || written_if(); }
 };
 
 /// A top-level table of the job file and the keys it may hold.
@@ -180,6 +190,10 @@ problem read_fields(const toml::table& table, const std::vector<field>& fields, 
 
 /// Parses `text`; on a syntax error returns "SOURCE:LINE:COLUMN: invalid TOML: ...".
 problem parse_toml(const std::string& text, const std::string& source, toml::table* root);
+
+/// `{ v = VALUE }`: VALUE read as TOML when `v = VALUE` is a document with that one key, else
+/// the text itself as a string (an override's value).
+toml::table parse_override_value(const std::string& text);
 
 /// Applies "section.key=value" to `root`, creating the section when it is missing, and adds
 /// "section.key" to `overridden`. VALUE is read as TOML, or as a plain string when it is not.

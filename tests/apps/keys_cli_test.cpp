@@ -58,7 +58,11 @@ TEST_F(KeysCliTest, PrintsEveryKeyWithItsDefaultAndMarksExpertKeys) {
   const std::string& text = result.output;
   EXPECT_NE(text.find("[parallelism]\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  stages = 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("  layers (required)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  layers = [] (required unless the model is a graph, model.nodes)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("model.nodes: a graph instead of model.layers"), std::string::npos) << text;
+  EXPECT_NE(text.find("  route = \"chain\"\n"), std::string::npos) << text;
   EXPECT_NE(lines_with(text, "max_active_keys = 0 (the number of stages)"), "") << text;
   EXPECT_NE(lines_with(text, "spin_wait_ms = -1").find("[expert]"), std::string::npos) << text;
   EXPECT_NE(lines_with(text, "threads = 0 (every core)").find("[expert]"), std::string::npos);

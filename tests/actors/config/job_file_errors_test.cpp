@@ -212,7 +212,8 @@ TEST(JobFileTest, LayerErrorsNameTheLayer) {
   EXPECT_EQ(error_of(layers("{out=4}")), "job.toml: model.layers[0]: missing required key 'type'");
   EXPECT_THAT(error_of(layers("3")), StartsWith("job.toml: model.layers[0] must be a table"));
   EXPECT_EQ(error_of(layers("")), "job.toml: model.layers must not be empty");
-  EXPECT_EQ(error_of("[training]\nlr = 0.1\n"), "job.toml: missing required key 'model.layers'");
+  EXPECT_EQ(error_of("[training]\nlr = 0.1\n"),
+            "job.toml: missing required key 'model.layers' (or [[model.nodes]], a graph)");
 }
 
 TEST(JobFileTest, InputShapeMustBePositiveIntegers) {

@@ -90,28 +90,6 @@ trace = true
 progress = false
 )";
 
-/// Writes JSON back as TOML: one table per section, arrays and inline tables for the values.
-std::string toml_value(const nlohmann::json& value) {
-  if (!value.is_object() && !value.is_array()) return value.dump();
-  std::string text = value.is_object() ? "{ " : "[";
-  const char* separator = "";
-  for (auto it = value.begin(); it != value.end(); ++it, separator = ", ") {
-    text += separator;
-    if (value.is_object()) text += it.key() + " = ";
-    text += toml_value(*it);
-  }
-  return text + (value.is_object() ? " }" : "]");
-}
-
-std::string json_to_toml(const nlohmann::json& json) {
-  std::string text;
-  for (const auto& [section, keys] : json.items()) {
-    text += "[" + section + "]\n";
-    for (const auto& [key, value] : keys.items()) text += key + " = " + toml_value(value) + "\n";
-  }
-  return text;
-}
-
 TEST(JobFileTest, DefaultsFillEveryKeyNotGiven) {
   std::optional<job_config> config = parse(kMinimal);
   ASSERT_TRUE(config);

@@ -55,14 +55,35 @@ TEST(JobKeysTest, EveryLayerTypeAndLayerKeyHasADescription) {
   }
 }
 
+TEST(JobKeysTest, EveryNodeKeyIsDescribed) {
+  std::vector<std::string> names;
+  for (const key_description& key : graph_node_keys()) {
+    names.push_back(key.name);
+    EXPECT_FALSE(key.description.empty()) << key.name;
+    EXPECT_EQ(key.required, key.default_value.empty()) << key.name;
+    if (key.name == "route") {
+      EXPECT_EQ(key.values, (std::vector<std::string>{"chain", "loop", "tree"}));
+      EXPECT_EQ(key.default_value, "\"chain\"");
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"name", "layers", "route", "emit", "next"}));
+}
+
 TEST(JobKeysTest, TheSectionsAndKeysAreThoseOfConfigJson) {
-  const std::optional<job_config> job =
+  // A chain job's config.json and a graph job's on listops data hold every key between them.
+  const std::optional<job_config> chain =
       parse_job("[model]\nlayers = [{ type = \"linear\", out = 10 }]\n", "job.toml", {}, nullptr);
-  ASSERT_TRUE(job.has_value());
-  const nlohmann::json json = to_json(*job);
+  const std::optional<job_config> graph = parse_job(
+      "[data]\ndataset = \"listops\"\n[[model.nodes]]\nname = \"a\"\nlayers = [{ type = "
+      "\"relu\" }]\n",
+      "job.toml", {}, nullptr);
+  ASSERT_TRUE(chain.has_value());
+  ASSERT_TRUE(graph.has_value());
   std::set<std::string> written, described;
-  for (const auto& [section, keys] : json.items()) {
-    for (const auto& [key, value] : keys.items()) written.insert(section + "." + key);
+  for (const nlohmann::json& json : {to_json(*chain), to_json(*graph)}) {
+    for (const auto& [section, keys] : json.items()) {
+      for (const auto& [key, value] : keys.items()) written.insert(section + "." + key);
+    }
   }
   for (const auto& [name, key] : every_key()) described.insert(name);
   EXPECT_EQ(described, written);
@@ -75,7 +96,9 @@ TEST(JobKeysTest, DefaultsComeFromADefaultJobConfig) {
             std::string("\"") + to_string(job_config().parallelism.mode) + "\"");
   EXPECT_EQ(key_named("model.input_shape").default_value, "[1, 28, 28]");
   EXPECT_EQ(key_named("parallelism.max_active_keys").default_meaning, "the number of stages");
-  EXPECT_TRUE(key_named("model.layers").required);
+  EXPECT_EQ(key_named("model.layers").default_meaning,
+            "required unless the model is a graph, model.nodes");
+  EXPECT_FALSE(key_named("model.nodes").required);
 }
 
 TEST(JobKeysTest, ClosedSetsListTheirValuesAndIncludeTheirDefault) {
