@@ -1,5 +1,7 @@
 #include "layers/row_moves.h"
 
+#include <cstdio>
+
 #include "layers/check.h"
 
 namespace troupe::layers {

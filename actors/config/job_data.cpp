@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "actors/config/model_graph_checks.h"
+#include "layers/listops.h"
 #include "layers/model.h"
+#include "layers/text_records.h"
 
 namespace troupe::actors {
 namespace {
@@ -57,9 +59,64 @@ bool check_vocabulary(const job_config& config, const job_data& data, std::strin
   return true;
 }
 
+/// One split of a dynamic model's data as a data set of instances, the first `keep` of them
+/// (all when keep <= 0).
+layers::dataset instance_split(layers::instance_dataset split, int64_t keep) {
+  if (keep > 0 && keep < split.count()) split.instances.resize(static_cast<size_t>(keep));
+  layers::dataset result;
+  result.name = split.name;
+  result.sample_shape = {1};
+  result.classes = split.classes;
+  result.instances = std::make_shared<const layers::instance_dataset>(std::move(split));
+  return result;
+}
+
+/// Every embedding of the graph must cover the data's tokens.
+bool check_graph_vocabulary(const job_config& config, int vocabulary, std::string* error) {
+  for (size_t n = 0; n < config.model.nodes.size(); ++n) {
+    const graph_node_spec& node = config.model.nodes[n];
+    for (size_t i = 0; i < node.layers.size(); ++i) {
+      const layers::layer_spec& spec = node.layers[i];
+      if (spec.type != "embedding" || spec.vocab >= vocabulary) continue;
+      *error = "model.nodes[" + std::to_string(n) + "] (\"" + node.name + "\") layers[" +
+               std::to_string(i) + "] (embedding): vocab = " + std::to_string(spec.vocab) +
+               " is smaller than the " + to_string(config.data.dataset) + " data's " +
+               std::to_string(vocabulary) + " tokens";
+      return false;
+    }
+  }
+  return true;
+}
+
+/// ListOps generated, or text records read, as instances (layers/instance.h).
+std::optional<job_data> instance_data(const job_config& config, std::string* error) {
+  const data_config& data = config.data;
+  std::optional<layers::instance_splits> splits;
+  if (data.dataset == dataset_kind::listops) {
+    layers::listops_options options;
+    options.train_count = data.synthetic_train;
+    options.test_count = data.synthetic_test;
+    options.max_depth = data.max_depth;
+    options.max_arguments = data.max_arguments;
+    options.max_tokens = data.context;
+    options.seed = data.seed;
+    splits = layers::generate_listops(options, error);
+  } else {
+    splits = layers::load_text_records(data.path, data.context, data.validation_fraction, error);
+  }
+  if (!splits || !check_graph_vocabulary(config, splits->train.vocabulary, error))
+    return std::nullopt;
+  return job_data{instance_split(std::move(splits->train), data.train_samples),
+                  instance_split(std::move(splits->validation), data.test_samples)};
+}
+
 }  // namespace
 
 std::optional<job_data> load_job_data(const job_config& config, std::string* error) {
+  if (config.data.dataset == dataset_kind::listops ||
+      config.data.dataset == dataset_kind::text_records) {
+    return instance_data(config, error);
+  }
   std::optional<job_data> result;
   if (config.data.dataset == dataset_kind::text) {
     auto text = layers::load_text_dataset(config.data.path, config.data.context,

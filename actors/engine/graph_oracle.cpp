@@ -12,12 +12,11 @@ graph_oracle::graph_oracle(const job_config& config, layers::backend& device)
     : config_(config), device_(device), stream_(device.create_stream()) {
   device.set_gemm_precision(stream_, config.training.precision);
   std::string error;
-  const int arity = expected_arity(config.data);
-  auto widths = model_graph_widths(config, arity, &error);
-  TROUPE_CHECK(widths.has_value());
-  program_ = std::make_unique<graph_program>(device, stream_, config.model.nodes, *widths, 0,
-                                             config.model.nodes.size(), arity,
-                                             config.training.seed);
+  auto graph = ordered_graph_of(config, &error);
+  TROUPE_CHECK(graph.has_value());
+  program_ =
+      std::make_unique<graph_program>(device, stream_, graph->nodes, graph->widths, 0,
+                                      graph->nodes.size(), graph->arity, config.training.seed);
   layers::optimizer_settings settings = optimizer_settings_of(config.training);
   settings.nesterov = settings.nesterov || nesterov_correction(config);
   optimizer_ = std::make_unique<layers::optimizer>(stream_, settings, program_->parameters());
@@ -80,8 +79,7 @@ void graph_oracle::train(const layers::dataset& data, int64_t steps) {
         key.push_back(data.instances->instances[static_cast<size_t>(sample)]);
       }
     }
-    train_step(keys, step,
-               static_cast<float>(learning_rate_at(training, step, per_epoch, steps)));
+    train_step(keys, step, static_cast<float>(learning_rate_at(training, step, per_epoch, steps)));
   }
 }
 

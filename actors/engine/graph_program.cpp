@@ -30,24 +30,39 @@ layers::tensor as_rows(const layers::tensor& batch, int64_t width) {
 
 }  // namespace
 
+std::optional<ordered_graph> ordered_graph_of(const job_config& config, std::string* error) {
+  ordered_graph graph;
+  graph.arity = expected_arity(config.data);
+  auto widths = model_graph_widths(config, graph.arity, error);
+  if (!widths) return std::nullopt;
+  for (size_t n : model_graph_order(config)) {
+    graph.nodes.push_back(config.model.nodes[n]);
+    graph.widths.push_back((*widths)[n]);
+  }
+  return graph;
+}
+
 graph_program::graph_program(layers::backend& device, layers::stream s,
                              const std::vector<graph_node_spec>& nodes,
-                             const std::vector<node_widths>& widths, size_t first, size_t last,
-                             int arity, uint64_t seed)
+                             const std::vector<graph_node_widths>& widths, size_t first,
+                             size_t last, int arity, uint64_t seed)
     : device_(device), stream_(s), widths_(widths), first_(first), last_(last), arity_(arity) {
   TROUPE_CHECK(first < last && last <= nodes.size() && widths.size() == nodes.size());
   row_unit unit = row_unit::part;
+  for (const graph_node_spec& spec : nodes) {
+    if (recurrent(spec) && spec.emit == node_emit::root) loss_unit_ = row_unit::instance;
+  }
   for (size_t n = 0; n < last; ++n) {
     if (n == first) input_unit_ = unit;
     const graph_node_spec& spec = nodes[n];
     if (recurrent(spec) && spec.emit == node_emit::root) unit = row_unit::instance;
     if (n < first) continue;
     const int node_arity = spec.route == node_route::tree ? arity : 1;
-    node built{&spec, nullptr, 0};
-    const int64_t blocks_input = widths[n].input;
-    if (recurrent(spec)) built.own_input = widths[n].received;
-    TROUPE_CHECK(blocks_input == widths[n].received + (recurrent(spec) ? node_arity : 0) *
-                                                          widths[n].output);
+    node built{spec, nullptr, 0};
+    const int64_t blocks_input = widths[n].blocks_input;
+    if (recurrent(spec)) built.own_input = widths[n].input;
+    TROUPE_CHECK(blocks_input ==
+                 widths[n].input + (recurrent(spec) ? node_arity : 0) * widths[n].output);
     built.blocks =
         std::make_unique<layers::sequential>(device, s, spec.layers, layers::shape{blocks_input}, 0,
                                              spec.layers.size(), layers::derive_seed(seed, n));
@@ -69,8 +84,8 @@ layers::tensor graph_program::forward(
   layers::tensor rows = as_rows(input, input_width());
   for (size_t i = 0; i < nodes_.size(); ++i) {
     graph_tape::node_record* record = tape ? &tape->nodes[i] : nullptr;
-    rows = recurrent(*nodes_[i].spec) ? run_recurrence(options, nodes_[i], rows, *instances, record)
-                                      : run_chain(options, nodes_[i], rows, record);
+    rows = recurrent(nodes_[i].spec) ? run_recurrence(options, nodes_[i], rows, *instances, record)
+                                     : run_chain(options, nodes_[i], rows, record);
   }
   return rows;
 }
@@ -87,8 +102,8 @@ layers::tensor graph_program::run_recurrence(const layers::run_options& options,
                                              const layers::tensor& rows,
                                              const std::vector<layers::instance>& instances,
                                              graph_tape::node_record* record) {
-  const int arity = n.spec->route == node_route::tree ? arity_ : 1;
-  recurrence_plan plan = plan_recurrence(instances, arity, n.spec->emit);
+  const int arity = n.spec.route == node_route::tree ? arity_ : 1;
+  recurrence_plan plan = plan_recurrence(instances, arity, n.spec.emit);
   const int64_t parts = layout_of(instances).parts();
   TROUPE_CHECK(rows.rows() == parts && rows.row_size() == n.own_input);
   const int64_t width = layers::element_count(n.blocks->output_shape());
@@ -126,7 +141,7 @@ layers::tensor graph_program::backward(const layers::run_options& options, graph
   for (size_t i = nodes_.size(); i-- > 0;) {
     node& n = nodes_[i];
     const bool need = i > 0 || need_input_gradient;
-    if (recurrent(*n.spec)) {
+    if (recurrent(n.spec)) {
       gradient = recurrence_backward(options, n, tape.nodes[i], gradient);
     } else {
       gradient = chain_backward(options, n, tape.nodes[i], gradient, need);
@@ -191,7 +206,7 @@ std::vector<std::string> graph_program::parameter_names() {
   for (node& n : nodes_) {
     for (size_t i = 0; i < n.blocks->size(); ++i) {
       const std::string prefix =
-          n.spec->name + "." + layers::uncut_type(n.spec->layers[i].type) + std::to_string(i) + ".";
+          n.spec.name + "." + layers::uncut_type(n.spec.layers[i].type) + std::to_string(i) + ".";
       for (layers::parameter* p : n.blocks->at(i).parameters()) names.push_back(prefix + p->name);
     }
   }

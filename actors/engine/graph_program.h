@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,14 +32,29 @@ struct graph_tape {
   std::shared_ptr<const std::vector<layers::instance>> instances;
 };
 
+/// A job's graph as its rows visit it: the nodes from the first along `next` to the last (the
+/// order a partition cuts and node indices count in), each with its widths, and the arity of
+/// the job's data.
+struct ordered_graph {
+  std::vector<graph_node_spec> nodes;
+  std::vector<graph_node_widths> widths;
+  int arity = 1;
+};
+
+/// The ordered graph of `config`; nothing, with `error` set as check_model_graph() sets it, for
+/// a graph that does not pass the checks.
+std::optional<ordered_graph> ordered_graph_of(const job_config& config, std::string* error);
+
 class graph_program {
  public:
   /// Builds nodes [first, last) of `nodes`, listed in the order rows visit them, whose widths
-  /// `widths` gives (model_graph_widths(), one per node of the whole graph), on `device`; trees have `arity` children per part. Node n's blocks draw their
-  /// weights from derive_seed(seed, n), so any partition holds the weights the whole graph does.
+  /// `widths` gives (model_graph_widths(), one per node of the whole graph), on `device`; trees
+  /// have `arity` children per part. Node n's blocks draw their weights from derive_seed(seed, n),
+  /// so any partition holds the weights the whole graph does.
   graph_program(layers::backend& device, layers::stream s,
-                const std::vector<graph_node_spec>& nodes, const std::vector<node_widths>& widths,
-                size_t first, size_t last, int arity, uint64_t seed);
+                const std::vector<graph_node_spec>& nodes,
+                const std::vector<graph_node_widths>& widths, size_t first, size_t last, int arity,
+                uint64_t seed);
 
   /// Runs the nodes on a key: `input` holds the rows the first node takes for `instances`.
   /// With a tape (training) it records what backward() needs.
@@ -53,9 +69,11 @@ class graph_program {
   /// The rows the first node takes, and the last gives, for a key of these instances.
   int64_t input_rows(const key_layout& layout) const { return rows_of(layout, input_unit_); }
   int64_t output_rows(const key_layout& layout) const { return rows_of(layout, output_unit_); }
-  int64_t input_width() const { return widths_[first_].received; }
+  int64_t input_width() const { return widths_[first_].input; }
   int64_t output_width() const { return widths_[last_ - 1].output; }
   row_unit output_unit() const { return output_unit_; }
+  /// The rows the graph's last node gives the loss for a key (one label each).
+  int64_t loss_rows(const key_layout& layout) const { return rows_of(layout, loss_unit_); }
 
   std::vector<layers::parameter*> parameters();
   /// "cell.lstm_cell0.weight": each parameter's name, parallel to parameters().
@@ -63,7 +81,7 @@ class graph_program {
 
  private:
   struct node {
-    const graph_node_spec* spec;
+    graph_node_spec spec;  ///< a copy: the program outlives the job's lists
     std::unique_ptr<layers::sequential> blocks;
     int64_t own_input = 0;  ///< loop and tree nodes: the width of the part's own input
   };
@@ -83,12 +101,13 @@ class graph_program {
 
   layers::backend& device_;
   layers::stream stream_;
-  std::vector<node_widths> widths_;
+  std::vector<graph_node_widths> widths_;
   size_t first_;
   size_t last_;
   int arity_;
   row_unit input_unit_ = row_unit::part;
   row_unit output_unit_ = row_unit::part;
+  row_unit loss_unit_ = row_unit::part;
   std::vector<node> nodes_;
 };
 

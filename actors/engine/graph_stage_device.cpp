@@ -3,7 +3,6 @@
 #include <limits>
 #include <unordered_map>
 
-#include "actors/config/model_graph_checks.h"
 #include "actors/engine/graph_program.h"
 #include "actors/engine/model_stage_device.h"
 #include "layers/check.h"
@@ -17,11 +16,11 @@ class graph_stage_device final : public model_stage_device {
   graph_stage_device(const job_config& config, stage_range range, layers::backend& device)
       : model_stage_device(config, range, device) {
     std::string error;
-    const int arity = arity_ = expected_arity(config.data);
-    auto widths = model_graph_widths(config, arity, &error);
-    TROUPE_CHECK(widths.has_value());
-    program_ = std::make_unique<graph_program>(device, stream_, config.model.nodes, *widths,
-                                               range.first, range.last, arity, seed_);
+    auto graph = ordered_graph_of(config, &error);
+    TROUPE_CHECK(graph.has_value());
+    arity_ = graph->arity;
+    program_ = std::make_unique<graph_program>(device, stream_, graph->nodes, graph->widths,
+                                               range.first, range.last, arity_, seed_);
     adopt_parameters(program_->parameters(), program_->parameter_names(), config);
   }
 
@@ -37,8 +36,8 @@ class graph_stage_device final : public model_stage_device {
     for (size_t i = 0; i < message.instances->size(); ++i) {
       const std::string problem = layers::instance_error(bounds, (*message.instances)[i]);
       if (!problem.empty()) {
-        *error = "instance " + std::to_string(i) + " of key " + std::to_string(message.key) +
-                 ": " + problem;
+        *error = "instance " + std::to_string(i) + " of key " + std::to_string(message.key) + ": " +
+                 problem;
         return false;
       }
     }
@@ -55,9 +54,9 @@ class graph_stage_device final : public model_stage_device {
       return false;
     }
     if (message.labels &&
-        static_cast<int64_t>(message.labels->size()) != program_->output_rows(layout)) {
-      *error = std::to_string(message.labels->size()) + " labels for " +
-               std::to_string(program_->output_rows(layout)) + " rows";
+        static_cast<int64_t>(message.labels->size()) != program_->loss_rows(layout)) {
+      *error = std::to_string(message.labels->size()) + " labels where the graph gives the loss " +
+               std::to_string(program_->loss_rows(layout)) + " rows";
       return false;
     }
     if (backward && tapes_.find(message.key) == tapes_.end()) {

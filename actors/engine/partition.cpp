@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "actors/config/layer_cuts.h"
-#include "actors/config/model_graph_checks.h"
+#include "actors/engine/graph_program.h"
 #include "layers/layer_registry.h"
 #include "layers/model.h"
 
@@ -66,22 +66,21 @@ bool starts_stage_well(const job_config& config, size_t block) {
   return layers::find_custom_layer_type(type) != nullptr;
 }
 
-
 /// A graph's nodes as the blocks a partition cuts between: each node's blocks estimated for the
 /// rows a key brings it (nominal_parts_per_instance rows per instance where it runs on parts).
 std::optional<std::vector<block_cost>> estimated_node_costs(const job_config& config,
                                                             std::string* error) {
-  auto widths = model_graph_widths(config, expected_arity(config.data), error);
-  if (!widths) return std::nullopt;
+  auto graph = ordered_graph_of(config, error);
+  if (!graph) return std::nullopt;
   const double instances = static_cast<double>(config.training.batch_size) /
                            std::max(1, config.parallelism.micro_batches);
   std::vector<block_cost> costs;
   bool per_part = true;
-  for (size_t n = 0; n < config.model.nodes.size(); ++n) {
+  for (size_t n = 0; n < graph->nodes.size(); ++n) {
     const double rows = instances * (per_part ? nominal_parts_per_instance : 1.0);
-    layers::shape input{(*widths)[n].input};
+    layers::shape input{graph->widths[n].blocks_input};
     block_cost total;
-    for (const layers::layer_spec& spec : config.model.nodes[n].layers) {
+    for (const layers::layer_spec& spec : graph->nodes[n].layers) {
       layers::shape output;
       if (!layers::infer_output_shape(spec, input, &output, error)) return std::nullopt;
       const block_cost cost = estimate_block(config, spec, input, output, rows);
@@ -93,7 +92,7 @@ std::optional<std::vector<block_cost>> estimated_node_costs(const job_config& co
       input = output;
     }
     costs.push_back(total);
-    per_part = (*widths)[n].emits_per_part;
+    per_part = graph->widths[n].emits_per_part;
   }
   return costs;
 }

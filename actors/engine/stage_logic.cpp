@@ -146,9 +146,9 @@ void stage_logic::forward(const key_message& message, std::vector<stage_output>*
     return;
   }
   // The last stage turns around: loss, then this stage's own backward pass.
-  const float scale = message.instances ? settings_.key_gradient_scale /
-                                               static_cast<float>(message.labels->size())
-                                         : settings_.gradient_scale;
+  const float scale =
+      message.instances ? settings_.key_gradient_scale / static_cast<float>(message.labels->size())
+                        : settings_.gradient_scale;
   loss_result loss = device_.loss(next.payload, *message.labels, scale, true);
   stage_output report{stage_output::kind::loss_report, message};
   report.message.payload = layers::tensor();

@@ -83,7 +83,6 @@ std::optional<key_message> chunk_from_wire(const transport::message& message, st
   return result;
 }
 
-
 /// A dynamic model's instances as one int32 frame: their count, then per instance its parts P,
 /// its parent entries (0 or P) and its labels L, followed by its P tokens, the parent entries
 /// and the L labels.
@@ -244,8 +243,7 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
     auto instances = decode_instances(static_cast<const int32_t*>(frame.data),
                                       frame.bytes / sizeof(int32_t), error);
     if (!instances) return std::nullopt;
-    result.instances =
-        std::make_shared<const std::vector<layers::instance>>(std::move(*instances));
+    result.instances = std::make_shared<const std::vector<layers::instance>>(std::move(*instances));
   }
   for (size_t i = 0; i < frames; ++i) {
     const transport::tensor_frame_info& info = message.header.frames[i];
@@ -272,8 +270,7 @@ std::optional<key_message> key_from_wire(const transport::message& message, laye
   }
   if (result.kind == key_kind::step) {
     if (!result.payload.empty() || result.labels || result.instances ||
-        !(result.norm_squared >= 0) ||
-        !std::isfinite(result.norm_squared)) {
+        !(result.norm_squared >= 0) || !std::isfinite(result.norm_squared)) {
       *error = "an optimizer_step message carries no frames and a finite norm_squared >= 0";
       return std::nullopt;
     }

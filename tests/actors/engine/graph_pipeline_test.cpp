@@ -28,8 +28,8 @@ layers::layer_spec block(const std::string& type, int out = 0) {
   return spec;
 }
 
-graph_node_spec node_of(std::string name, std::vector<layers::layer_spec> blocks,
-                        node_route route, node_emit emit, std::string next) {
+graph_node_spec node_of(std::string name, std::vector<layers::layer_spec> blocks, node_route route,
+                        node_emit emit, std::string next) {
   graph_node_spec spec;
   spec.name = std::move(name);
   spec.layers = std::move(blocks);
@@ -50,8 +50,7 @@ job_config graph_job(bool trees, int stages, int micro_batches, pipeline_mode mo
       node_of("cell", {block("linear", 8), block("tanh")},
               trees ? node_route::tree : node_route::loop,
               trees ? node_emit::root : node_emit::every, "head"),
-      node_of("head", {block("linear", trees ? 10 : 16)}, node_route::chain, node_emit::every,
-              "")};
+      node_of("head", {block("linear", trees ? 10 : 16)}, node_route::chain, node_emit::every, "")};
   config.data.dataset = trees ? dataset_kind::listops : dataset_kind::text_records;
   config.training.batch_size = 8;
   config.training.lr = 0.1;
@@ -81,7 +80,8 @@ layers::dataset instances(bool trees) {
     for (int i = 0; i < 64; ++i) {
       layers::instance& item = data->instances.emplace_back();
       const int length = 1 + static_cast<int>(random.below(9));
-      for (int t = 0; t <= length; ++t) item.tokens.push_back(static_cast<int32_t>(random.below(16)));
+      for (int t = 0; t <= length; ++t)
+        item.tokens.push_back(static_cast<int32_t>(random.below(16)));
       item.labels.assign(item.tokens.begin() + 1, item.tokens.end());
       item.tokens.pop_back();
     }
@@ -104,8 +104,8 @@ testing::weights oracle_weights(const job_config& config, const layers::dataset&
   return result;
 }
 
-void expect_pipeline_matches_oracle(bool trees, int stages, int micro_batches,
-                                    pipeline_mode mode, uint64_t order_seed) {
+void expect_pipeline_matches_oracle(bool trees, int stages, int micro_batches, pipeline_mode mode,
+                                    uint64_t order_seed) {
   const job_config config = graph_job(trees, stages, micro_batches, mode);
   const layers::dataset data = instances(trees);
   const int64_t steps = 12;

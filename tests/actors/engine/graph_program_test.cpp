@@ -46,7 +46,7 @@ graph_node_spec node_of(std::string name, std::vector<layers::layer_spec> blocks
 /// embed → an Elman cell looped over each sequence (or joined over each tree) → head.
 struct test_graph {
   std::vector<graph_node_spec> nodes;
-  std::vector<node_widths> widths;
+  std::vector<graph_node_widths> widths;
   int arity = 1;
 };
 
