@@ -67,6 +67,20 @@ struct pooling_geometry {
   int out_width = 0;
 };
 
+/// The rows of an N-ary LSTM cell's gate arithmetic (N = 1: PyTorch's LSTMCell; N > 1: Tai et
+/// al.'s N-ary Tree-LSTM). An input row is [x | h_1 | c_1 | ... | h_N | c_N], a gates row holds
+/// (3 + N) blocks of `hidden` values in the order i, f_1 .. f_N, u (LSTMCell's g), o, and an
+/// output row is [h | c].
+struct lstm_cell_geometry {
+  int rows = 0;
+  int hidden = 0;
+  int children = 1;
+  int x_width = 0;
+
+  int input_width() const { return x_width + 2 * children * hidden; }
+  int gate_width() const { return (3 + children) * hidden; }
+};
+
 /// PyTorch's SGD: g = gradient_scale * grad + weight_decay * w; v = momentum * v + g; w -= lr * v,
 /// or with `nesterov` (PyTorch's nesterov=True) w -= lr * (g + momentum * v).
 struct sgd_parameters {
@@ -264,6 +278,22 @@ class backend {
   virtual void embedding_backward(stream s, const float* ids, const float* dout,
                                   float* table_gradient, int count, int dim, int vocab,
                                   float beta) = 0;
+
+  // ---- recurrent cells ----------------------------------------------------------------------
+  /// Replaces each row of `gates` (the pre-activations W [x | h_1 .. h_N] + b) by its
+  /// activations, sigmoid of i, f_k and o and tanh of u, and writes output rows [h | c] with
+  /// c = i u + sum over k of f_k c_k (c_k read from `input`) and h = o tanh(c).
+  virtual void lstm_cell_forward(stream s, const lstm_cell_geometry& g, float* gates,
+                                 const float* input, float* output) = 0;
+  /// The backward pass of lstm_cell_forward, from its activated `gates`, `input` and `output`
+  /// and the output gradient [dh | dc]: writes the gradient of the gates' pre-activations to
+  /// `gate_gradient` and, unless `input_gradient` is null, each child's dc_k = f_k dc' (where
+  /// dc' = dc + dh o (1 - tanh(c)^2)) to the c_k columns of `input_gradient`, leaving its other
+  /// columns as they are.
+  virtual void lstm_cell_backward(stream s, const lstm_cell_geometry& g, const float* gates,
+                                  const float* input, const float* output,
+                                  const float* output_gradient, float* gate_gradient,
+                                  float* input_gradient) = 0;
 
   // ---- activations --------------------------------------------------------------------------
   /// y = f(x); y may alias x.

@@ -38,6 +38,27 @@ bool image_output(const layer_spec& spec, const shape& input, int64_t channels, 
   return true;
 }
 
+/// [h | c] from a row [x | h_1 | c_1 | ... | h_N | c_N] (N = 1 for lstm_cell).
+bool lstm_cell_output(const layer_spec& spec, const shape& input, shape* output,
+                      std::string* error) {
+  const bool tree = spec.type == "tree_lstm_cell";
+  if (spec.out < 1) return fail(error, "out (the hidden size) must be at least 1");
+  if (tree && spec.arity < 1) return fail(error, "arity must be at least 1");
+  const int64_t children = tree ? spec.arity : 1;
+  const int64_t states = 2 * children * spec.out;
+  if (input.size() == 1 && input[0] > states) {
+    *output = {2 * int64_t(spec.out)};
+    return true;
+  }
+  const std::string n = std::to_string(children);
+  const std::string row =
+      tree ? "[x | h_1 | c_1 | ... | h_" + n + " | c_" + n + "]" : "[x | h | c]";
+  const std::string sizes = tree ? "2 x arity " + n + " x out " : "2 x out ";
+  return fail(error, "needs input rows " + row + " of more than " + std::to_string(states) +
+                         " features (" + sizes + std::to_string(spec.out) +
+                         " for the states, then at least one of x), got " + to_string(input));
+}
+
 }  // namespace
 
 bool infer_output_shape(const layer_spec& spec, const shape& input, shape* output,
@@ -122,6 +143,8 @@ bool infer_output_shape(const layer_spec& spec, const shape& input, shape* outpu
     *output = input;
     return true;
   }
+  if (t == "lstm_cell" || t == "tree_lstm_cell")
+    return lstm_cell_output(spec, input, output, error);
   if (t == "conv2d") {
     if (spec.out < 1 || spec.kernel < 1) return fail(error, "out and kernel must be at least 1");
     return image_output(spec, input, spec.out, spec.kernel, std::max(spec.stride, 1), spec.padding,
@@ -164,6 +187,11 @@ int64_t parameter_count(const layer_spec& spec, const shape& input) {
     return 4 * width + (3 * width * width + 3 * width) + (width * width + width) +
            (width * wide + wide) + (wide * width + width);
   }
+  if (spec.type == "lstm_cell" || spec.type == "tree_lstm_cell") {
+    const int64_t children = spec.type == "lstm_cell" ? 1 : spec.arity;
+    const int64_t gates = (3 + children) * spec.out;
+    return gates * (width - children * spec.out) + (spec.bias ? gates : 0);
+  }
   if (spec.type == "conv2d") {
     return (input.empty() ? 0 : input[0]) * spec.kernel * spec.kernel * spec.out + bias;
   }
@@ -188,6 +216,8 @@ std::unique_ptr<layer> make_layer(backend& device, stream s, const layer_spec& s
   if (t == "layernorm") return make_layer_norm_layer(device, s, input);
   if (t == "transformer_block")
     return make_transformer_block(device, s, spec, input, seed, layer_index);
+  if (t == "lstm_cell" || t == "tree_lstm_cell")
+    return make_lstm_cell_layer(device, s, spec, input, output, seed);
   if (t == "conv2d") return make_convolution_layer(device, s, spec, input, output, seed);
   if (t == "maxpool2d") return make_pooling_layer(spec, input, output);
   if (t == "flatten") return make_flatten_layer(input, output);

@@ -38,6 +38,10 @@ std::unique_ptr<layer> make_transformer_block(backend& device, stream s, const l
                                               const shape& input, uint64_t seed,
                                               uint64_t layer_index);
 
+/// An LSTM cell over rows (spec.type lstm_cell, or tree_lstm_cell with spec.arity children).
+std::unique_ptr<layer> make_lstm_cell_layer(backend& device, stream s, const layer_spec& spec,
+                                            const shape& input, const shape& output, uint64_t seed);
+
 /// A parameter of `dims` filled from U(-bound, bound) drawn from `generator` on the host.
 parameter make_uniform_parameter(backend& device, stream s, const char* name, shape dims,
                                  float bound, class random_generator& generator);

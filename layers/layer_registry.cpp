@@ -25,7 +25,9 @@ const std::vector<std::string>& built_in_layer_types() {
                                                  "embedding",
                                                  "layernorm",
                                                  "transformer_block",
-                                                 "lm_head"};
+                                                 "lm_head",
+                                                 "lstm_cell",
+                                                 "tree_lstm_cell"};
   return names;
 }
 

@@ -10,21 +10,26 @@ namespace troupe::layers {
 /// One block of `model.layers`. Fields a type does not use keep their defaults.
 struct layer_spec {
   /// linear, relu, tanh, gelu, conv2d, maxpool2d, flatten, dropout, embedding, layernorm,
-  /// transformer_block, lm_head; linear_head and linear_tail, conv2d_head and conv2d_tail where
-  /// a partition cuts a layer (never written in a job file)
+  /// transformer_block, lm_head, lstm_cell, tree_lstm_cell; linear_head and linear_tail,
+  /// conv2d_head and conv2d_tail where a partition cuts a layer (never written in a job file)
   std::string type;
-  int out = 0;            ///< linear: output features; conv2d: output channels
+  /// linear: output features; conv2d: output channels; lstm_cell, tree_lstm_cell: the hidden
+  /// size H (a row's output is [h | c], 2 H wide)
+  int out = 0;
   int kernel = 0;         ///< conv2d, maxpool2d: window size (maxpool2d default 2)
   int stride = 0;         ///< conv2d default 1; maxpool2d default = kernel
   int padding = 0;        ///< conv2d zero padding
   float probability = 0;  ///< dropout: probability of zeroing an element
-  bool bias = true;       ///< linear, conv2d, lm_head: whether to add a bias
+  bool bias = true;       ///< linear, conv2d, lm_head, lstm cells: whether to add a bias
   int vocab = 0;          ///< embedding, lm_head: vocabulary size
   int dim = 0;            ///< embedding: width of a token's vector
   int positions = 0;      ///< embedding: learned positions (0: the input's length)
   int heads = 0;          ///< transformer_block: attention heads (must divide the width)
   int mlp_ratio = 4;      ///< transformer_block: MLP width over model width
   float dropout = 0;      ///< transformer_block: residual dropout probability
+  /// tree_lstm_cell: children per tree node (N of the N-ary Tree-LSTM). Its rows are
+  /// [x | h_1 | c_1 | ... | h_N | c_N] (zeros for a missing child); lstm_cell's are [x | h | c].
+  int arity = 2;
   /// linear_head, linear_tail (conv2d_head, conv2d_tail): the two parts of a layer of `out`
   /// outputs (channels) that a partition cuts (actors/config/layer_cuts.h); the head computes
   /// outputs [0, split), the tail the rest.

@@ -58,6 +58,10 @@ class shapes_only final : public backend {
                            int, int) override {}
   void causal_softmax_forward(stream, const float*, float*, int, int, float) override {}
   void softmax_backward(stream, const float*, const float*, float*, int, int, float) override {}
+  void lstm_cell_forward(stream, const lstm_cell_geometry&, float*, const float*, float*) override {
+  }
+  void lstm_cell_backward(stream, const lstm_cell_geometry&, const float*, const float*,
+                          const float*, const float*, float*, float*) override {}
   void embedding_forward(stream, const float*, const float*, float*, int, int, int) override {}
   void embedding_backward(stream, const float*, const float*, float*, int, int, int,
                           float) override {}

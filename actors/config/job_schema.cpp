@@ -385,6 +385,15 @@ std::vector<field> layer_fields(layer_spec& spec) {
             probability_field("dropout", &spec.dropout).about("residual dropout probability")};
   }
   if (type == "lm_head") return {vocab_field(spec), bias_field(spec)};
+  if (type == "lstm_cell" || type == "tree_lstm_cell") {
+    std::vector<field> fields = {
+        required(integer_field("out", &spec.out, 1)).about("hidden size H: rows out are [h | c]"),
+        bias_field(spec)};
+    if (type == "tree_lstm_cell") {
+      fields.push_back(integer_field("arity", &spec.arity, 1).about("children per tree node"));
+    }
+    return fields;
+  }
   return custom_layer_fields(spec);
 }
 
@@ -405,7 +414,11 @@ std::string layer_type_description(const std::string& type) {
       {"transformer_block",
        "GPT-2's pre-LayerNorm block: causal self-attention and a GELU MLP, each with its "
        "residual"},
-      {"lm_head", "a linear to the vocabulary over every token: [T, vocab] logits"}};
+      {"lm_head", "a linear to the vocabulary over every token: [T, vocab] logits"},
+      {"lstm_cell", "PyTorch's LSTMCell over rows [x | h | c], each to [h' | c']"},
+      {"tree_lstm_cell",
+       "the N-ary Tree-LSTM cell (Tai et al. 2015) over rows [x | h_1 | c_1 | ... | h_N | c_N], "
+       "each to [h | c]"}};
   const auto found = descriptions.find(type);
   return found == descriptions.end() ? "" : found->second;
 }

@@ -13,6 +13,7 @@
 #include "layers/block_cache.h"
 #include "layers/check.h"
 #include "layers/cpu/cpu_kernels.h"
+#include "layers/cpu/cpu_recurrent_kernels.h"
 #include "layers/cpu/cpu_thread_pool.h"
 #include "layers/cpu/cpu_transformer_kernels.h"
 #include "layers/gemm_precision.h"
@@ -194,6 +195,20 @@ class cpu_backend final : public backend {
                         int rows, int cols, float scale) override {
     for_each_row_range(rows, cols, [&](int first, int last) {
       cpu::softmax_backward(probabilities, dp, dscores, first, last, cols, scale);
+    });
+  }
+  void lstm_cell_forward(stream, const lstm_cell_geometry& g, float* gates, const float* input,
+                         float* output) override {
+    for_each_row_range(g.rows, g.gate_width(), [&](int first, int last) {
+      cpu::lstm_cell_forward(g, gates, input, output, first, last);
+    });
+  }
+  void lstm_cell_backward(stream, const lstm_cell_geometry& g, const float* gates,
+                          const float* input, const float* output, const float* output_gradient,
+                          float* gate_gradient, float* input_gradient) override {
+    for_each_row_range(g.rows, g.gate_width(), [&](int first, int last) {
+      cpu::lstm_cell_backward(g, gates, input, output, output_gradient, gate_gradient,
+                              input_gradient, first, last);
     });
   }
   void embedding_forward(stream, const float* ids, const float* table, float* out, int count,

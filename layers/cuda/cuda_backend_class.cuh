@@ -111,6 +111,16 @@ class cuda_backend final : public backend {
                         int rows, int cols, float scale) override {
     cuda_kernels::softmax_backward(enter(s), probabilities, dp, dscores, rows, cols, scale);
   }
+  void lstm_cell_forward(stream s, const lstm_cell_geometry& g, float* gates, const float* input,
+                         float* output) override {
+    cuda_kernels::lstm_cell_forward(enter(s), g, gates, input, output);
+  }
+  void lstm_cell_backward(stream s, const lstm_cell_geometry& g, const float* gates,
+                          const float* input, const float* output, const float* output_gradient,
+                          float* gate_gradient, float* input_gradient) override {
+    cuda_kernels::lstm_cell_backward(enter(s), g, gates, input, output, output_gradient,
+                                     gate_gradient, input_gradient);
+  }
   void embedding_forward(stream s, const float* ids, const float* table, float* out, int count,
                          int dim, int vocab) override {
     cuda_kernels::embedding_forward(enter(s), ids, table, out, count, dim, vocab);

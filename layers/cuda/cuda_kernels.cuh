@@ -120,4 +120,11 @@ void embedding_forward(cudaStream_t s, const float* ids, const float* table, flo
 void embedding_backward(cudaStream_t s, const float* ids, const float* dout, float* table_gradient,
                         int count, int dim, int vocab, float beta);
 
+// ---- recurrent-cell kernels (cuda_recurrent_kernels.cu) ----------------------------------------
+void lstm_cell_forward(cudaStream_t s, const lstm_cell_geometry& g, float* gates,
+                       const float* input, float* output);
+void lstm_cell_backward(cudaStream_t s, const lstm_cell_geometry& g, const float* gates,
+                        const float* input, const float* output, const float* output_gradient,
+                        float* gate_gradient, float* input_gradient);
+
 }  // namespace troupe::layers::cuda_kernels

@@ -208,7 +208,10 @@ TEST(JobFileTest, LayerErrorsNameTheLayer) {
   EXPECT_EQ(error_of(layers("{type=\"lineer\", out=4}")),
             "job.toml: model.layers[0].type must be one of 'linear', 'relu', 'tanh', 'gelu', "
             "'conv2d', 'maxpool2d', 'flatten', 'dropout', 'embedding', 'layernorm', "
-            "'transformer_block', 'lm_head', got 'lineer'; did you mean 'linear'?");
+            "'transformer_block', 'lm_head', 'lstm_cell', 'tree_lstm_cell', got 'lineer'; did "
+            "you mean 'linear'?");
+  EXPECT_EQ(error_of(layers("{type=\"tree_lstm_cell\", out=4, arity=0}")),
+            "job.toml: model.layers[0] (tree_lstm_cell): arity must be >= 1, got 0");
   EXPECT_EQ(error_of(layers("{out=4}")), "job.toml: model.layers[0]: missing required key 'type'");
   EXPECT_THAT(error_of(layers("3")), StartsWith("job.toml: model.layers[0] must be a table"));
   EXPECT_EQ(error_of(layers("")), "job.toml: model.layers must not be empty");

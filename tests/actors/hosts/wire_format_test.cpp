@@ -100,6 +100,14 @@ class device_like_backend final : public backend {
   void softmax_backward(stream, const float*, const float*, float*, int, int, float) override {
     FAIL();
   }
+  void lstm_cell_forward(stream, const layers::lstm_cell_geometry&, float*, const float*,
+                         float*) override {
+    FAIL();
+  }
+  void lstm_cell_backward(stream, const layers::lstm_cell_geometry&, const float*, const float*,
+                          const float*, const float*, float*, float*) override {
+    FAIL();
+  }
   void embedding_forward(stream, const float*, const float*, float*, int, int, int) override {
     FAIL();
   }
