@@ -168,6 +168,86 @@ key_message forward_message(backend& device, const std::vector<float>& values) {
   return message;
 }
 
+/// A sequence of three parts and a tree ((a b) c), as a dynamic model's key carries them.
+std::shared_ptr<const std::vector<layers::instance>> two_instances() {
+  layers::instance sequence;
+  sequence.tokens = {4, 5, 6};
+  sequence.labels = {5, 6, 7};
+  layers::instance tree;
+  tree.tokens = {1, 2, 15, 3, 15};
+  tree.parent = {2, 2, 4, 4, -1};
+  tree.labels = {9};
+  return std::make_shared<const std::vector<layers::instance>>(
+      std::vector<layers::instance>{sequence, tree});
+}
+
+bool same_instances(const std::vector<layers::instance>& a,
+                    const std::vector<layers::instance>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].tokens != b[i].tokens || a[i].parent != b[i].parent || a[i].labels != b[i].labels)
+      return false;
+  }
+  return true;
+}
+
+TEST(WireFormatTest, ADynamicModelsInstancesTravelWithItsKeyBothWays) {
+  auto device = testing::cpu_backend();
+  key_message message = forward_message(*device, testing::random_values(32, 3));
+  message.instances = two_instances();
+  std::string error;
+  auto forward = key_from_wire(to_wire(message, wire_route{}), *device, &error);
+  ASSERT_TRUE(forward.has_value()) << error;
+  ASSERT_TRUE(forward->instances);
+  EXPECT_TRUE(same_instances(*forward->instances, *message.instances));
+  EXPECT_EQ(*forward->labels, *message.labels) << "the labels frame stays the labels";
+  // A backward message has no labels: the instances must not be taken for them.
+  message.kind = key_kind::backward;
+  message.labels.reset();
+  auto backward = key_from_wire(to_wire(message, wire_route{}), *device, &error);
+  ASSERT_TRUE(backward.has_value()) << error;
+  EXPECT_FALSE(backward->labels);
+  ASSERT_TRUE(backward->instances);
+  EXPECT_TRUE(same_instances(*backward->instances, *message.instances));
+}
+
+TEST(WireFormatTest, AForgedInstancesFrameIsRefusedWithTheReason) {
+  auto device = testing::cpu_backend();
+  key_message message = forward_message(*device, testing::random_values(32, 4));
+  message.instances = two_instances();
+  const transport::message good = to_wire(message, wire_route{});
+  const auto* frame = static_cast<const int32_t*>(good.payloads.back().data);
+  const std::vector<int32_t> encoded(frame, frame + good.payloads.back().bytes / sizeof(int32_t));
+  auto refusal = [&](std::vector<int32_t> values) {
+    transport::message forged = good;
+    forged.header.frames.pop_back();
+    forged.payloads.pop_back();
+    transport::add_payload(forged, {static_cast<int64_t>(values.size())},
+                           std::make_shared<const std::vector<int32_t>>(std::move(values)));
+    std::string error;
+    EXPECT_FALSE(key_from_wire(forged, *device, &error).has_value());
+    return error;
+  };
+  std::vector<int32_t> too_many = encoded;
+  too_many[0] = 1000;  // more instances than the frame holds
+  EXPECT_NE(refusal(too_many).find("count that fits"), std::string::npos);
+  std::vector<int32_t> cut = encoded;
+  cut.pop_back();
+  EXPECT_NE(refusal(cut).find("do not fit"), std::string::npos);
+  std::vector<int32_t> backwards = encoded;
+  // The tree's first parent entry (after the sequence's 3 + 3 + 3 counts and values and the
+  // tree's 3 counts and 5 tokens) points before its part.
+  backwards[1 + 3 + 6 + 3 + 5] = 0;
+  EXPECT_NE(refusal(backwards).find("not a tree"), std::string::npos);
+  // Flagged, but its frames are only the payload.
+  transport::message without_frame = good;
+  without_frame.header.frames.resize(1);
+  without_frame.payloads.resize(1);
+  std::string error;
+  EXPECT_FALSE(key_from_wire(without_frame, *device, &error).has_value());
+  EXPECT_NE(error.find("lacks their int32 frame"), std::string::npos) << error;
+}
+
 TEST(WireFormatTest, CpuPayloadTravelsInPlace) {
   auto device = testing::cpu_backend();
   const key_message message = forward_message(*device, testing::random_values(64, 1));
