@@ -36,6 +36,8 @@ class graph_oracle {
   void train(const layers::dataset& data, int64_t steps);
 
   std::vector<layers::parameter*> parameters() { return program_->parameters(); }
+  /// "cell.lstm_cell0.weight": each parameter's name, as a stage's checkpoint shard names it.
+  std::vector<std::string> parameter_names() { return program_->parameter_names(); }
   layers::stream work_stream() const { return stream_; }
 
  private:

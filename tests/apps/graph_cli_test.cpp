@@ -1,0 +1,189 @@
+// Dynamic models from the command line: a sync run of a Tree-LSTM on ListOps and of an LSTM
+// over whole fortunes, in one process and with each stage in a worker process of its own,
+// ends with the weights of the graph oracle (every instance run alone).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/config/job_data.h"
+#include "actors/config/job_file.h"
+#include "actors/engine/graph_oracle.h"
+#include "actors/storage/safetensors.h"
+#include "layers/backend_registry.h"
+#include "tests/support/cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::actors {
+namespace {
+
+using troupe::testing::run_result;
+
+const char* const kTreeJob = R"([[model.nodes]]
+name = "embed"
+layers = [{ type = "embedding", vocab = 16, dim = 8 }]
+next = "cell"
+
+[[model.nodes]]
+name = "cell"
+layers = [{ type = "tree_lstm_cell", out = 8, arity = 2 }]
+route = "tree"
+emit = "root"
+next = "head"
+
+[[model.nodes]]
+name = "head"
+layers = [{ type = "linear", out = 10 }]
+
+[data]
+dataset = "listops"
+max_depth = 3
+synthetic_train = 96
+synthetic_test = 16
+
+[training]
+batch_size = 8
+epochs = 1
+max_steps = 8
+optimizer = "adam"
+lr = 0.01
+)";
+
+const char* const kSequenceJob = R"([[model.nodes]]
+name = "embed"
+layers = [{ type = "embedding", vocab = 256, dim = 8 }]
+next = "cell"
+
+[[model.nodes]]
+name = "cell"
+layers = [{ type = "lstm_cell", out = 8 }]
+route = "loop"
+next = "head"
+
+[[model.nodes]]
+name = "head"
+layers = [{ type = "linear", out = 256 }]
+
+[data]
+dataset = "text-records"
+context = 48
+train_samples = 64
+test_samples = 8
+
+[training]
+batch_size = 8
+epochs = 1
+max_steps = 8
+lr = 0.1
+)";
+
+class GraphCliTest : public troupe::testing::troupe_command_test {
+ protected:
+  fs::path write_job(const std::string& name, const std::string& text) {
+    const fs::path path = directory_ / (name + ".toml");
+    std::ofstream(path) << text << "\n[checkpoint]\ninterval_steps = 8\n";
+    return path;
+  }
+
+  /// The oracle's weights after the job's steps, by parameter name.
+  std::map<std::string, std::vector<float>> oracle_weights(const fs::path& job,
+                                                           const std::vector<std::string>& sets) {
+    job_error problem;
+    auto config = load_job_file(job.string(), sets, &problem);
+    EXPECT_TRUE(config.has_value()) << problem.message;
+    std::string error;
+    auto data = load_job_data(*config, &error);
+    EXPECT_TRUE(data.has_value()) << error;
+    auto device = layers::create_backend("cpu", 1, &error);
+    graph_oracle oracle(*config, *device);
+    oracle.train(data->train, config->training.max_steps);
+    std::map<std::string, std::vector<float>> weights;
+    const std::vector<std::string> names = oracle.parameter_names();
+    const std::vector<layers::parameter*> parameters = oracle.parameters();
+    for (size_t i = 0; i < names.size(); ++i)
+      weights[names[i]] = parameters[i]->value.to_host(oracle.work_stream());
+    return weights;
+  }
+
+  /// Trains `job` with `arguments`, exports its last checkpoint and compares every weight with
+  /// the oracle's (relative to the tensor's largest value).
+  void expect_equals_oracle(const fs::path& job, const std::vector<std::string>& sets,
+                            const std::string& arguments) {
+    std::string set_text;
+    for (const std::string& set : sets) set_text += " --set " + set;
+    const fs::path run = directory_ / ("run" + std::to_string(runs_++));
+    run_result trained =
+        troupe("train " + job.string() + set_text + " --quiet --out " + run.string() + arguments);
+    ASSERT_EQ(trained.status, 0) << trained.errors;
+    const fs::path file = run / "weights.safetensors";
+    run_result exported =
+        troupe("export " + (run / "checkpoints" / "step-8").string() + " " + file.string());
+    ASSERT_EQ(exported.status, 0) << exported.errors;
+    std::string error;
+    auto tensors = read_safetensors(file.string(), &error);
+    ASSERT_TRUE(tensors.has_value()) << error;
+    const auto expected = oracle_weights(job, sets);
+    ASSERT_EQ(tensors->size(), expected.size()) << arguments;
+    for (const named_tensor& tensor : *tensors) {
+      // The export names each tensor "stage{s}.{name}".
+      auto found = expected.find(tensor.name.substr(tensor.name.find('.') + 1));
+      ASSERT_NE(found, expected.end()) << tensor.name;
+      ASSERT_EQ(found->second.size(), tensor.values.size()) << tensor.name;
+      double scale = 0, difference = 0;
+      for (size_t i = 0; i < tensor.values.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(found->second[i])));
+        difference = std::max(difference,
+                              std::fabs(static_cast<double>(tensor.values[i]) - found->second[i]));
+      }
+      EXPECT_LE(difference, 1e-5 * scale) << tensor.name << arguments << " " << set_text;
+    }
+  }
+
+  int runs_ = 0;
+};
+
+TEST_F(GraphCliTest, SyncTreeLstmEqualsTheOracleInOneProcessAndAcrossWorkers) {
+  const fs::path job = write_job("tree", kTreeJob);
+  const std::vector<std::string> two_stages{"parallelism.stages=2", "parallelism.micro_batches=2",
+                                            "parallelism.partition=uniform"};
+  expect_equals_oracle(job, two_stages, "");
+  expect_equals_oracle(job, two_stages, " --workers 2");
+}
+
+TEST_F(GraphCliTest, SyncLstmOverWholeFortunesEqualsTheOracleInOneProcessAndAcrossWorkers) {
+  if (!fs::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "no fortunes (Debian: fortunes)";
+  const fs::path job = write_job("sequence", kSequenceJob);
+  const std::vector<std::string> three_stages{"parallelism.stages=3", "parallelism.micro_batches=4",
+                                              "parallelism.partition=uniform"};
+  expect_equals_oracle(job, three_stages, "");
+  expect_equals_oracle(job, three_stages, " --workers 3");
+}
+
+TEST_F(GraphCliTest, AnAsyncTreeLstmLearnsListOpsAcrossStages) {
+  std::string text = kTreeJob;
+  text.replace(text.find("dim = 8"), 7, "dim = 16");
+  text.replace(text.find("out = 8, arity"), 14, "out = 32, arity");
+  const fs::path job = write_job("learn", text);
+  const fs::path run = directory_ / "learn";
+  run_result trained = troupe(
+      "train " + job.string() +
+      " --set parallelism.stages=2 --set parallelism.mode=async --set parallelism.max_active_keys=2"
+      " --set training.max_steps=0 --set training.epochs=8 --set training.batch_size=16"
+      " --set data.synthetic_train=1024 --set data.synthetic_test=256 --set data.max_depth=2"
+      " --quiet --out " +
+      run.string());
+  ASSERT_EQ(trained.status, 0) << trained.errors;
+  const std::string summary = troupe::testing::read_file(run / "summary.json");
+  const auto at = summary.find("\"final_test_accuracy\":");
+  ASSERT_NE(at, std::string::npos) << summary;
+  // Ten classes: chance is 0.1, the most common value of these lists about 0.2.
+  EXPECT_GT(std::stod(summary.substr(at + 22)), 0.4) << summary;
+}
+
+}  // namespace
+}  // namespace troupe::actors
