@@ -313,8 +313,20 @@ double largest_share(const partition_plan& plan) {
 }
 
 std::string describe_plan(const job_config& config, const partition_plan& plan) {
-  // Stage bounds as the job file numbers its blocks: "4:736" inside a cut linear layer.
   std::string stages;
+  if (!config.model.nodes.empty()) {
+    // A graph's stages by the nodes they hold, in the order rows visit them: "[embed] [cell head]".
+    std::string error;
+    auto graph = ordered_graph_of(config, &error);
+    for (size_t s = 0; graph && s < plan.ranges.size(); ++s) {
+      stages += s == 0 ? "[" : " [";
+      for (size_t n = plan.ranges[s].first; n < plan.ranges[s].last; ++n)
+        stages += (n == plan.ranges[s].first ? "" : " ") + graph->nodes[n].name;
+      stages += "]";
+    }
+    return "stages " + stages + "; predicted share " + predicted_shares(plan);
+  }
+  // Stage bounds as the job file numbers its blocks: "4:736" inside a cut linear layer.
   for (size_t s = 0; s < plan.ranges.size(); ++s) {
     stages += (s == 0 ? "[" : " [") + written_bound(config, plan.ranges[s].first) + "," +
               written_bound(config, plan.ranges[s].last) + ")";
