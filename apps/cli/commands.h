@@ -152,6 +152,17 @@ struct converge_options {
 /// and predicted.
 int run_converge(const converge_options& options);
 
+struct dataset_options {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  std::string out_directory;
+};
+
+/// `troupe dataset JOB --out DIR`: writes the training and test instances of a graph model's
+/// job (listops: train.tsv and test.tsv, label<TAB>expression; text-records: train.jsonl and
+/// test.jsonl, one {"tokens", "labels"} object a line) and its resolved config.json.
+int run_dataset(const dataset_options& options);
+
 /// `troupe calibrate JOB --out PROFILE`: times the job's blocks and the ipc:// transport here.
 int run_calibrate(const calibrate_options& options);
 

@@ -269,6 +269,16 @@ void add_calibrate(CLI::App& app, troupe::apps::calibrate_options& options) {
       ->capture_default_str();
 }
 
+void add_dataset(CLI::App& app, troupe::apps::dataset_options& options) {
+  CLI::App* dataset = app.add_subcommand(
+      "dataset", "Write the training and test instances of a graph model's job, for other tools");
+  dataset->add_option("job", options.job_file, "Job file (TOML)")->required();
+  dataset->add_option("--out", options.out_directory, "Output directory")->required();
+  dataset->add_option("--set", options.overrides, "Override a job-file key: section.key=value")
+      ->take_all()
+      ->allow_extra_args(false);
+}
+
 void add_validate(CLI::App& app, troupe::apps::validate_options& options) {
   CLI::App* validate = app.add_subcommand(
       "validate", "Compare real runs on this machine with the simulator's predictions");
@@ -385,6 +395,8 @@ int main(int argc, char** argv) {
   add_simulate(app, simulate);
   troupe::apps::calibrate_options calibrate;
   add_calibrate(app, calibrate);
+  troupe::apps::dataset_options dataset;
+  add_dataset(app, dataset);
   troupe::apps::validate_options validate;
   add_validate(app, validate);
   troupe::apps::converge_options converge;
@@ -415,6 +427,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("generate")) return troupe::apps::run_generate(generate);
     if (app.got_subcommand("simulate")) return troupe::apps::run_simulate(simulate);
     if (app.got_subcommand("calibrate")) return troupe::apps::run_calibrate(calibrate);
+    if (app.got_subcommand("dataset")) return troupe::apps::run_dataset(dataset);
     if (app.got_subcommand("validate")) return troupe::apps::run_validate(validate);
     if (app.got_subcommand("converge")) return troupe::apps::run_converge(converge);
     if (app.got_subcommand("plot")) return troupe::apps::run_plot(plot);
