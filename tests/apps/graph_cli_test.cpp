@@ -164,6 +164,30 @@ TEST_F(GraphCliTest, SyncLstmOverWholeFortunesEqualsTheOracleInOneProcessAndAcro
   expect_equals_oracle(job, three_stages, " --workers 3");
 }
 
+TEST_F(GraphCliTest, ASyncGraphRunResumedFromItsCheckpointEndsWithTheSameWeights) {
+  const fs::path job = directory_ / "resume.toml";
+  std::ofstream(job) << kTreeJob << "\n[checkpoint]\ninterval_steps = 4\n";
+  const std::string sets =
+      " --set parallelism.stages=2 --set parallelism.micro_batches=2 --set training.max_steps=8"
+      " --quiet --out ";
+  const fs::path whole = directory_ / "whole", resumed = directory_ / "resumed";
+  ASSERT_EQ(troupe("train " + job.string() + sets + whole.string()).status, 0);
+  // The same run, stopped after its step-4 checkpoint: resumed from there.
+  fs::copy(whole, resumed, fs::copy_options::recursive);
+  fs::remove_all(resumed / "checkpoints" / "step-8");
+  std::ofstream(resumed / "checkpoints" / "latest") << "step-4\n";
+  run_result again = troupe("train " + job.string() + sets + resumed.string() + " --resume");
+  ASSERT_EQ(again.status, 0) << again.errors;
+  for (const fs::path& run : {whole, resumed}) {
+    ASSERT_EQ(troupe("export " + (run / "checkpoints" / "step-8").string() + " " +
+                     (run / "weights.safetensors").string())
+                  .status,
+              0);
+  }
+  EXPECT_EQ(troupe::testing::read_file(whole / "weights.safetensors"),
+            troupe::testing::read_file(resumed / "weights.safetensors"));
+}
+
 TEST_F(GraphCliTest, AnAsyncTreeLstmLearnsListOpsAcrossStages) {
   std::string text = kTreeJob;
   text.replace(text.find("dim = 8"), 7, "dim = 16");
