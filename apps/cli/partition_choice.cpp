@@ -131,6 +131,7 @@ std::string interleaving_note(const actors::job_config& config, bool in_table) {
 
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
+  if (!config->model.nodes.empty()) return true;  // balanced by estimate (choose_partition)
   auto costs = actors::estimated_block_costs(*config, error);
   if (!costs) return false;
   return set_cut_points(config, actors::cheapest_cut_points(*config, *costs), error);
@@ -140,7 +141,10 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
                                             std::string* error) {
   std::string mode = config->parallelism.partition;
   std::optional<std::vector<actors::block_cost>> measured;
-  if (mode == "measured" && config->parallelism.stages > 1) {
+  if (mode == "measured" && !config->model.nodes.empty()) {
+    // A graph's nodes are cut by their estimated costs per key until their visits are timed.
+    mode = "measured: a graph's nodes are not timed yet, balanced by their estimated costs";
+  } else if (mode == "measured" && config->parallelism.stages > 1) {
     const std::string cuts = previous_cut_points(*config, previous);
     if (!cuts.empty()) {
       mode = "measured, as in " + previous;

@@ -188,6 +188,17 @@ TEST_F(GraphCliTest, ASyncGraphRunResumedFromItsCheckpointEndsWithTheSameWeights
             troupe::testing::read_file(resumed / "weights.safetensors"));
 }
 
+TEST_F(GraphCliTest, AMeasuredPartitionOfAGraphSaysItIsBalancedByEstimate) {
+  const fs::path job = write_job("measured", kTreeJob);
+  run_result trained = troupe("train " + job.string() +
+                              " --set parallelism.stages=2 --set parallelism.partition=measured"
+                              " --out " +
+                              (directory_ / "measured").string());
+  ASSERT_EQ(trained.status, 0) << trained.errors;
+  EXPECT_NE(trained.errors.find("stages [embed] [cell head]"), std::string::npos) << trained.errors;
+  EXPECT_NE(trained.errors.find("not timed yet"), std::string::npos) << trained.errors;
+}
+
 TEST_F(GraphCliTest, AnAsyncTreeLstmLearnsListOpsAcrossStages) {
   std::string text = kTreeJob;
   text.replace(text.find("dim = 8"), 7, "dim = 16");
