@@ -36,6 +36,10 @@ enum class transpose { no, yes };
 
 enum class activation { relu, tanh, gelu };
 
+/// The label of a row that softmax cross-entropy skips: no loss, no gradient, not counted (a
+/// position that padding added).
+constexpr int32_t ignored_label = -1;
+
 /// The arithmetic of a GEMM: fp32 throughout, or operands rounded to TensorFloat-32 (10
 /// explicit mantissa bits) or bfloat16 (7 bits) with products accumulated in fp32. The output
 /// is fp32 in every case, and weights stay fp32 (master weights); only GEMM operands are
@@ -304,10 +308,12 @@ class backend {
                                    const float* dy, float* dx, size_t count) = 0;
 
   // ---- loss ---------------------------------------------------------------------------------
-  /// Softmax cross-entropy over rows×cols logits with integer labels in [0, cols).
-  /// Writes the sum over rows of -log softmax(logits)[label] to loss_sum[0] and the number of
-  /// rows whose first maximal logit is the label to correct[0] (both device floats). When
-  /// `gradient` is not null it receives (softmax(logits) - onehot(label)) * gradient_scale.
+  /// Softmax cross-entropy over rows×cols logits with integer labels in [0, cols), or
+  /// ignored_label for a row that is not scored (a padded position).
+  /// Writes the sum over scored rows of -log softmax(logits)[label] to loss_sum[0] and the
+  /// number of scored rows whose first maximal logit is the label to correct[0] (both device
+  /// floats). When `gradient` is not null it receives (softmax(logits) - onehot(label)) *
+  /// gradient_scale on scored rows and zeros on ignored ones.
   virtual void softmax_cross_entropy(stream s, const float* logits, const int32_t* labels, int rows,
                                      int cols, float gradient_scale, float* gradient,
                                      float* loss_sum, float* correct) = 0;

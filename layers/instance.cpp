@@ -2,6 +2,8 @@
 
 #include "layers/instance.h"
 
+#include "layers/backend.h"
+
 namespace troupe::layers {
 namespace {
 
@@ -27,7 +29,7 @@ std::string label_error(const instance_dataset& data, const instance& item) {
            " parts (one label for the instance, or one per part)";
   for (int64_t i = 0; i < count; ++i) {
     const int32_t label = item.labels[static_cast<size_t>(i)];
-    if (label < 0 || label >= data.classes)
+    if (label != ignored_label && (label < 0 || label >= data.classes))
       return range_error("label " + std::to_string(i), label, data.classes);
   }
   return {};

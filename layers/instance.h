@@ -21,7 +21,7 @@ struct instance {
   /// part's children are in the order of their indices (a tree's left subtree before its right).
   std::vector<int32_t> parent;
   /// A class instance (ListOps): one label, the root's. A language-model instance: one per part,
-  /// the token that follows it.
+  /// the token that follows it, or ignored_label (layers/backend.h) where padding added the part.
   std::vector<int32_t> labels;
 
   int64_t parts() const { return static_cast<int64_t>(tokens.size()); }
@@ -49,9 +49,10 @@ struct instance_dataset {
   int64_t total_parts() const;
 };
 
-/// Why `item` is not a well-formed instance of `data` (a token or label out of range, a parent
-/// that does not come after its child, more children than the arity, not exactly one root, a
-/// label count that fits neither kind), or empty when it is.
+/// Why `item` is not a well-formed instance of `data` (a token, or a label other than
+/// ignored_label, out of range, a parent that does not come after its child, more children
+/// than the arity, not exactly one root, a label count that fits neither kind), or empty when
+/// it is.
 std::string instance_error(const instance_dataset& data, const instance& item);
 
 /// A training set and the set held out from it (validation or test).

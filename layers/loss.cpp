@@ -1,5 +1,6 @@
 #include "layers/loss.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "layers/check.h"
@@ -23,6 +24,11 @@ loss_output softmax_cross_entropy(stream s, const tensor& logits, const int_tens
                                want_gradient ? output.gradient.data() : nullptr,
                                output.statistics.data(), output.statistics.data() + 1);
   return output;
+}
+
+int64_t counted_labels(const std::vector<int32_t>& labels) {
+  return static_cast<int64_t>(labels.size()) -
+         std::count(labels.begin(), labels.end(), ignored_label);
 }
 
 loss_totals read_totals(stream s, const loss_output& output) {

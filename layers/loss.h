@@ -3,6 +3,7 @@
 // Softmax cross-entropy, the loss at the end of every model.
 
 #include <cstdint>
+#include <vector>
 
 #include "layers/tensor.h"
 
@@ -15,13 +16,18 @@ struct loss_output {
 };
 
 /// Softmax cross-entropy of logits [N, ..., classes] against one label per row of classes
-/// (labels.size() rows: N for a classifier, N·T for a language model's [N, T, vocab]).
+/// (labels.size() rows: N for a classifier, N·T for a language model's [N, T, vocab]). A row
+/// labelled ignored_label (a padded position) adds no loss, no gradient and no correct count;
+/// a caller that means the mean over the scored rows divides by counted_labels().
 /// The gradient is multiplied by gradient_scale per sample: 1/B for a batch of B samples, also
 /// when the batch is split into micro-batches, so their accumulated gradients equal the whole
 /// batch's. A sample of T rows spreads it over them (each row's gradient is scaled by
 /// gradient_scale / T), so the loss differentiated is the mean over a sample's tokens.
 loss_output softmax_cross_entropy(stream s, const tensor& logits, const int_tensor& labels,
                                   float gradient_scale, bool want_gradient);
+
+/// The labels that the loss scores: those that are not ignored_label.
+int64_t counted_labels(const std::vector<int32_t>& labels);
 
 /// Labels one sample needs for logits of per-sample shape `logits`: one per row of classes.
 inline int64_t labels_per_sample(const shape& logits) {

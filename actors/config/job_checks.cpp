@@ -132,6 +132,16 @@ problem check_listops(const data_config& data) {
          std::to_string(data.context);
 }
 
+/// Padding lengthens sequences, the instances of text-records; trees and chains have none.
+problem check_padding(const data_config& data) {
+  if (data.padding == padding_kind::none || data.dataset == dataset_kind::text_records)
+    return std::nullopt;
+  return std::string("data.padding = \"") + to_string(data.padding) +
+         "\" pads sequence instances (data.dataset = \"text-records\" with model.nodes), but "
+         "data.dataset is \"" +
+         to_string(data.dataset) + "\"";
+}
+
 /// What the stages split: the blocks of a chain, the nodes of a graph.
 size_t stage_units(const model_config& model) {
   return model.nodes.empty() ? model.layers.size() : model.nodes.size();
@@ -204,6 +214,7 @@ problem check_consistency(job_config* config, const std::set<std::string>& set_k
   if (problem error = check_staleness_correction(*config)) return error;
   if (problem error = resolve_text_defaults(config)) return error;
   if (problem error = check_listops(config->data)) return error;
+  if (problem error = check_padding(config->data)) return error;
   if (std::string error = expand_cut_points(config); !error.empty()) return error;
   if (p.max_active_keys == 0) p.max_active_keys = p.stages;
   if (p.min_update_interval == 0) p.min_update_interval = p.micro_batches;

@@ -30,6 +30,13 @@ const std::vector<named_choice<dataset_kind>>& choice_names() {
 }
 
 template <>
+const std::vector<named_choice<padding_kind>>& choice_names() {
+  static const std::vector<named_choice<padding_kind>> names = {{padding_kind::none, "none"},
+                                                                {padding_kind::longest, "longest"}};
+  return names;
+}
+
+template <>
 const std::vector<named_choice<pipeline_mode>>& choice_names() {
   static const std::vector<named_choice<pipeline_mode>> names = {{pipeline_mode::sync, "sync"},
                                                                  {pipeline_mode::async, "async"}};
@@ -112,6 +119,7 @@ const std::vector<named_choice<layers::math_precision>>& choice_names() {
 }
 
 const char* to_string(dataset_kind value) { return name_of(value); }
+const char* to_string(padding_kind value) { return name_of(value); }
 const char* to_string(pipeline_mode value) { return name_of(value); }
 const char* to_string(pipeline_schedule value) { return name_of(value); }
 const char* to_string(staleness_correction_kind value) { return name_of(value); }
@@ -121,6 +129,7 @@ const char* to_string(node_route value) { return name_of(value); }
 const char* to_string(node_emit value) { return name_of(value); }
 
 void to_json(nlohmann::json& json, dataset_kind value) { json = to_string(value); }
+void to_json(nlohmann::json& json, padding_kind value) { json = to_string(value); }
 void to_json(nlohmann::json& json, pipeline_mode value) { json = to_string(value); }
 void to_json(nlohmann::json& json, pipeline_schedule value) { json = to_string(value); }
 void to_json(nlohmann::json& json, staleness_correction_kind value) { json = to_string(value); }

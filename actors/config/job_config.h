@@ -21,6 +21,8 @@ namespace troupe::actors {
 
 /// data.dataset: "fashion-mnist", "synthetic", "text", "text-records" or "listops".
 enum class dataset_kind { fashion_mnist, synthetic, text, text_records, listops };
+/// data.padding: "none" or "longest".
+enum class padding_kind { none, longest };
 /// parallelism.mode: "sync" or "async".
 enum class pipeline_mode { sync, async };
 /// parallelism.schedule: "gpipe", "1f1b", "zb-h1" or "interleaved".
@@ -48,6 +50,8 @@ const std::vector<named_choice<E>>& choice_names();
 template <>
 const std::vector<named_choice<dataset_kind>>& choice_names();
 template <>
+const std::vector<named_choice<padding_kind>>& choice_names();
+template <>
 const std::vector<named_choice<pipeline_mode>>& choice_names();
 template <>
 const std::vector<named_choice<pipeline_schedule>>& choice_names();
@@ -68,6 +72,7 @@ const std::vector<named_choice<layers::math_precision>>& choice_names();
 
 /// The name a job file gives the value ("fashion-mnist", "1f1b", "2bw", ...), for messages.
 const char* to_string(dataset_kind value);
+const char* to_string(padding_kind value);
 const char* to_string(pipeline_mode value);
 const char* to_string(pipeline_schedule value);
 const char* to_string(staleness_correction_kind value);
@@ -78,6 +83,7 @@ const char* to_string(node_emit value);
 
 /// JSON writes each by its job-file name, as config.json does.
 void to_json(nlohmann::json& json, dataset_kind value);
+void to_json(nlohmann::json& json, padding_kind value);
 void to_json(nlohmann::json& json, pipeline_mode value);
 void to_json(nlohmann::json& json, pipeline_schedule value);
 void to_json(nlohmann::json& json, staleness_correction_kind value);
@@ -117,6 +123,9 @@ struct data_config {
   int max_depth = 4;      ///< listops: most nested lists
   int max_arguments = 5;  ///< listops: most arguments of one list
   uint64_t seed = 1;      ///< listops: the generator's seed
+  /// Dynamic sequence models: "longest" pads each key's instances to the key's longest (the
+  /// padded batch a framework without per-instance routes runs); "none" runs each at its length.
+  padding_kind padding = padding_kind::none;
 };
 
 struct parallelism_config {

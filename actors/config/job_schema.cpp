@@ -138,7 +138,14 @@ std::vector<field> data_fields(data_config& data) {
           .about("text: tokens per training sequence; text-records: most tokens of an instance "
                  "(a longer record is cut into pieces); listops: most tokens of an expression"),
       number_field("validation_fraction", &data.validation_fraction, kBelowOne)
-          .about("text: share of the text held out for validation_loss")};
+          .about("text: share of the text held out for validation_loss"),
+      // Written only when set, so that the hashes of the jobs before it stay as they were.
+      choice_field("padding", &data.padding)
+          .about("text-records: longest pads each key's sequences to the key's longest with "
+                 "token 0, the added positions computed but not scored (the padded batches of a "
+                 "framework without per-instance routes, to compare with); none runs each "
+                 "sequence at its own length")
+          .written_only_if([&data] { return data.padding != padding_kind::none; })};
 }
 
 /// The ListOps generator's keys, written to config.json only for listops data.

@@ -42,7 +42,7 @@ batch_totals graph_oracle::run_instance(const layers::instance& item, int64_t st
   layers::loss_output loss = layers::softmax_cross_entropy(stream_, logits, labels, scale, true);
   const layers::loss_totals totals = layers::read_totals(stream_, loss);
   program_->backward(options, tape, loss.gradient, false);
-  return {totals.loss_sum, totals.correct, static_cast<int64_t>(item.labels.size())};
+  return {totals.loss_sum, totals.correct, layers::counted_labels(item.labels)};
 }
 
 batch_totals graph_oracle::train_step(const std::vector<std::vector<layers::instance>>& keys,
@@ -50,7 +50,7 @@ batch_totals graph_oracle::train_step(const std::vector<std::vector<layers::inst
   batch_totals totals;
   for (const std::vector<layers::instance>& key : keys) {
     int64_t rows = 0;
-    for (const layers::instance& item : key) rows += static_cast<int64_t>(item.labels.size());
+    for (const layers::instance& item : key) rows += layers::counted_labels(item.labels);
     const float scale = 1.0f / static_cast<float>(rows * static_cast<int64_t>(keys.size()));
     for (const layers::instance& item : key) totals.add(run_instance(item, step, scale));
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/check.h"
+#include "layers/loss.h"
 #include "layers/optimizer.h"
 
 namespace troupe::actors {
@@ -145,16 +146,18 @@ void stage_logic::forward(const key_message& message, std::vector<stage_output>*
     outputs->push_back({stage_output::kind::to_next_stage, next});
     return;
   }
-  // The last stage turns around: loss, then this stage's own backward pass.
-  const float scale =
-      message.instances ? settings_.key_gradient_scale / static_cast<float>(message.labels->size())
-                        : settings_.gradient_scale;
+  // The last stage turns around: loss, then this stage's own backward pass. A dynamic key's
+  // loss is the mean over its scored rows (padded positions are not).
+  const int64_t counted = layers::counted_labels(*message.labels);
+  const float scale = message.instances ? settings_.key_gradient_scale /
+                                              static_cast<float>(std::max<int64_t>(1, counted))
+                                        : settings_.gradient_scale;
   loss_result loss = device_.loss(next.payload, *message.labels, scale, true);
   stage_output report{stage_output::kind::loss_report, message};
   report.message.payload = layers::tensor();
   report.loss_sum = loss.loss_sum;
   report.correct = loss.correct;
-  report.samples = static_cast<int64_t>(message.labels->size());
+  report.samples = counted;
   outputs->push_back(report);
   next.kind = key_kind::backward;
   next.payload = loss.gradient;
@@ -174,7 +177,7 @@ void stage_logic::evaluate(const key_message& message, std::vector<stage_output>
   report.message.payload = layers::tensor();
   report.loss_sum = loss.loss_sum;
   report.correct = loss.correct;
-  report.samples = static_cast<int64_t>(message.labels->size());
+  report.samples = layers::counted_labels(*message.labels);
   outputs->push_back(report);
 }
 

@@ -68,16 +68,31 @@ std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::
 
 namespace {
 
+/// data.padding = "longest": each sequence of a key lengthened to the key's longest, as a
+/// padded batch is, with token 0 (a byte that UTF-8 text never holds) labelled ignored_label,
+/// so that the added positions are computed like real ones but scored by no loss. The padding
+/// comes after each sequence's own positions: a causal model's outputs there are unchanged.
+void pad_to_longest(std::vector<layers::instance>* instances) {
+  int64_t longest = 0;
+  for (const layers::instance& item : *instances) longest = std::max(longest, item.parts());
+  for (layers::instance& item : *instances) {
+    TROUPE_CHECK(item.is_sequence() && item.labels.size() == item.tokens.size());
+    item.tokens.resize(static_cast<size_t>(longest), 0);
+    item.labels.resize(static_cast<size_t>(longest), layers::ignored_label);
+  }
+}
+
 /// The key of instances `samples` of a dynamic model's data: their parts' token ids as the
 /// payload rows, their labels in row order (one per instance, or one per part).
 key_message instance_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
-                             const layers::instance_dataset& data, layers::backend& host) {
+                             const layers::instance_dataset& data, layers::backend& host,
+                             padding_kind padding) {
   auto instances = std::make_shared<std::vector<layers::instance>>();
+  for (int64_t sample : samples) instances->push_back(data.instances[static_cast<size_t>(sample)]);
+  if (padding == padding_kind::longest) pad_to_longest(instances.get());
   auto labels = std::make_shared<std::vector<int32_t>>();
   std::vector<float> tokens;
-  for (int64_t sample : samples) {
-    const layers::instance& item = data.instances[static_cast<size_t>(sample)];
-    instances->push_back(item);
+  for (const layers::instance& item : *instances) {
     tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
     labels->insert(labels->end(), item.labels.begin(), item.labels.end());
   }
@@ -94,8 +109,9 @@ key_message instance_message(key_kind kind, uint64_t key, const std::vector<int6
 }  // namespace
 
 key_message batch_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
-                          const layers::dataset& data, layers::backend& host) {
-  if (data.instances) return instance_message(kind, key, samples, *data.instances, host);
+                          const layers::dataset& data, layers::backend& host,
+                          padding_kind padding) {
+  if (data.instances) return instance_message(kind, key, samples, *data.instances, host, padding);
   const int64_t size = data.sample_size();
   const int64_t count = static_cast<int64_t>(samples.size());
   layers::shape dims{count};
@@ -192,7 +208,8 @@ key_message training_run::training_key(const admission& entry) {
       (entry.step % steps_per_epoch_) * config_.training.batch_size + entry.sample_offset;
   std::vector<int64_t> samples(order_.order().begin() + first,
                                order_.order().begin() + first + micro);
-  key_message message = batch_message(key_kind::forward, entry.key, samples, train_, host_);
+  key_message message =
+      batch_message(key_kind::forward, entry.key, samples, train_, host_, config_.data.padding);
   message.step = entry.step;
   message.sample_offset = entry.sample_offset;
   message.replica_floor = entry.replica_floor;
@@ -307,8 +324,8 @@ std::vector<key_message> training_run::start_evaluation(double now_s) {
          ++i) {
       samples.push_back(i);
     }
-    messages.push_back(
-        batch_message(key_kind::evaluate, first_evaluation_key + b, samples, test_, host_));
+    messages.push_back(batch_message(key_kind::evaluate, first_evaluation_key + b, samples, test_,
+                                     host_, config_.data.padding));
   }
   return messages;
 }

@@ -45,9 +45,11 @@ nlohmann::json to_json(const run_progress& progress);
 std::optional<run_progress> progress_from_json(const nlohmann::json& json, std::string* error);
 
 /// The key message of `samples` of `data` (their features as the payload, on `host`, a CPU
-/// backend, and their labels): what the coordinator assembles for every key it admits.
+/// backend, and their labels): what the coordinator assembles for every key it admits. A key
+/// of sequence instances is padded as `padding` (data.padding) says.
 key_message batch_message(key_kind kind, uint64_t key, const std::vector<int64_t>& samples,
-                          const layers::dataset& data, layers::backend& host);
+                          const layers::dataset& data, layers::backend& host,
+                          padding_kind padding = padding_kind::none);
 
 class training_run {
  public:

@@ -270,10 +270,14 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int rows,
   for (int r = 0; r < rows; ++r) {
     const float* z = logits + size_t(r) * cols;
     const int label = labels[r];
+    float* row_gradient = gradient == nullptr ? nullptr : gradient + size_t(r) * cols;
+    if (label == ignored_label) {
+      if (row_gradient != nullptr) std::fill_n(row_gradient, cols, 0.0f);
+      continue;
+    }
     TROUPE_CHECK(label >= 0 && label < cols);
     const int best = first_maximum(z, cols);
     hits += best == label ? 1 : 0;
-    float* row_gradient = gradient == nullptr ? nullptr : gradient + size_t(r) * cols;
     loss += softmax_row(z, cols, label, gradient_scale, row_gradient, z[best]);
   }
   loss_sum[0] = static_cast<float>(loss);

@@ -141,15 +141,17 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t*
   for (int c = lane; c < cols; c += warp_size) total += expf(x[c] - best);
   total = warp_sum(total);
   const int label = labels[row];
+  const bool ignored = label == ignored_label;
   if (gradient != nullptr) {
     float* g = gradient + static_cast<size_t>(row) * cols;
     for (int c = lane; c < cols; c += warp_size) {
-      g[c] = (expf(x[c] - best) / total - (c == label ? 1.0f : 0.0f)) * gradient_scale;
+      g[c] = ignored ? 0.0f
+                     : (expf(x[c] - best) / total - (c == label ? 1.0f : 0.0f)) * gradient_scale;
     }
   }
   if (lane != 0) return;
   const bool valid = label >= 0 && label < cols;
-  row_loss[row] = valid ? logf(total) - (x[label] - best) : NAN;
+  row_loss[row] = ignored ? 0.0f : valid ? logf(total) - (x[label] - best) : NAN;
   row_correct[row] = valid && best_index == label ? 1.0f : 0.0f;
 }
 

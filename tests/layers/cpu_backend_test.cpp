@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "layers/loss.h"
 #include "layers/random.h"
 #include "tests/layers/cpu_test_support.h"
 
@@ -303,6 +304,50 @@ TEST(CpuBackendTest, SoftmaxCrossEntropyMatchesNaive) {
   cpu().softmax_cross_entropy(s(), dl.data(), dlabels.data(), rows, cols, scale, nullptr,
                               loss_only.data(), correct.data());
   EXPECT_EQ(loss_only.host()[0], loss.host()[0]);
+}
+
+// A row labelled ignored_label (a padded position) adds no loss, no hit and no gradient: the
+// whole call gives what the scored rows give alone.
+TEST(CpuBackendTest, SoftmaxCrossEntropySkipsIgnoredLabels) {
+  const int rows = 5, cols = 4;
+  const std::vector<float> logits = random_values(size_t(rows) * cols, 83, -3.0f, 3.0f);
+  const std::vector<int32_t> labels{2, ignored_label, 0, ignored_label, 3};
+  const std::vector<int> scored{0, 2, 4};
+  floats dl(logits), grad(logits.size(), nan_value), loss(1), correct(1);
+  device_array<int32_t> dlabels(labels);
+  cpu().softmax_cross_entropy(s(), dl.data(), dlabels.data(), rows, cols, 0.25f, grad.data(),
+                              loss.data(), correct.data());
+  std::vector<float> kept_logits;
+  std::vector<int32_t> kept_labels;
+  for (int row : scored) {
+    kept_logits.insert(kept_logits.end(), logits.begin() + row * cols,
+                       logits.begin() + (row + 1) * cols);
+    kept_labels.push_back(labels[size_t(row)]);
+  }
+  floats kl(kept_logits), kept_grad(kept_logits.size()), kept_loss(1), kept_correct(1);
+  device_array<int32_t> kept(kept_labels);
+  cpu().softmax_cross_entropy(s(), kl.data(), kept.data(), 3, cols, 0.25f, kept_grad.data(),
+                              kept_loss.data(), kept_correct.data());
+  EXPECT_GT(kept_loss.host()[0], 0.0f);
+  EXPECT_EQ(loss.host()[0], kept_loss.host()[0]);
+  EXPECT_EQ(correct.host()[0], kept_correct.host()[0]);
+  const std::vector<float> gradient = grad.host(), expected = kept_grad.host();
+  for (int row = 0; row < rows; ++row) {
+    const auto found = std::find(scored.begin(), scored.end(), row);
+    for (int c = 0; c < cols; ++c) {
+      const float value = gradient[size_t(row * cols + c)];
+      if (found == scored.end()) {
+        EXPECT_EQ(value, 0.0f) << "ignored row " << row;
+      } else {
+        EXPECT_EQ(value, expected[size_t((found - scored.begin()) * cols + c)]) << "row " << row;
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, CountedLabelsLeaveOutIgnoredOnes) {
+  EXPECT_EQ(counted_labels({3, ignored_label, 0, ignored_label}), 2);
+  EXPECT_EQ(counted_labels({}), 0);
 }
 
 }  // namespace

@@ -395,5 +395,32 @@ TEST(CudaParityTest, SoftmaxCrossEntropyWithTies) {
   }
 }
 
+// Padded positions: rows labelled ignored_label give no loss, no hit and zero gradient rows on
+// both backends.
+TEST(CudaParityTest, SoftmaxCrossEntropyIgnoredLabels) {
+  if (troupe::layers::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  const int rows = 70, cols = 33;
+  const auto logits = random_values(size_t(rows) * cols, 93, -5.0f, 5.0f);
+  std::vector<int32_t> labels = labels_for(logits, rows, cols);
+  for (int r = 0; r < rows; r += 3) labels[size_t(r)] = ignored_label;
+  const auto op = [&](backend& device) {
+    device_array<float> dl(device, logits), totals(device, 2), gradient(device, logits.size());
+    device_array<int32_t> dlabels(device, labels);
+    device.softmax_cross_entropy(device.default_stream(), dl.data(), dlabels.data(), rows, cols,
+                                 1.0f / rows, gradient.data(), totals.data(), totals.data() + 1);
+    return outputs{totals.download(), gradient.download()};
+  };
+  const outputs expected = op(*pair.cpu);
+  const outputs actual = op(*pair.cuda);
+  EXPECT_TRUE(std::isfinite(actual[0][0]));
+  EXPECT_NEAR(expected[0][0], actual[0][0], 1e-5 * rows + 1e-5 * std::fabs(expected[0][0]));
+  EXPECT_EQ(expected[0][1], actual[0][1]);
+  expect_close(expected[1], actual[1], {1e-5, 1e-7}, "softmax_cross_entropy ignored labels");
+  for (int r = 0; r < rows; r += 3) {
+    for (int c = 0; c < cols; ++c) EXPECT_EQ(actual[1][size_t(r * cols + c)], 0.0f) << r;
+  }
+}
+
 }  // namespace
 }  // namespace troupe::layers

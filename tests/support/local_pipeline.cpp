@@ -49,7 +49,8 @@ key_message local_pipeline::make_forward(const layers::dataset& data, const admi
     // A dynamic model's key: its instances, assembled as the coordinator does.
     std::vector<int64_t> samples(batches_.order().begin() + first,
                                  batches_.order().begin() + first + micro);
-    key_message message = batch_message(key_kind::forward, entry.key, samples, data, backend_);
+    key_message message =
+        batch_message(key_kind::forward, entry.key, samples, data, backend_, config_.data.padding);
     message.step = entry.step;
     message.sample_offset = entry.sample_offset;
     message.replica_floor = entry.replica_floor;

@@ -70,17 +70,21 @@ TEST(JobKeysTest, EveryNodeKeyIsDescribed) {
 }
 
 TEST(JobKeysTest, TheSectionsAndKeysAreThoseOfConfigJson) {
-  // A chain job's config.json and a graph job's on listops data hold every key between them.
+  // A chain job's config.json, a graph job's on listops data and a padded one's on records hold
+  // every key between them.
   const std::optional<job_config> chain =
       parse_job("[model]\nlayers = [{ type = \"linear\", out = 10 }]\n", "job.toml", {}, nullptr);
-  const std::optional<job_config> graph = parse_job(
-      "[data]\ndataset = \"listops\"\n[[model.nodes]]\nname = \"a\"\nlayers = [{ type = "
-      "\"relu\" }]\n",
-      "job.toml", {}, nullptr);
+  const std::string node = "[[model.nodes]]\nname = \"a\"\nlayers = [{ type = \"relu\" }]\n";
+  const std::optional<job_config> graph =
+      parse_job("[data]\ndataset = \"listops\"\n" + node, "job.toml", {}, nullptr);
+  const std::optional<job_config> padded =
+      parse_job("[data]\ndataset = \"text-records\"\npadding = \"longest\"\n" + node, "job.toml",
+                {}, nullptr);
   ASSERT_TRUE(chain.has_value());
   ASSERT_TRUE(graph.has_value());
+  ASSERT_TRUE(padded.has_value());
   std::set<std::string> written, described;
-  for (const nlohmann::json& json : {to_json(*chain), to_json(*graph)}) {
+  for (const nlohmann::json& json : {to_json(*chain), to_json(*graph), to_json(*padded)}) {
     for (const auto& [section, keys] : json.items()) {
       for (const auto& [key, value] : keys.items()) written.insert(section + "." + key);
     }

@@ -184,5 +184,23 @@ TEST(JobNodesTest, TheGeneratorsKeysOnOtherDataAreIdle) {
   EXPECT_THAT(warnings, ::testing::IsEmpty());
 }
 
+TEST(JobNodesTest, PaddingIsReadCheckedAndWrittenOnlyWhenSet) {
+  std::optional<job_config> plain = parse(kRnnJob);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->data.padding, padding_kind::none);
+  EXPECT_FALSE(to_json(*plain)["data"].contains("padding"));
+  EXPECT_EQ(config_hash(*parse(kRnnJob, {"data.padding=\"none\""})), config_hash(*plain));
+  std::optional<job_config> padded = parse(kRnnJob, {"data.padding=\"longest\""});
+  ASSERT_TRUE(padded);
+  EXPECT_EQ(padded->data.padding, padding_kind::longest);
+  EXPECT_EQ(to_json(*padded)["data"]["padding"], "longest");
+  EXPECT_NE(config_hash(*padded), config_hash(*plain));
+  EXPECT_EQ(error_of(kTreeJob, {"data.padding=\"longest\""}),
+            "job.toml: data.padding = \"longest\" pads sequence instances (data.dataset = "
+            "\"text-records\" with model.nodes), but data.dataset is \"listops\"");
+  EXPECT_THAT(error_of(kRnnJob, {"data.padding=\"shortest\""}),
+              HasSubstr("data.padding must be one of 'none', 'longest', got 'shortest'"));
+}
+
 }  // namespace
 }  // namespace troupe::actors

@@ -1,0 +1,229 @@
+"""The LSTM of apps/examples/fortunes_lstm.toml in PyTorch, and troupe's data for it.
+
+The instances of a text-records job as `troupe dataset` writes them, the batches in troupe's
+seeded order (layers/batch_order.cpp), and the model: an embedding, LSTMCell's
+arithmetic over the packed time steps of each batch padded to its longest record (every
+position's row [h | c], as troupe's lstm_cell emits it) and a linear head over those rows, its
+parameters named as troupe names them so that troupe's safetensors files load as they are.
+pytorch_lstm.py checks it against troupe and races the two.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from gpt_model import read_safetensors
+
+
+# ---- the data: `troupe dataset JOB --out DIR` ---------------------------------------------------
+
+def read_dataset(directory):
+    """(the resolved job, {"train": [(tokens, labels)], "validation": [...]}) of a text-records
+    job as `troupe dataset` writes it: DIR/config.json, DIR/train.jsonl and DIR/test.jsonl, one
+    instance (a fortune, or a piece of one) per line, its byte tokens and the bytes after them."""
+    with open(os.path.join(directory, "config.json")) as file:
+        config = json.load(file)
+    if config["data"]["dataset"] != "text-records":
+        sys.exit("pytorch_lstm: %s holds %s data, not text-records"
+                 % (directory, config["data"]["dataset"]))
+
+    def instances(name):
+        with open(os.path.join(directory, name)) as file:
+            return [(bytes(record["tokens"]), bytes(record["labels"]))
+                    for record in map(json.loads, file)]
+
+    return config, {"train": instances("train.jsonl"), "validation": instances("test.jsonl")}
+
+
+# ---- troupe's batch order (layers/batch_order.cpp, layers/random.h) -----------------------------
+
+MASK = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9e3779b97f4a7c15) & MASK
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
+    return x ^ (x >> 31)
+
+
+def epoch_order(count, seed, epoch, shuffle):
+    """The instances of `epoch` in troupe's order: a Fisher-Yates shuffle drawn by SplitMix64
+    from derive_seed(seed, epoch), bounded by Lemire's method."""
+    order = list(range(count))
+    if not shuffle:
+        return order
+    state = mix64(seed ^ mix64((epoch + 0x5851f42d4c957f2d) & MASK))
+
+    def below(bound):
+        nonlocal state
+        while True:
+            product = mix64(state) * bound
+            state = (state + 0x9e3779b97f4a7c15) & MASK
+            low = product & MASK
+            if low >= bound or low >= (-bound % (1 << 64)) % bound:
+                return product >> 64
+
+    for i in range(count - 1, 0, -1):
+        j = below(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def batches(config, train, steps):
+    """The instances of each of the first `steps` steps, in troupe's order."""
+    training = config["training"]
+    size = training["batch_size"]
+    per_epoch = len(train) // size
+    result, order = [], None
+    for step in range(steps):
+        if step % per_epoch == 0:
+            order = epoch_order(len(train), training["seed"], step // per_epoch,
+                                config["data"]["shuffle"])
+        first = (step % per_epoch) * size
+        result.append([train[index] for index in order[first:first + size]])
+    return result
+
+
+def total_steps(config, train_count, max_steps):
+    """The steps of a troupe run of the job with training.max_steps = `max_steps` (which its
+    learning-rate schedule spans): fewer when training.epochs ends it first."""
+    per_epoch = train_count // config["training"]["batch_size"]
+    return min(config["training"]["epochs"] * per_epoch, max_steps)
+
+
+# ---- the model ---------------------------------------------------------------------------------
+
+def packed_lstm(projected, batch_sizes, weight_hh, hidden):
+    """LSTMCell over packed time steps: `projected` holds W_ih x + b of every position in packed
+    order, and step t takes the first batch_sizes[t] rows on. Each position's row is [h | c].
+    The steps are split off `projected` in one op: slicing it per step would make autograd add a
+    zero gradient of its whole size at every step."""
+    h = projected.new_zeros(batch_sizes[0], hidden)
+    c = projected.new_zeros(batch_sizes[0], hidden)
+    rows = []
+    for step in projected.split(batch_sizes):
+        size = step.shape[0]
+        gates = torch.addmm(step, h[:size], weight_hh.t())
+        i, f, g, o = gates.chunk(4, 1)
+        c = torch.sigmoid(f) * c[:size] + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        rows.append(torch.cat([h, c], 1))
+    return torch.cat(rows, 0)
+
+
+def graph_shape(config):
+    """(vocab, dim, hidden, classes, bias) of the job's embed -> loop lstm_cell -> linear graph;
+    exits naming what differs."""
+    nodes = config["model"].get("nodes") or []
+    kinds = [[layer["type"] for layer in node["layers"]] for node in nodes]
+    if kinds != [["embedding"], ["lstm_cell"], ["linear"]] or nodes[1].get("route") != "loop":
+        sys.exit("pytorch_lstm: the job's model must be the nodes embedding -> lstm_cell (route "
+                 "= \"loop\", emit = \"every\") -> linear, as apps/examples/fortunes_lstm.toml")
+    embedding, cell, head = (node["layers"][0] for node in nodes)
+    if not cell.get("bias", True) or not head.get("bias", True):
+        sys.exit("pytorch_lstm: the cell and the head must have biases")
+    return nodes, embedding["vocab"], embedding["dim"], cell["out"], head["out"]
+
+
+class Embedding(torch.nn.Module):
+    """troupe's embedding on rows of one token: weight[id] + position[0], its one learned
+    position a bias that every row shares."""
+
+    def __init__(self, vocab, dim):
+        super().__init__()
+        bound = 0.02 * 3 ** 0.5
+        self.weight = torch.nn.Parameter(torch.empty(vocab, dim).uniform_(-bound, bound))
+        self.position = torch.nn.Parameter(torch.empty(1, dim).uniform_(-bound, bound))
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight) + self.position[0]
+
+
+class LstmModel(torch.nn.Module):
+    """embedding -> LSTMCell over packed steps -> linear over [h | c], named as troupe names it
+    ("embed.embedding0.weight", "cell.lstm_cell0.weight", ...)."""
+
+    def __init__(self, config):
+        super().__init__()
+        nodes, vocab, dim, hidden, classes = graph_shape(config)
+        self.hidden, self.dim = hidden, dim
+        parts = {}
+        for node, layer in zip(nodes, [Embedding(vocab, dim), None,
+                                       torch.nn.Linear(2 * hidden, classes)]):
+            parts[node["name"]] = torch.nn.Module()
+            if layer is None:  # troupe's one [4H, X + H] weight and one bias
+                layer = torch.nn.Module()
+                bound = hidden ** -0.5
+                layer.weight = torch.nn.Parameter(
+                    torch.empty(4 * hidden, dim + hidden).uniform_(-bound, bound))
+                layer.bias = torch.nn.Parameter(torch.empty(4 * hidden).uniform_(-bound, bound))
+            setattr(parts[node["name"]], node["layers"][0]["type"] + "0", layer)
+        self.nodes = torch.nn.ModuleDict(parts)
+        # A tuple, not attributes: a module attribute would register each layer a second time.
+        self.layers = tuple(getattr(parts[node["name"]], node["layers"][0]["type"] + "0")
+                            for node in nodes)
+
+    def state_names(self):
+        """troupe's names of this model's parameters."""
+        return {name[len("nodes."):]: name for name in self.state_dict()}
+
+    def load_troupe(self, path):
+        tensors = read_safetensors(path)
+        names = self.state_names()
+        if set(tensors) != set(names):
+            sys.exit("pytorch_lstm: %s holds %s, the model needs %s"
+                     % (path, sorted(tensors), sorted(names)))
+        self.load_state_dict({names[key]: value for key, value in tensors.items()}, strict=True)
+
+    def forward(self, tokens, lengths):
+        """Logits of every real position, in packed order; and the packing."""
+        embed, cell, head = self.layers
+        packed = pack_padded_sequence(embed(tokens), lengths, batch_first=True,
+                                      enforce_sorted=False)
+        projected = F.linear(packed.data, cell.weight[:, :self.dim], cell.bias)
+        rows = packed_lstm(projected, packed.batch_sizes.tolist(), cell.weight[:, self.dim:],
+                           self.hidden)
+        return head(rows)
+
+
+def padded(instances):
+    """(tokens [B, longest], labels packed as the model packs, lengths) of a batch."""
+    lengths = torch.tensor([len(tokens) for tokens, _ in instances], dtype=torch.int64)
+    longest = int(lengths.max())
+    tokens = torch.zeros(len(instances), longest, dtype=torch.int64)
+    labels = torch.zeros(len(instances), longest, dtype=torch.int64)
+    for row, (ids, after) in enumerate(instances):
+        tokens[row, :len(ids)] = torch.frombuffer(bytearray(ids), dtype=torch.uint8)
+        labels[row, :len(after)] = torch.frombuffer(bytearray(after), dtype=torch.uint8)
+    packed_labels = pack_padded_sequence(labels, lengths, batch_first=True,
+                                         enforce_sorted=False).data
+    return tokens, packed_labels, lengths
+
+
+def train_step(model, optimizer, training, instances, rate):
+    """One step on a batch: the mean loss over its real tokens, as troupe's key loss is."""
+    tokens, labels, lengths = padded(instances)
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(tokens, lengths), labels)
+    loss.backward()
+    if training.get("clip_norm", 0) > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), training["clip_norm"])
+    optimizer.step()
+    return loss.item()
+
+
+def validation_loss(model, validation, batch=64):
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for first in range(0, len(validation), batch):
+            tokens, labels, lengths = padded(validation[first:first + batch])
+            total += F.cross_entropy(model(tokens, lengths), labels, reduction="sum").item()
+            count += labels.numel()
+    return total / count
