@@ -28,6 +28,13 @@ struct run_options {
   /// Composite blocks keep only their input after the forward pass and recompute the rest in
   /// the backward pass (GPipe's rematerialization): less memory, one more forward.
   bool recompute = false;
+  /// Token offsets of the sequences packed into the input (a model graph's instances, without
+  /// padding): sequence i is tokens [segments[i], segments[i + 1]) of the input's N·T tokens
+  /// ([N, T, ...] read in order), and the last offset is N·T. Blocks over token sequences read
+  /// them: transformer_block attends within each sequence only (causally), an embedding with
+  /// explicit positions counts them from 0 in each. Null: every sample is one sequence of T
+  /// tokens.
+  std::shared_ptr<const std::vector<int64_t>> segments = nullptr;
 };
 
 /// What forward() saved for backward(); one per instance in flight.

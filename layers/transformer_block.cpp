@@ -1,16 +1,28 @@
 #include <cmath>
 
+#include "layers/check.h"
 #include "layers/layer_kinds.h"
 #include "layers/random.h"
 
 namespace troupe::layers {
 namespace {
 
+/// Where one batch of equally long sequences lies in an attention call's tokens: `count`
+/// sequences of `length` tokens from token `first_token`, their attention probabilities from
+/// float `first_probability` (count × heads × length² of them).
+struct sequence_run {
+  int count = 0;
+  int length = 0;
+  int64_t first_token = 0;
+  int64_t first_probability = 0;
+};
+
 /// Causal multi-head self-attention over a [B, T, 3D] tensor of queries, keys and values (the
 /// output of attn.c_attn, heads side by side in each third, as nanoGPT lays them out). Every
 /// product is a set of batched GEMMs read in place through row strides (no copies into per-head
 /// layouts): one call per head batched over the sequences, or one per sequence batched over
-/// the heads, whichever makes fewer calls.
+/// the heads, whichever makes fewer calls. The B·T tokens are B sequences of T, or the packed
+/// sequences of run_options::segments (a model graph's instances), each attended within itself.
 class causal_attention {
  public:
   causal_attention(int length, int width, int heads)
@@ -20,47 +32,72 @@ class causal_attention {
         hd_(width / heads),
         scale_(1.0f / std::sqrt(static_cast<float>(width / heads))) {}
 
-  /// y [B, T, D]; `probabilities` [B, H, T, T] is kept for the backward pass.
-  void forward(stream s, const tensor& qkv, tensor* probabilities, tensor* y) const {
+  /// The sequences of `qkv`'s tokens: B of T, or one run per segment.
+  std::vector<sequence_run> runs_of(const tensor& qkv, const std::vector<int64_t>* segments) const {
+    const int64_t tokens = qkv.size() / (3 * int64_t(d_));
+    if (segments == nullptr) return {{static_cast<int>(tokens / t_), t_, 0, 0}};
+    TROUPE_CHECK(!segments->empty() && segments->front() == 0 && segments->back() == tokens);
+    std::vector<sequence_run> runs;
+    int64_t probabilities = 0;
+    for (size_t i = 0; i + 1 < segments->size(); ++i) {
+      const int64_t length = (*segments)[i + 1] - (*segments)[i];
+      TROUPE_CHECK(length >= 0);
+      if (length == 0) continue;
+      runs.push_back({1, static_cast<int>(length), (*segments)[i], probabilities});
+      probabilities += h_ * length * length;
+    }
+    return runs;
+  }
+
+  /// y [B, T, D]; `probabilities` ([B, H, T, T], or the runs' one after the other) is kept for
+  /// the backward pass.
+  void forward(stream s, const tensor& qkv, const std::vector<sequence_run>& runs,
+               tensor* probabilities, tensor* y) const {
     backend& device = qkv.device();
-    const int batch = static_cast<int>(qkv.rows());
-    *probabilities = tensor(device, {batch, h_, t_, t_});
-    *y = tensor(device, {batch, t_, d_});
-    const float* q = qkv.data();
-    // S = Q K^T, then P = causal softmax(S scale), then Y = P V.
-    products(s, device, batch, transpose::no, transpose::yes, t_, t_, hd_,
-             {q, sample_, hd_, 3 * d_}, {q + d_, sample_, hd_, 3 * d_},
-             {probabilities->data(), h_ * square(), square(), t_});
-    device.causal_softmax_forward(s, probabilities->data(), probabilities->data(), batch * h_, t_,
-                                  scale_);
-    products(s, device, batch, transpose::no, transpose::no, t_, hd_, t_,
-             {probabilities->data(), h_ * square(), square(), t_},
-             {q + 2 * d_, sample_, hd_, 3 * d_}, {y->data(), int64_t(t_) * d_, hd_, d_});
+    *probabilities = tensor(device, probability_dims(qkv, runs));
+    shape dims = qkv.dims();
+    dims.back() = d_;
+    *y = tensor(device, dims);
+    for (const sequence_run& run : runs) {
+      const geometry g = geometry_of(run);
+      const float* q = qkv.data() + run.first_token * 3 * d_;
+      float* p = probabilities->data() + run.first_probability;
+      const float* p_in = p;
+      // S = Q K^T, then P = causal softmax(S scale), then Y = P V.
+      products(s, device, g, transpose::no, transpose::yes, g.t, g.t, hd_, g.qkv(q), g.qkv(q + d_),
+               g.scores(p));
+      device.causal_softmax_forward(s, p, p, run.count * h_, g.t, scale_);
+      products(s, device, g, transpose::no, transpose::no, g.t, hd_, g.t, g.scores(p_in),
+               g.qkv(q + 2 * d_), g.heads(y->data() + run.first_token * d_));
+    }
   }
 
   /// The gradient of the [B, T, 3D] input from that of y.
-  tensor backward(stream s, const tensor& qkv, const tensor& probabilities,
-                  const tensor& dy) const {
+  tensor backward(stream s, const tensor& qkv, const std::vector<sequence_run>& runs,
+                  const tensor& probabilities, const tensor& dy) const {
     backend& device = qkv.device();
-    const int batch = static_cast<int>(qkv.rows());
     tensor dqkv(device, qkv.dims());
     tensor dp(device, probabilities.dims());
-    const float* q = qkv.data();
-    const operand grad{dy.data(), int64_t(t_) * d_, hd_, d_};
-    const operand p{probabilities.data(), h_ * square(), square(), t_};
-    const operand ds{dp.data(), h_ * square(), square(), t_};
-    // dP = dY V^T and dV = P^T dY, head by head.
-    products(s, device, batch, transpose::no, transpose::yes, t_, t_, hd_, grad,
-             {q + 2 * d_, sample_, hd_, 3 * d_}, {dp.data(), h_ * square(), square(), t_});
-    products(s, device, batch, transpose::yes, transpose::no, t_, hd_, t_, p, grad,
-             {dqkv.data() + 2 * d_, sample_, hd_, 3 * d_});
-    device.softmax_backward(s, probabilities.data(), dp.data(), dp.data(), batch * h_ * t_, t_,
-                            scale_);
-    // dQ = dS K and dK = dS^T Q.
-    products(s, device, batch, transpose::no, transpose::no, t_, hd_, t_, ds,
-             {q + d_, sample_, hd_, 3 * d_}, {dqkv.data(), sample_, hd_, 3 * d_});
-    products(s, device, batch, transpose::yes, transpose::no, t_, hd_, t_, ds,
-             {q, sample_, hd_, 3 * d_}, {dqkv.data() + d_, sample_, hd_, 3 * d_});
+    for (const sequence_run& run : runs) {
+      const geometry g = geometry_of(run);
+      const float* q = qkv.data() + run.first_token * 3 * d_;
+      float* dq = dqkv.data() + run.first_token * 3 * d_;
+      const float* p = probabilities.data() + run.first_probability;
+      float* ds = dp.data() + run.first_probability;
+      const float* ds_in = ds;
+      const operand grad = g.heads(static_cast<const float*>(dy.data() + run.first_token * d_));
+      // dP = dY V^T and dV = P^T dY, head by head.
+      products(s, device, g, transpose::no, transpose::yes, g.t, g.t, hd_, grad, g.qkv(q + 2 * d_),
+               g.scores(ds));
+      products(s, device, g, transpose::yes, transpose::no, g.t, hd_, g.t, g.scores(p), grad,
+               g.qkv(dq + 2 * d_));
+      device.softmax_backward(s, p, ds, ds, run.count * h_ * g.t, g.t, scale_);
+      // dQ = dS K and dK = dS^T Q.
+      products(s, device, g, transpose::no, transpose::no, g.t, hd_, g.t, g.scores(ds_in),
+               g.qkv(q + d_), g.qkv(dq));
+      products(s, device, g, transpose::yes, transpose::no, g.t, hd_, g.t, g.scores(ds_in),
+               g.qkv(q), g.qkv(dq + d_));
+    }
     return dqkv;
   }
 
@@ -80,13 +117,49 @@ class causal_attention {
   using operand = strided<const float>;
   using output = strided<float>;
 
-  int64_t square() const { return int64_t(t_) * t_; }
+  /// The operands' layouts for one run of sequences of t tokens.
+  struct geometry {
+    int count, t, d, hd, h;
 
-  /// C(b, h) = op(A(b, h)) op(B(b, h)) for every sequence b and head h, in the fewer calls.
-  void products(stream s, backend& device, int batch, transpose transpose_a, transpose transpose_b,
-                int m, int n, int k, const operand& a, const operand& b, const output& c) const {
-    const bool by_head = batch >= h_;  // one call per head, batched over the sequences
-    const int calls = by_head ? h_ : batch, batched = by_head ? batch : h_;
+    /// Queries, keys or values (a third of each qkv row), or their gradients.
+    template <typename value>
+    strided<value> qkv(value* first) const {
+      return {first, int64_t(t) * 3 * d, hd, 3 * d};
+    }
+    /// A [T, T] matrix per sequence and head: scores, probabilities or their gradients.
+    template <typename value>
+    strided<value> scores(value* first) const {
+      return {first, int64_t(h) * t * t, int64_t(t) * t, t};
+    }
+    /// A head's columns of [T, D] rows (y and its gradient).
+    template <typename value>
+    strided<value> heads(value* first) const {
+      return {first, int64_t(t) * d, hd, d};
+    }
+  };
+
+  geometry geometry_of(const sequence_run& run) const {
+    return {run.count, run.length, d_, hd_, h_};
+  }
+
+  /// [B, H, T, T] for B sequences of T; a flat run of every run's probabilities otherwise.
+  shape probability_dims(const tensor& qkv, const std::vector<sequence_run>& runs) const {
+    if (runs.size() == 1 && runs[0].first_token == 0 && runs[0].length == t_ &&
+        int64_t(runs[0].count) * t_ * 3 * d_ == qkv.size()) {
+      return {runs[0].count, h_, t_, t_};
+    }
+    int64_t total = 0;
+    for (const sequence_run& run : runs) total += int64_t(run.count) * h_ * run.length * run.length;
+    return {total};
+  }
+
+  /// C(b, h) = op(A(b, h)) op(B(b, h)) for every sequence b and head h of a run, in the fewer
+  /// calls.
+  void products(stream s, backend& device, const geometry& g, transpose transpose_a,
+                transpose transpose_b, int m, int n, int k, const operand& a, const operand& b,
+                const output& c) const {
+    const bool by_head = g.count >= h_;  // one call per head, batched over the sequences
+    const int calls = by_head ? h_ : g.count, batched = by_head ? g.count : h_;
     auto start = [&](const auto& x, int call) {
       return call * (by_head ? x.per_head : x.per_sequence);
     };
@@ -100,7 +173,6 @@ class causal_attention {
   }
 
   int t_, d_, h_, hd_;
-  int64_t sample_ = int64_t(t_) * 3 * d_;  // one sequence of qkv
   float scale_;
 };
 
@@ -123,13 +195,16 @@ struct block_context final : layer_context {
   std::vector<std::unique_ptr<layer_context>> parts;
   tensor qkv;
   tensor probabilities;
+  /// The forward pass's run_options::segments, which the backward pass attends within again.
+  std::shared_ptr<const std::vector<int64_t>> segments;
   bool complete = false;  ///< false under recompute until the backward pass rebuilds it
 };
 
 /// A GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)), with a GELU MLP of mlp_ratio times
 /// the width and dropout on both residual branches. Built from the library's own layers, whose
 /// parameters take nanoGPT's names (ln_1.weight, attn.c_attn.weight, mlp.c_fc.weight, ...), so
-/// the block's tensors load into a PyTorch module by name.
+/// the block's tensors load into a PyTorch module by name. Its linear layers run on every token
+/// of the input at once; only attention follows the sequences (run_options::segments).
 class transformer_block final : public layer {
  public:
   transformer_block(backend& device, stream s, const layer_spec& spec, const shape& input,
@@ -177,6 +252,7 @@ class transformer_block final : public layer {
 
   forward_result forward(const run_options& options, const tensor& input) override {
     auto context = std::make_unique<block_context>();
+    context->segments = options.segments;
     tensor output = run_forward(options, input, context.get());
     if (options.mode != pass_mode::training) return {output, std::make_unique<block_context>()};
     if (options.recompute) {
@@ -184,6 +260,7 @@ class transformer_block final : public layer {
       // are counter-based, so it draws the same ones).
       context = std::make_unique<block_context>();
       context->input = input;
+      context->segments = options.segments;
     }
     return {output, std::move(context)};
   }
@@ -204,7 +281,8 @@ class transformer_block final : public layer {
     const tensor middle = grad;
     grad = backward_part(options, saved, attn_drop, branch(middle));
     grad = backward_part(options, saved, attn_proj, grad);
-    grad = attention_.backward(s, saved.qkv, saved.probabilities, grad);
+    grad = attention_.backward(s, saved.qkv, attention_.runs_of(saved.qkv, saved.segments.get()),
+                               saved.probabilities, grad);
     saved.probabilities = tensor();
     grad = backward_part(options, saved, c_attn, grad);
     saved.qkv = tensor();
@@ -234,7 +312,8 @@ class transformer_block final : public layer {
     };
     context->qkv = run(c_attn, run(ln_1, input));
     tensor attended;
-    attention_.forward(s, context->qkv, &context->probabilities, &attended);
+    attention_.forward(s, context->qkv, attention_.runs_of(context->qkv, context->segments.get()),
+                       &context->probabilities, &attended);
     tensor middle = run(attn_drop, run(attn_proj, attended));
     input.device().axpy(s, 1.0f, input.data(), middle.data(), middle.size());
     tensor output = run(mlp_drop, run(mlp_proj, run(gelu, run(c_fc, run(ln_2, middle)))));

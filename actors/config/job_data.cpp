@@ -88,6 +88,36 @@ bool check_graph_vocabulary(const job_config& config, int vocabulary, std::strin
   return true;
 }
 
+/// The most parts any instance of `splits` has.
+int64_t longest_instance(const layers::instance_splits& splits) {
+  int64_t longest = 0;
+  for (const layers::instance_dataset* split : {&splits.train, &splits.validation}) {
+    for (const layers::instance& item : split->instances) longest = std::max(longest, item.parts());
+  }
+  return longest;
+}
+
+/// Every embedding of the graph with explicit positions counts them from 0 in each instance, so
+/// it needs as many as the longest instance has parts.
+bool check_graph_positions(const job_config& config, int64_t longest, std::string* error) {
+  for (size_t n = 0; n < config.model.nodes.size(); ++n) {
+    const graph_node_spec& node = config.model.nodes[n];
+    for (size_t i = 0; i < node.layers.size(); ++i) {
+      const layers::layer_spec& spec = node.layers[i];
+      if (spec.type != "embedding" || spec.positions <= 0 || spec.positions >= longest) continue;
+      *error = "model.nodes[" + std::to_string(n) + "] (\"" + node.name + "\") layers[" +
+               std::to_string(i) + "] (embedding): positions = " + std::to_string(spec.positions) +
+               ", but the " + to_string(config.data.dataset) + " data has instances of " +
+               std::to_string(longest) +
+               " parts (data.context = " + std::to_string(config.data.context) +
+               "), and positions count from 0 in each instance: raise positions or lower "
+               "data.context";
+      return false;
+    }
+  }
+  return true;
+}
+
 /// ListOps generated, or text records read, as instances (layers/instance.h).
 std::optional<job_data> instance_data(const job_config& config, std::string* error) {
   const data_config& data = config.data;
@@ -104,7 +134,8 @@ std::optional<job_data> instance_data(const job_config& config, std::string* err
   } else {
     splits = layers::load_text_records(data.path, data.context, data.validation_fraction, error);
   }
-  if (!splits || !check_graph_vocabulary(config, splits->train.vocabulary, error))
+  if (!splits || !check_graph_vocabulary(config, splits->train.vocabulary, error) ||
+      !check_graph_positions(config, longest_instance(*splits), error))
     return std::nullopt;
   return job_data{instance_split(std::move(splits->train), data.train_samples),
                   instance_split(std::move(splits->validation), data.test_samples)};
@@ -217,7 +248,7 @@ bool check_graph_model(const job_config& config, int classes, std::string* error
   double parameters = 0;
   for (size_t i = 0; i < config.model.nodes.size(); ++i) {
     const std::vector<layers::layer_spec>& specs = config.model.nodes[i].layers;
-    const layers::shape input{(*widths)[i].blocks_input};
+    const layers::shape input = (*widths)[i].blocks_shape();
     auto shapes = layers::infer_shapes(specs, input, error);
     if (!shapes) return false;  // unreachable: model_graph_widths() inferred them
     parameters += parameters_of(specs, input, *shapes);

@@ -382,7 +382,7 @@ std::vector<field> layer_fields(layer_spec& spec) {
     return {vocab_field(spec),
             required(integer_field("dim", &spec.dim, 1)).about("width of a token's vector"),
             integer_field("positions", &spec.positions, 0)
-                .about("learned positions")
+                .about("learned positions (in a model graph: counted from 0 in each instance)")
                 .default_means("the input's length")};
   }
   if (type == "transformer_block") {

@@ -146,12 +146,12 @@ problem check_structure(const node_list& nodes, int arity, std::vector<size_t>* 
 
 // Shapes -----------------------------------------------------------------------------------------
 
-/// The features per row `node`'s blocks output on rows of `width`; nothing, with `*why` naming
-/// the first block that does not take its input under `label`, when they do not chain.
+/// The features per row `node`'s blocks output on rows of shape `row`; nothing, with `*why`
+/// naming the first block that does not take its input under `label`, when they do not chain.
 std::optional<int64_t> output_width(const graph_node_spec& node, const std::string& label,
-                                    int64_t width, std::string* why) {
+                                    const layers::shape& row, std::string* why) {
   std::string message;
-  auto shapes = layers::infer_shapes(node.layers, {width}, &message);
+  auto shapes = layers::infer_shapes(node.layers, row, &message);
   if (shapes) return layers::element_count(shapes->back());
   const std::string prefix = "model.";
   *why = message.rfind(prefix, 0) == 0 ? label + "." + message.substr(prefix.size())
@@ -187,13 +187,13 @@ problem recurrent_widths(const graph_node_spec& node, const std::string& label, 
   const int64_t received = widths->input;
   std::string first_failure, failure, why;
   const std::optional<int64_t> guesses[] = {
-      output_width(node, label, received, &first_failure),
-      output_width(node, label, received + children * kProbeWidth, &why)};
+      output_width(node, label, {received}, &first_failure),
+      output_width(node, label, {received + children * kProbeWidth}, &why)};
   for (const std::optional<int64_t>& guess : guesses) {
     if (!guess) continue;
     const int64_t input = received + children * *guess;
     const std::string rows = recurrent_row_text(node, arity, received, before, *guess);
-    const std::optional<int64_t> output = output_width(node, label, input, &why);
+    const std::optional<int64_t> output = output_width(node, label, {input}, &why);
     if (output == guess) {
       widths->blocks_input = input;
       widths->output = *output;
@@ -217,9 +217,14 @@ problem node_shape(const node_list& nodes, size_t i, int arity, const std::strin
   const std::string label = label_of(nodes, i);
   if (recurrent(node)) return recurrent_widths(node, label, arity, before, widths);
   std::string why;
-  const std::optional<int64_t> output = output_width(node, label, widths->input, &why);
-  if (!output) return why + " (its rows are " + source_text(widths->input, before) + ")";
   widths->blocks_input = widths->input;
+  widths->token_rows = !before.empty();
+  const std::optional<int64_t> output = output_width(node, label, widths->blocks_shape(), &why);
+  if (!output) {
+    const std::string token =
+        widths->token_rows ? ", each one token, " + layers::to_string(widths->blocks_shape()) : "";
+    return why + " (its rows are " + source_text(widths->input, before) + token + ")";
+  }
   widths->output = *output;
   return std::nullopt;
 }

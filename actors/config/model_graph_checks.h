@@ -7,6 +7,12 @@
 // shapes meet: the first node takes one token id per row, each node takes the rows the node
 // before it emits, and a loop or tree node's rows also carry its own outputs for the parts
 // before (loop: one) or for the part's children (tree: the data's arity of them).
+//
+// A chain node after the first sees each row as one token, [1, width], so blocks over token
+// sequences (layernorm, transformer_block, lm_head) run on its rows; where its rows are one per
+// part, such blocks get the key's instances as packed sequences (layers::run_options::segments,
+// set by graph_program): a transformer attends within each instance, an embedding with explicit
+// positions counts them from 0 in each.
 
 #include <cstdint>
 #include <optional>
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "actors/config/job_config.h"
+#include "layers/tensor.h"
 
 namespace troupe::actors {
 
@@ -30,6 +37,14 @@ struct graph_node_widths {
   /// Whether the rows it emits are one per part (false once a node before it, or it, emits
   /// only roots: then one per instance).
   bool emits_per_part = true;
+  /// Whether its blocks take each row as one token, [1, blocks_input] (a chain node after the
+  /// first), rather than as [blocks_input].
+  bool token_rows = false;
+
+  /// The shape its blocks take each row as.
+  layers::shape blocks_shape() const {
+    return token_rows ? layers::shape{1, blocks_input} : layers::shape{blocks_input};
+  }
 };
 
 /// The most children a part of the job's data has, as far as the job can tell before the data

@@ -28,6 +28,12 @@ layers::tensor as_rows(const layers::tensor& batch, int64_t width) {
   return batch.reshaped({batch.rows(), width});
 }
 
+/// Each instance's part rows, [first_part[i], first_part[i + 1]), as packed sequences.
+std::shared_ptr<const std::vector<int64_t>> segments_of(
+    const std::vector<layers::instance>& instances) {
+  return std::make_shared<const std::vector<int64_t>>(layout_of(instances).first_part);
+}
+
 }  // namespace
 
 std::optional<ordered_graph> ordered_graph_of(const job_config& config, std::string* error) {
@@ -58,13 +64,13 @@ graph_program::graph_program(layers::backend& device, layers::stream s,
     if (recurrent(spec) && spec.emit == node_emit::root) unit = row_unit::instance;
     if (n < first) continue;
     const int node_arity = spec.route == node_route::tree ? arity : 1;
-    node built{spec, nullptr, 0};
+    node built{spec, nullptr, 0, unit == row_unit::part};
     const int64_t blocks_input = widths[n].blocks_input;
     if (recurrent(spec)) built.own_input = widths[n].input;
     TROUPE_CHECK(blocks_input ==
                  widths[n].input + (recurrent(spec) ? node_arity : 0) * widths[n].output);
     built.blocks =
-        std::make_unique<layers::sequential>(device, s, spec.layers, layers::shape{blocks_input}, 0,
+        std::make_unique<layers::sequential>(device, s, spec.layers, widths[n].blocks_shape(), 0,
                                              spec.layers.size(), layers::derive_seed(seed, n));
     TROUPE_CHECK(layers::element_count(built.blocks->output_shape()) == widths[n].output);
     nodes_.push_back(std::move(built));
@@ -82,12 +88,21 @@ layers::tensor graph_program::forward(
     tape->instances = instances;
   }
   layers::tensor rows = as_rows(input, input_width());
+  const segment_list segments = segments_of(*instances);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     graph_tape::node_record* record = tape ? &tape->nodes[i] : nullptr;
-    rows = recurrent(nodes_[i].spec) ? run_recurrence(options, nodes_[i], rows, *instances, record)
-                                     : run_chain(options, nodes_[i], rows, record);
+    node& n = nodes_[i];
+    rows = recurrent(n.spec) ? run_recurrence(options, n, rows, *instances, record)
+                             : run_chain(node_options(options, n, segments), n, rows, record);
   }
   return rows;
+}
+
+layers::run_options graph_program::node_options(const layers::run_options& options, const node& n,
+                                                const segment_list& segments) {
+  layers::run_options result = options;
+  if (!recurrent(n.spec) && n.per_part) result.segments = segments;
+  return result;
 }
 
 layers::tensor graph_program::run_chain(const layers::run_options& options, node& n,
@@ -138,13 +153,16 @@ layers::tensor graph_program::backward(const layers::run_options& options, graph
                                        bool need_input_gradient) {
   TROUPE_CHECK(tape.nodes.size() == nodes_.size());
   layers::tensor gradient = as_rows(output_gradient, output_width());
+  TROUPE_CHECK(tape.instances != nullptr);
+  const segment_list segments = segments_of(*tape.instances);
   for (size_t i = nodes_.size(); i-- > 0;) {
     node& n = nodes_[i];
     const bool need = i > 0 || need_input_gradient;
     if (recurrent(n.spec)) {
       gradient = recurrence_backward(options, n, tape.nodes[i], gradient);
     } else {
-      gradient = chain_backward(options, n, tape.nodes[i], gradient, need);
+      gradient =
+          chain_backward(node_options(options, n, segments), n, tape.nodes[i], gradient, need);
     }
     if (gradient.empty()) break;
   }

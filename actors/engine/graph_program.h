@@ -4,7 +4,10 @@
 // it): the forward pass of a key follows the routes of graph_routes.h over the key's
 // instances, and leaves a tape, per node, of what each visit's backward pass needs. The
 // backward pass retraces the tape in reverse, so a loop's shared weights get one gradient per
-// visit, summed, and a tree node's gradient goes back to each of its children.
+// visit, summed, and a tree node's gradient goes back to each of its children. A chain node
+// on parts runs its blocks on every part of the key at once, with the instances' bounds in
+// layers::run_options::segments, so blocks over token sequences (a transformer's attention,
+// learned positions) keep to each instance.
 
 #include <cstdint>
 #include <memory>
@@ -84,7 +87,16 @@ class graph_program {
     graph_node_spec spec;  ///< a copy: the program outlives the job's lists
     std::unique_ptr<layers::sequential> blocks;
     int64_t own_input = 0;  ///< loop and tree nodes: the width of the part's own input
+    /// Whether its rows are one per part; a chain node's blocks then get the key's instances
+    /// as packed sequences (layers::run_options::segments).
+    bool per_part = true;
   };
+  using segment_list = std::shared_ptr<const std::vector<int64_t>>;
+
+  /// `options` for node `n`'s blocks: with the instances' `segments` where it is a chain node
+  /// on parts.
+  static layers::run_options node_options(const layers::run_options& options, const node& n,
+                                          const segment_list& segments);
 
   layers::tensor run_chain(const layers::run_options& options, node& n, const layers::tensor& rows,
                            graph_tape::node_record* record);

@@ -78,7 +78,7 @@ std::optional<std::vector<block_cost>> estimated_node_costs(const job_config& co
   bool per_part = true;
   for (size_t n = 0; n < graph->nodes.size(); ++n) {
     const double rows = instances * (per_part ? nominal_parts_per_instance : 1.0);
-    layers::shape input{graph->widths[n].blocks_input};
+    layers::shape input = graph->widths[n].blocks_shape();
     block_cost total;
     for (const layers::layer_spec& spec : graph->nodes[n].layers) {
       layers::shape output;

@@ -89,6 +89,11 @@ class gradient_checker {
     }
   }
 
+  /// Runs every later pass on the packed sequences `segments` (run_options::segments).
+  void set_segments(std::vector<int64_t> segments) {
+    options_.segments = std::make_shared<const std::vector<int64_t>>(std::move(segments));
+  }
+
   layers::layer& subject() { return *layer_; }
 
  private:

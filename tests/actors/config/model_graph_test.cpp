@@ -66,6 +66,53 @@ TEST(ModelGraphTest, ATreeNodesRowsHoldItsChildrensOutputs) {
   EXPECT_EQ((*ternary)[1].blocks_input, 4 + 3 * 8);
 }
 
+TEST(ModelGraphTest, AChainNodeAfterTheFirstSeesEachRowAsOneToken) {
+  // A GPT over whole records: the blocks after the embedding take [tokens, width] rows.
+  const std::string gpt =
+      kRecords +
+      node_table("embed",
+                 "{ type = \"embedding\", vocab = 256, dim = 8, positions = 16 }, "
+                 "{ type = \"transformer_block\", heads = 2 }",
+                 "next = \"top\"\n") +
+      node_table("top",
+                 "{ type = \"transformer_block\", heads = 2 }, { type = \"layernorm\" }, "
+                 "{ type = \"lm_head\", vocab = 256 }");
+  std::optional<job_config> config = parse(gpt);
+  ASSERT_TRUE(config);
+  std::string error;
+  auto widths = model_graph_widths(*config, 1, &error);
+  ASSERT_TRUE(widths) << error;
+  expect_widths((*widths)[0], 1, 1, 8, true);
+  expect_widths((*widths)[1], 8, 8, 256, true);
+  EXPECT_EQ((*widths)[0].blocks_shape(), (layers::shape{1}));  // a token id
+  EXPECT_EQ((*widths)[1].blocks_shape(), (layers::shape{1, 8}));
+  // A loop node's rows stay flat: [x | h] for its cell.
+  auto rnn = model_graph_widths(*parse(kRnnJob), 1, &error);
+  ASSERT_TRUE(rnn) << error;
+  EXPECT_EQ((*rnn)[1].blocks_shape(), (layers::shape{12}));
+  EXPECT_EQ((*rnn)[2].blocks_shape(), (layers::shape{1, 8}));
+  EXPECT_THAT(graph_error(gpt, 1,
+                          {"model.nodes.top.layers=[{type=\"transformer_block\", "
+                           "heads=3}]"}),
+              HasSubstr("heads (3) must divide the width 8"));
+}
+
+TEST(ModelGraphTest, ExplicitPositionsMustCoverTheLongestInstance) {
+  // Positions count from 0 in each instance, so the loaded data's longest one decides.
+  std::optional<job_config> config =
+      parse(kTreeJob, {"data.synthetic_train=16", "data.synthetic_test=4",
+                       "model.nodes.embed.layers=[{type=\"embedding\", vocab=20, dim=4, "
+                       "positions=2}]"});
+  ASSERT_TRUE(config);
+  std::string error;
+  EXPECT_FALSE(load_job_data(*config, &error));
+  EXPECT_THAT(error, HasSubstr("model.nodes[0] (\"embed\") layers[0] (embedding): positions = 2, "
+                               "but the listops data has instances of "));
+  EXPECT_THAT(error, HasSubstr("positions count from 0 in each instance"));
+  config->model.nodes[0].layers[0].positions = 1000;
+  EXPECT_TRUE(load_job_data(*config, &error)) << error;
+}
+
 TEST(ModelGraphTest, NodesRunInTheOrderOfTheirEdges) {
   const std::string text = kRecords + node_table("embed", kEmbed, "next = \"cell\"\n") +
                            node_table("head", "{ type = \"linear\", out = 256 }") +
@@ -159,10 +206,11 @@ TEST(ModelGraphTest, ShapesThatDoNotMeetSayWhatWidthWasExpected) {
       "7 (raise positions or lower data.context) (a loop node's rows are the 4 features "
       "model.nodes[0] (\"embed\") outputs per row, followed by its own output of 4 for the part "
       "before: 8 in all)");
-  EXPECT_EQ(graph_error(kTreeJob, 2, {"model.nodes.head.layers=[{type=\"layernorm\"}]"}),
-            "model.nodes[2] (\"head\").layers[0] (layernorm): needs an input [tokens, width], got "
-            "[8] (put an embedding before it) (its rows are the 8 features model.nodes[1] "
-            "(\"tree\") outputs per row)");
+  EXPECT_EQ(
+      graph_error(kTreeJob, 2, {"model.nodes.head.layers=[{type=\"transformer_block\", heads=3}]"}),
+      "model.nodes[2] (\"head\").layers[0] (transformer_block): heads (3) must divide the "
+      "width 8 (its rows are the 8 features model.nodes[1] (\"tree\") outputs per row, "
+      "each one token, [1, 8])");
   EXPECT_THAT(graph_error(kTreeJob, 2, {"model.nodes.embed.layers=[{type=\"layernorm\"}]"}),
               HasSubstr("got [1] (put an embedding before it) (its rows are a part's token "
                         "id (1 feature))"));

@@ -62,6 +62,25 @@ job_config graph_job(bool trees, int stages, int micro_batches, pipeline_mode mo
   return config;
 }
 
+/// A GPT over whole sequences: embed (positions counted in each sequence) and a block, a block,
+/// then layernorm and lm_head; attention within each sequence, nothing padded.
+job_config gpt_job(int stages, int micro_batches) {
+  job_config config = graph_job(false, stages, micro_batches, pipeline_mode::sync);
+  layers::layer_spec embedding = block("embedding");
+  embedding.vocab = 16;
+  embedding.dim = 8;
+  embedding.positions = 10;
+  layers::layer_spec transformer = block("transformer_block");
+  transformer.heads = 2;
+  layers::layer_spec head = block("lm_head");
+  head.vocab = 16;
+  config.model.nodes = {
+      node_of("embed", {embedding, transformer}, node_route::chain, node_emit::every, "middle"),
+      node_of("middle", {transformer}, node_route::chain, node_emit::every, "top"),
+      node_of("top", {block("layernorm"), head}, node_route::chain, node_emit::every, "")};
+  return config;
+}
+
 /// ListOps trees, or sequences of 1 to 9 tokens each labelled with the next.
 layers::dataset instances(bool trees) {
   auto data = std::make_shared<layers::instance_dataset>();
@@ -104,9 +123,10 @@ testing::weights oracle_weights(const job_config& config, const layers::dataset&
   return result;
 }
 
-void expect_pipeline_matches_oracle(bool trees, int stages, int micro_batches, pipeline_mode mode,
-                                    uint64_t order_seed) {
-  const job_config config = graph_job(trees, stages, micro_batches, mode);
+void expect_pipeline_matches_oracle(const job_config& config, uint64_t order_seed) {
+  const bool trees = config.data.dataset == dataset_kind::listops;
+  const int stages = config.parallelism.stages;
+  const int micro_batches = config.parallelism.micro_batches;
   const layers::dataset data = instances(trees);
   const int64_t steps = 12;
   std::string error;
@@ -115,9 +135,14 @@ void expect_pipeline_matches_oracle(bool trees, int stages, int micro_batches, p
   pipeline.train(data, steps);
   const double difference =
       max_relative_difference(pipeline.weights(), oracle_weights(config, data, steps));
-  EXPECT_LE(difference, 1e-5) << (trees ? "trees" : "sequences") << " S=" << stages
+  EXPECT_LE(difference, 1e-5) << config.model.nodes[1].name << " S=" << stages
                               << " M=" << micro_batches << " order " << order_seed;
   for (int s = 0; s < pipeline.stage_count(); ++s) EXPECT_EQ(pipeline.stage(s).version(), steps);
+}
+
+void expect_pipeline_matches_oracle(bool trees, int stages, int micro_batches, pipeline_mode mode,
+                                    uint64_t order_seed) {
+  expect_pipeline_matches_oracle(graph_job(trees, stages, micro_batches, mode), order_seed);
 }
 
 TEST(GraphPipelineTest, SyncLoopPipelinesEqualTheOracle) {
@@ -137,6 +162,13 @@ TEST(GraphPipelineTest, SyncEqualsTheOracleUnderShuffledDelivery) {
     expect_pipeline_matches_oracle(true, 3, 2, pipeline_mode::sync, seed);
     expect_pipeline_matches_oracle(false, 3, 4, pipeline_mode::sync, seed);
   }
+}
+
+TEST(GraphPipelineTest, SyncGptOverWholeSequencesEqualsTheOracle) {
+  for (int stages : {1, 2, 3})
+    for (int micro_batches : {1, 4})
+      expect_pipeline_matches_oracle(gpt_job(stages, micro_batches), 0);
+  expect_pipeline_matches_oracle(gpt_job(3, 4), 2);
 }
 
 TEST(GraphPipelineTest, AsyncKeysOfTheirOwnSizesStayWithinTheStalenessBound) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -68,6 +69,29 @@ test_graph tree_classifier() {
                  node_of("head", {block("linear", 5)}, node_route::chain, node_emit::every, "")};
   graph.widths = {{1, 1, 3, true}, {3, 3 + 2 * 4, 4, false}, {4, 4, 5, false}};
   graph.arity = 2;
+  return graph;
+}
+
+layers::layer_spec transformer_block() {
+  layers::layer_spec spec = block("transformer_block");
+  spec.heads = 2;
+  return spec;
+}
+
+/// A GPT over whole sequences: embed (with positions counted in each sequence) and a block, then
+/// a block, layernorm and lm_head; every node's rows one per part, attention within each
+/// sequence.
+test_graph gpt() {
+  layers::layer_spec embed = embedding(8, 8);
+  embed.positions = 6;
+  layers::layer_spec head = block("lm_head");
+  head.vocab = 8;
+  test_graph graph;
+  graph.nodes = {
+      node_of("embed", {embed, transformer_block()}, node_route::chain, node_emit::every, "top"),
+      node_of("top", {transformer_block(), block("layernorm"), head}, node_route::chain,
+              node_emit::every, "")};
+  graph.widths = {{1, 1, 8, true, false}, {8, 8, 8, true, true}};
   return graph;
 }
 
@@ -137,9 +161,16 @@ class GraphProgramTest : public ::testing::Test {
     return sum;
   }
 
-  /// Central differences of the objective in every `stride`-th weight, against backward().
-  void check_gradients(const test_graph& graph, const std::vector<layers::instance>& items) {
-    auto program = build(graph, 0, graph.nodes.size());
+  /// Central differences of the objective in every weight, against backward(), which may differ
+  /// by `tolerance` + 1e-2 × |numeric|.
+  void check_gradients(const test_graph& graph, const std::vector<layers::instance>& items,
+                       double tolerance = 2e-3) {
+    check_gradients(*build(graph, 0, graph.nodes.size()), items, tolerance);
+  }
+
+  void check_gradients(graph_program& built, const std::vector<layers::instance>& items,
+                       double tolerance) {
+    graph_program* program = &built;
     const int64_t rows = program->output_rows(layout_of(items));
     const std::vector<float> upstream =
         testing::random_values(static_cast<size_t>(rows * program->output_width()), 3);
@@ -161,7 +192,7 @@ class GraphProgramTest : public ::testing::Test {
         values[i] = saved;
         parameters[p]->value.copy_from_host(stream_, values.data());
         const double numeric = (side[0] - side[1]) / 2e-2;
-        EXPECT_NEAR(analytic[p][i], numeric, 2e-3 + 1e-2 * std::fabs(numeric))
+        EXPECT_NEAR(analytic[p][i], numeric, tolerance + 1e-2 * std::fabs(numeric))
             << names[p] << " element " << i;
       }
     }
@@ -210,8 +241,25 @@ TEST_F(GraphProgramTest, TreeGradientsMatchFiniteDifferences) {
   check_gradients(tree_classifier(), trees());
 }
 
+TEST_F(GraphProgramTest, GptOverWholeSequencesGradientsMatchFiniteDifferences) {
+  auto program = build(gpt(), 0, 2);
+  // The embedding's own scale (0.02) is too small for steps of 1e-2 through the layernorm
+  // after it: embeddings of unit scale keep the differences in the linear range.
+  const std::vector<layers::parameter*> parameters = program->parameters();
+  const std::vector<std::string> names = program->parameter_names();
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    if (names[p].rfind("embed.embedding0.", 0) != 0) continue;
+    const std::vector<float> values = testing::random_values(parameters[p]->value.size(), 11 + p);
+    parameters[p]->value.copy_from_host(stream_, values.data());
+    device_->synchronize(stream_);
+  }
+  // A transformer's sums run over more terms: the block checker's tolerance.
+  check_gradients(*program, sequences(), 3e-3);
+}
+
 TEST_F(GraphProgramTest, AKeyOfInstancesEqualsTheInstancesOneByOne) {
-  for (const test_graph& graph : {language_model(), tree_classifier()}) {
+  for (const test_graph& graph : {language_model(), tree_classifier(), gpt()}) {
+    SCOPED_TRACE(graph.nodes[1].name + " of arity " + std::to_string(graph.arity));
     const std::vector<layers::instance> items = graph.arity == 1 ? sequences() : trees();
     auto program = build(graph, 0, graph.nodes.size());
     const int64_t width = program->output_width();
@@ -262,6 +310,52 @@ TEST_F(GraphProgramTest, AProgramCutBetweenNodesEqualsTheWhole) {
             (std::vector<std::string>{"embed.embedding0.weight", "embed.embedding0.position",
                                       "cell.linear0.weight", "cell.linear0.bias",
                                       "head.linear0.weight", "head.linear0.bias"}));
+}
+
+TEST_F(GraphProgramTest, AGptCutBetweenNodesEqualsTheWhole) {
+  const test_graph graph = gpt();
+  const std::vector<layers::instance> items = sequences();
+  auto shared = std::make_shared<const std::vector<layers::instance>>(items);
+  auto whole = build(graph, 0, 2);
+  auto front = build(graph, 0, 1);
+  auto back = build(graph, 1, 2);
+  const layers::tensor input = token_rows(*device_, items);
+  const std::vector<float> expected =
+      whole->forward(options_, input, shared, nullptr).to_host(stream_);
+  EXPECT_EQ(expected.size(), 9u * 8u);  // one row of 8 scores per part
+  const layers::tensor middle = front->forward(options_, input, shared, nullptr);
+  EXPECT_EQ(back->forward(options_, middle, shared, nullptr).to_host(stream_), expected);
+}
+
+TEST_F(GraphProgramTest, AGptPartSeesOnlyTheEarlierPartsOfItsOwnInstance) {
+  auto program = build(gpt(), 0, 2);
+  std::vector<layers::instance> items = sequences();  // part rows 0-2, 3, 4-8
+  auto scores = [&](const std::vector<layers::instance>& key) {
+    auto shared = std::make_shared<const std::vector<layers::instance>>(key);
+    return program->forward(options_, token_rows(*device_, key), shared, nullptr).to_host(stream_);
+  };
+  const std::vector<float> before = scores(items);
+  items[2].tokens[1] = 3;  // part row 5: the third instance's second part
+  const std::vector<float> after = scores(items);
+  const size_t width = 8;
+  for (size_t row = 0; row < 9; ++row) {
+    const bool same = std::equal(before.begin() + row * width, before.begin() + (row + 1) * width,
+                                 after.begin() + row * width);
+    EXPECT_EQ(same, row < 5) << "part row " << row;
+  }
+  // Positions count from 0 in each instance: the longest has 5 parts, so of the 6 learned
+  // positions the first 5 get gradients and the last none.
+  std::vector<std::vector<float>> gradients;
+  objective(*program, items, testing::random_values(9 * width, 3), &gradients);
+  const std::vector<std::string> names = program->parameter_names();
+  const size_t position = static_cast<size_t>(
+      std::find(names.begin(), names.end(), "embed.embedding0.position") - names.begin());
+  ASSERT_LT(position, names.size());
+  for (size_t row = 0; row < 6; ++row) {
+    const auto first = gradients[position].begin() + row * width;
+    const bool zero = std::all_of(first, first + width, [](float g) { return g == 0.0f; });
+    EXPECT_EQ(zero, row == 5) << "position " << row;
+  }
 }
 
 }  // namespace
