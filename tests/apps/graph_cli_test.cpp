@@ -1,5 +1,5 @@
-// Dynamic models from the command line: a sync run of a Tree-LSTM on ListOps and of an LSTM
-// over whole fortunes, in one process and with each stage in a worker process of its own,
+// Dynamic models from the command line: a sync run of a Tree-LSTM on ListOps, and of an LSTM
+// and a GPT over whole fortunes, in one process and with each stage in a worker process of its own,
 // ends with the weights of the graph oracle (every instance run alone).
 
 #include <gtest/gtest.h>
@@ -68,6 +68,38 @@ next = "head"
 [[model.nodes]]
 name = "head"
 layers = [{ type = "linear", out = 256 }]
+
+[data]
+dataset = "text-records"
+context = 48
+train_samples = 64
+test_samples = 8
+
+[training]
+batch_size = 8
+epochs = 1
+max_steps = 8
+lr = 0.1
+)";
+
+/// A GPT over whole fortunes: attention within each fortune, positions counted in each. (Plain
+/// SGD: the gradient of a key's bias is zero but for rounding, which Adam would scale up to
+/// steps of lr.)
+const char* const kGptJob = R"([[model.nodes]]
+name = "embed"
+layers = [
+  { type = "embedding", vocab = 256, dim = 16, positions = 48 },
+  { type = "transformer_block", heads = 2 },
+]
+next = "top"
+
+[[model.nodes]]
+name = "top"
+layers = [
+  { type = "transformer_block", heads = 2 },
+  { type = "layernorm" },
+  { type = "lm_head", vocab = 256 },
+]
 
 [data]
 dataset = "text-records"
@@ -199,6 +231,14 @@ TEST_F(GraphCliTest, AMeasuredPartitionOfAGraphSaysItIsBalancedByEstimate) {
       << (trained.output + trained.errors);
   EXPECT_NE((trained.output + trained.errors).find("not timed yet"), std::string::npos)
       << (trained.output + trained.errors);
+}
+
+TEST_F(GraphCliTest, SyncGptOverWholeFortunesEqualsTheOracleInOneProcessAndAcrossWorkers) {
+  if (!fs::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "no fortunes (Debian: fortunes)";
+  const fs::path job = write_job("gpt", kGptJob);
+  const std::vector<std::string> two_stages{"parallelism.stages=2", "parallelism.micro_batches=2"};
+  expect_equals_oracle(job, two_stages, "");
+  expect_equals_oracle(job, two_stages, " --workers 2");
 }
 
 TEST_F(GraphCliTest, AnAsyncTreeLstmLearnsListOpsAcrossStages) {
