@@ -111,14 +111,17 @@ TEST(CudaTransformerParityTest, EmbeddingGatherAndDeterministicScatter) {
 }
 
 /// Forward and backward of one block type on `device`, from the seed's weights: the output, the
-/// input gradient and every parameter gradient.
+/// input gradient and every parameter gradient. The input holds whole samples; with `segments`,
+/// they are packed sequences (run_options::segments).
 outputs block_pass(backend& device, const layer_spec& spec, const shape& sample,
-                   const std::vector<float>& input, const std::vector<float>& upstream) {
+                   const std::vector<float>& input, const std::vector<float>& upstream,
+                   const std::vector<int64_t>& segments = {}) {
   const stream s = device.default_stream();
   auto layer = make_layer(device, s, spec, sample, 77, 3);
-  shape dims{2};
+  shape dims{int64_t(input.size()) / element_count(sample)};
   dims.insert(dims.end(), sample.begin(), sample.end());
-  const run_options options{s, pass_mode::training, 55, 0};
+  run_options options{s, pass_mode::training, 55, 0};
+  if (!segments.empty()) options.segments = std::make_shared<const std::vector<int64_t>>(segments);
   auto result = layer->forward(options, tensor::from_host(device, s, dims, input));
   outputs values{result.output.to_host(s)};
   tensor gradient = layer->backward(options, *result.context,
@@ -163,6 +166,36 @@ TEST(CudaTransformerParityTest, WholeBlocks) {
   expect_parity(
       pair, [&](backend& device) { return block_pass(device, embedding, {16}, ids, upstream); },
       summed(4), "embedding");
+}
+
+TEST(CudaTransformerParityTest, PackedSequences) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_CUDA(pair);
+  // Four sequences of 5, 1, 16 and 7 tokens, one token per row as a model graph packs them.
+  const std::vector<int64_t> segments{0, 5, 6, 22, 29};
+  layer_spec block;
+  block.type = "transformer_block";
+  block.heads = 4;
+  block.dropout = 0.1f;
+  const auto x = random_values(29 * 32, 344);
+  const auto upstream = random_values(29 * 32, 345);
+  expect_parity(
+      pair,
+      [&](backend& device) {
+        return block_pass(device, block, {1, 32}, x, upstream, segments);
+      },
+      summed(128), "packed transformer_block");
+  layer_spec embedding;
+  embedding.type = "embedding";
+  embedding.vocab = 30;
+  embedding.dim = 32;
+  embedding.positions = 16;
+  std::vector<float> ids(29);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = float((i * 7) % 30);
+  expect_parity(
+      pair,
+      [&](backend& device) { return block_pass(device, embedding, {1}, ids, upstream, segments); },
+      summed(4), "packed embedding");
 }
 
 }  // namespace
