@@ -32,8 +32,8 @@ struct run_options {
   /// padding): sequence i is tokens [segments[i], segments[i + 1]) of the input's N·T tokens
   /// ([N, T, ...] read in order), and the last offset is N·T. Blocks over token sequences read
   /// them: transformer_block attends within each sequence only (causally), an embedding with
-  /// explicit positions counts them from 0 in each. Null: every sample is one sequence of T
-  /// tokens.
+  /// explicit positions counts them from 0 in each; both keep the forward pass's segments for
+  /// their backward pass. Null: every sample is one sequence of T tokens.
   std::shared_ptr<const std::vector<int64_t>> segments = nullptr;
 };
 

@@ -44,19 +44,22 @@ struct pass {
 /// Builds `spec` on samples of `sample` and runs it forward and backward on `input` (whole
 /// samples) with `upstream` as the output's gradient, on the packed `segments` when given.
 pass run(const layer_spec& spec, const shape& sample, const std::vector<float>& input,
-         const std::vector<float>& upstream, std::vector<int64_t> segments = {}) {
+         const std::vector<float>& upstream, std::vector<int64_t> segments = {},
+         bool recompute = false) {
   auto device = testing::cpu_backend();
   const stream s = device->default_stream();
   auto subject = make_layer(*device, s, spec, sample, 99, 4);
   shape dims{static_cast<int64_t>(input.size()) / element_count(sample)};
   dims.insert(dims.end(), sample.begin(), sample.end());
-  run_options options{s, pass_mode::training, 1234, 0, false};
+  run_options options{s, pass_mode::training, 1234, 0, recompute};
   if (!segments.empty())
     options.segments = std::make_shared<const std::vector<int64_t>>(std::move(segments));
   forward_result result = subject->forward(options, tensor::from_host(*device, s, dims, input));
   pass out;
   out.output = result.output.to_host(s);
   const tensor gradient = tensor::from_host(*device, s, result.output.dims(), upstream);
+  // The backward pass follows the segments its forward pass saw, whatever its own options say.
+  options.segments = nullptr;
   out.input_gradient = subject->backward(options, *result.context, gradient, true).to_host(s);
   for (parameter* p : subject->parameters()) out.gradients.push_back(p->gradient.to_host(s));
   return out;
@@ -117,6 +120,19 @@ TEST(PackedSequencesTest, TransformerBlockGradientsMatchFiniteDifferences) {
 
 TEST(PackedSequencesTest, TransformerBlockEqualsEachSequenceAlone) {
   expect_packed_equals_alone(block(), {1, width}, testing::random_values(7 * width, 5));
+}
+
+TEST(PackedSequencesTest, RecomputeAttendsWithinTheSameSequences) {
+  // The backward pass of a recomputed block runs its forward again on the forward's segments.
+  layer_spec spec = block();
+  spec.dropout = 0.1f;
+  const std::vector<float> input = testing::random_values(7 * width, 5);
+  const std::vector<float> upstream = testing::random_values(7 * width, 17);
+  const pass kept = run(spec, {1, width}, input, upstream, {0, 3, 7});
+  const pass recomputed = run(spec, {1, width}, input, upstream, {0, 3, 7}, true);
+  EXPECT_EQ(kept.output, recomputed.output);
+  EXPECT_EQ(kept.input_gradient, recomputed.input_gradient);
+  EXPECT_EQ(kept.gradients, recomputed.gradients);
 }
 
 TEST(PackedSequencesTest, AttentionStaysWithinEachSequence) {
