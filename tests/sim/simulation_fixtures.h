@@ -81,15 +81,22 @@ inline actors::job_config numerics_job() {
   return config;
 }
 
+inline simulation_result simulated(const actors::job_config& config, const actors::job_data& data,
+                                   const cluster_model& cluster,
+                                   const simulation_options& options = {}) {
+  std::string error;
+  actors::quiet_observer observer;
+  auto result = simulate(config, data, cluster, options, observer, &error);
+  EXPECT_TRUE(result) << error;
+  return std::move(*result);
+}
+
 inline simulation_result simulated(const actors::job_config& config, const cluster_model& cluster,
                                    const simulation_options& options = {}) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
   EXPECT_TRUE(data) << error;
-  actors::quiet_observer observer;
-  auto result = simulate(config, *data, cluster, options, observer, &error);
-  EXPECT_TRUE(result) << error;
-  return std::move(*result);
+  return simulated(config, *data, cluster, options);
 }
 
 }  // namespace troupe::sim
