@@ -1,0 +1,134 @@
+#include "sim/calibration/graph_calibration.h"
+
+#include <algorithm>
+
+#include "actors/config/job_data.h"
+#include "actors/engine/graph_program.h"
+#include "actors/engine/partition.h"
+#include "actors/engine/stage_device.h"
+#include "actors/engine/stage_settings.h"
+#include "actors/engine/training_run.h"
+#include "layers/backend_registry.h"
+#include "sim/calibration/graph_stage_timing.h"
+#include "sim/calibration/measuring.h"
+#include "sim/calibration/node_timing.h"
+#include "sim/calibration/transport_timing.h"
+#include "sim/graph_cost.h"
+
+namespace troupe::sim {
+namespace {
+
+/// Keys drawn to learn the routes of the job's keys (their visits' rows, their sizes).
+constexpr int sampled_keys = 64;
+
+/// The middle of `values` (integers).
+int64_t median_count(std::vector<int64_t> values) {
+  return values.empty() ? 1 : static_cast<int64_t>(median({values.begin(), values.end()}));
+}
+
+/// What the sample keys' routes are like at every node, and the key's messages.
+struct route_summary {
+  std::vector<node_timing_plan> plans;  ///< one per node
+  int64_t loss_rows = 1;                ///< a median key's rows at the loss
+  /// The biggest message of a median key: rows of the widest node output.
+  int64_t message_rows = 1;
+  int64_t message_width = 1;
+};
+
+route_summary summarize_routes(const actors::ordered_graph& graph, const graph_stage_cost& whole,
+                               const std::vector<std::vector<layers::instance>>& keys) {
+  route_summary summary;
+  std::vector<int64_t> loss_rows;
+  for (const auto& key : keys) loss_rows.push_back(whole.output_rows(actors::layout_of(key)));
+  summary.loss_rows = median_count(loss_rows);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    std::vector<int64_t> rows, visits, emitted;
+    for (const auto& key : keys) {
+      const std::vector<int64_t> visit_rows = whole.visit_rows(n, key);
+      rows.insert(rows.end(), visit_rows.begin(), visit_rows.end());
+      visits.push_back(static_cast<int64_t>(visit_rows.size()));
+    }
+    summary.plans.push_back({n, timed_rows(rows), median_count(visits)});
+    // A node's output rows: a chain node's one visit's rows, a loop or tree node's parts or
+    // instances (bounded by the key's parts, its first node's rows).
+    const int64_t key_rows = median_count(rows);
+    const int64_t width = graph.widths[n].output;
+    if (width * key_rows > summary.message_width * summary.message_rows) {
+      summary.message_width = width;
+      summary.message_rows = key_rows;
+    }
+  }
+  return summary;
+}
+
+/// The loss over `rows` rows of the last node's `classes` outputs, on `device` (the median of
+/// repeats for about `seconds`).
+double time_loss(const actors::job_config& config, size_t nodes, layers::backend& device,
+                 int64_t rows, int64_t classes, double seconds) {
+  auto last = actors::make_layers_stage_device(config, {nodes - 1, nodes}, device);
+  std::vector<float> logits(static_cast<size_t>(rows * classes), 0.1f);
+  std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+  const layers::tensor output =
+      layers::tensor::from_host(device, device.default_stream(), {rows, classes}, logits);
+  std::vector<double> times;
+  const auto start = clock_type::now();
+  while (times.size() < 3 || seconds_since(start) < seconds) {
+    times.push_back(timed(device, [&] { last->loss(output, labels, 1.0f, true); }));
+  }
+  return median(times);
+}
+
+/// Fits the profile's node tables to the job's stages timed as they train (graph_stage_timing.h)
+/// and sets its work_jitter from how far the stages' keys strayed from the fitted model.
+bool fit_to_stages(const actors::job_config& config, const actors::ordered_graph& graph,
+                   const std::vector<std::vector<layers::instance>>& keys, double seconds,
+                   machine_profile* profile, std::string* error) {
+  auto ranges = actors::partition_model(config, error);
+  if (!ranges) return false;
+  auto stages = time_graph_stages(config, graph, *ranges, *profile, keys, seconds, error);
+  if (!stages) return false;
+  fit_nodes_to_stages(*stages, &profile->nodes);
+  std::vector<double> spreads;
+  for (const graph_stage_timing& stage : *stages) spreads.push_back(log_spread({&stage.ratios}));
+  profile->work_jitter = std::min(1.0, median(spreads));
+  return true;
+}
+
+}  // namespace
+
+std::optional<machine_profile> calibrate_graph(const actors::job_config& config, double seconds,
+                                               std::string* error) {
+  auto graph = actors::ordered_graph_of(config, error);
+  if (!graph) return std::nullopt;
+  auto data = actors::load_job_data(config, error);
+  if (!data) return std::nullopt;
+  machine_profile profile;
+  profile.backend = actors::device_of_stage(config, 0);
+  profile.threads = actors::threads_per_stage(config);
+  profile.batch = actors::micro_batch_size(config);
+  auto device = layers::create_backend(profile.backend, profile.threads, error);
+  if (!device) return std::nullopt;
+  const size_t nodes = graph->nodes.size();
+  auto whole = graph_stage_cost::make(config, *graph, {0, nodes}, device_model{}, error);
+  if (!whole) return std::nullopt;
+  const auto keys =
+      sample_keys(*data->train.instances, profile.batch, sampled_keys, config.training.seed);
+  const route_summary routes = summarize_routes(*graph, *whole, keys);
+  for (const node_timing_plan& plan : routes.plans)
+    profile.nodes.push_back(time_node(config, plan, *device, seconds));
+  if (!fit_to_stages(config, *graph, keys, seconds, &profile, error)) return std::nullopt;
+  profile.loss_rows = routes.loss_rows;
+  profile.loss_s =
+      time_loss(config, nodes, *device, routes.loss_rows, whole->output_width(), seconds / 4);
+  if (!time_transport(&profile, *device, {whole->input_width()}, {routes.message_width},
+                      routes.message_rows, error)) {
+    return std::nullopt;
+  }
+  auto host = layers::create_backend("cpu", 1, error);
+  if (!host) return std::nullopt;
+  profile.coordinator_s_per_sample =
+      coordinator_seconds_per_sample(data->train, profile.batch, *host, seconds);
+  return profile;
+}
+
+}  // namespace troupe::sim
