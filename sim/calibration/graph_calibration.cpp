@@ -9,6 +9,7 @@
 #include "actors/engine/stage_settings.h"
 #include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
+#include "layers/check.h"
 #include "sim/calibration/graph_stage_timing.h"
 #include "sim/calibration/measuring.h"
 #include "sim/calibration/node_timing.h"
@@ -30,33 +31,34 @@ int64_t median_count(std::vector<int64_t> values) {
 struct route_summary {
   std::vector<node_timing_plan> plans;  ///< one per node
   int64_t loss_rows = 1;                ///< a median key's rows at the loss
-  /// The biggest message of a median key: rows of the widest node output.
+  /// The biggest message of a median key: the node output of most floats, its rows and width.
   int64_t message_rows = 1;
   int64_t message_width = 1;
 };
 
-route_summary summarize_routes(const actors::ordered_graph& graph, const graph_stage_cost& whole,
+route_summary summarize_routes(const actors::job_config& config, const actors::ordered_graph& graph,
                                const std::vector<std::vector<layers::instance>>& keys) {
   route_summary summary;
   std::vector<int64_t> loss_rows;
-  for (const auto& key : keys) loss_rows.push_back(whole.output_rows(actors::layout_of(key)));
-  summary.loss_rows = median_count(loss_rows);
+  std::string error;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    auto node = graph_stage_cost::make(config, graph, {n, n + 1}, device_model{}, &error);
+    TROUPE_CHECK(node.has_value());  // ordered_graph_of() checked the shapes
     std::vector<int64_t> rows, visits, emitted;
     for (const auto& key : keys) {
-      const std::vector<int64_t> visit_rows = whole.visit_rows(n, key);
+      const std::vector<int64_t> visit_rows = node->visit_rows(0, key);
       rows.insert(rows.end(), visit_rows.begin(), visit_rows.end());
       visits.push_back(static_cast<int64_t>(visit_rows.size()));
+      emitted.push_back(node->output_rows(actors::layout_of(key)));
     }
     summary.plans.push_back({n, timed_rows(rows), median_count(visits)});
-    // A node's output rows: a chain node's one visit's rows, a loop or tree node's parts or
-    // instances (bounded by the key's parts, its first node's rows).
-    const int64_t key_rows = median_count(rows);
-    const int64_t width = graph.widths[n].output;
+    const int64_t key_rows = median_count(emitted);
+    const int64_t width = node->output_width();
     if (width * key_rows > summary.message_width * summary.message_rows) {
       summary.message_width = width;
       summary.message_rows = key_rows;
     }
+    if (n + 1 == graph.nodes.size()) summary.loss_rows = key_rows;
   }
   return summary;
 }
@@ -109,18 +111,17 @@ std::optional<machine_profile> calibrate_graph(const actors::job_config& config,
   auto device = layers::create_backend(profile.backend, profile.threads, error);
   if (!device) return std::nullopt;
   const size_t nodes = graph->nodes.size();
-  auto whole = graph_stage_cost::make(config, *graph, {0, nodes}, device_model{}, error);
-  if (!whole) return std::nullopt;
   const auto keys =
       sample_keys(*data->train.instances, profile.batch, sampled_keys, config.training.seed);
-  const route_summary routes = summarize_routes(*graph, *whole, keys);
+  const route_summary routes = summarize_routes(config, *graph, keys);
   for (const node_timing_plan& plan : routes.plans)
     profile.nodes.push_back(time_node(config, plan, *device, seconds));
   if (!fit_to_stages(config, *graph, keys, seconds, &profile, error)) return std::nullopt;
   profile.loss_rows = routes.loss_rows;
   profile.loss_s =
-      time_loss(config, nodes, *device, routes.loss_rows, whole->output_width(), seconds / 4);
-  if (!time_transport(&profile, *device, {whole->input_width()}, {routes.message_width},
+      time_loss(config, nodes, *device, routes.loss_rows, graph->widths.back().output, seconds / 4);
+  // Keys of the first node's input rows (one token id each) and of the biggest activation.
+  if (!time_transport(&profile, *device, {graph->widths.front().input}, {routes.message_width},
                       routes.message_rows, error)) {
     return std::nullopt;
   }

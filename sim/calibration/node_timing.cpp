@@ -15,8 +15,9 @@
 namespace troupe::sim {
 namespace {
 
-/// Timed rounds of each row count at least.
-constexpr uint64_t min_rounds = 6;
+/// Timed rounds of each row count at least: six, or three of keys of many visits each (each
+/// round's time per visit is already a mean over them).
+uint64_t min_rounds(int64_t visits_per_key) { return visits_per_key >= 8 ? 3 : 6; }
 
 /// `count` sequences of `length` parts each (tokens 0, one label per part): a loop or tree node
 /// visits each key of them `length` times, `count` rows each time (a tree node's second child
@@ -144,10 +145,11 @@ node_profile time_node(const actors::job_config& config, const node_timing_plan&
   // many times over (a loaded machine's medians need them).
   const double share = seconds / static_cast<double>(timers.size());
   std::vector<double> spent(timers.size(), 0.0);
+  const uint64_t least = min_rounds(plan.visits_per_key);
   for (bool more = true; more;) {
     more = false;
     for (size_t i = 0; i < timers.size(); ++i) {
-      if (timers[i].rounds() >= min_rounds && spent[i] >= share) continue;
+      if (timers[i].rounds() >= least && spent[i] >= share) continue;
       const auto begin = clock_type::now();
       timers[i].round();
       spent[i] += seconds_since(begin);

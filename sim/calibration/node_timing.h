@@ -39,7 +39,8 @@ struct node_timing_plan {
 /// chain node: one visit), forward, backward (every other round without the input gradient), a
 /// weight stash, a predicted copy where the job predicts weights, the step, and evaluation
 /// forwards; the keys of every row count take turns round by round, each until it has had an
-/// equal share of `seconds` and at least six rounds after an untimed one. Medians, per visit.
+/// equal share of `seconds` and at least six rounds after an untimed one (three of keys of eight
+/// visits or more). Medians, per visit.
 node_profile time_node(const actors::job_config& config, const node_timing_plan& plan,
                        layers::backend& device, double seconds);
 
