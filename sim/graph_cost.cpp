@@ -101,7 +101,12 @@ double graph_stage_cost::gathers_s(const node& n, int64_t rows) const {
 }
 
 double graph_stage_cost::visit_s(const node& n, node_pass pass, int64_t rows) const {
-  if (n.measured) return interpolated_s(n.measured->rows, measured_pass(*n.measured, pass), rows);
+  if (n.measured) {
+    const node_profile& measured = *n.measured;
+    const bool evaluation = pass == node_pass::evaluate && !measured.evaluation_rows.empty();
+    return interpolated_s(evaluation ? measured.evaluation_rows : measured.rows,
+                          measured_pass(measured, pass), rows);
+  }
   const stage_cost& blocks = *n.roofline;
   double seconds = 0;
   switch (pass) {

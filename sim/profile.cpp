@@ -17,6 +17,7 @@ json node_json(const node_profile& node) {
           {"forward_s", node.forward_s},
           {"backward_s", node.backward_s},
           {"backward_first_s", node.backward_first_s},
+          {"evaluation_rows", node.evaluation_rows},
           {"evaluate_s", node.evaluate_s},
           {"step_s", node.step_s},
           {"stash_s", node.stash_s},
@@ -41,6 +42,20 @@ bool number_list(const json& entry, const std::string& key, const std::string& w
   return good;
 }
 
+/// `entry`[key] as increasing row counts >= 1, at least one; false with `error` naming it.
+bool row_counts(const json& entry, const std::string& key, const std::string& where,
+                std::vector<int64_t>* rows, std::string* error) {
+  if (!number_list(entry, key, where, 0, rows, error)) return false;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    if ((*rows)[i] < 1 || (i > 0 && (*rows)[i] <= (*rows)[i - 1])) {
+      *error = where + key + ": must be increasing row counts >= 1";
+      return false;
+    }
+  }
+  if (rows->empty()) *error = where + key + ": empty";
+  return !rows->empty();
+}
+
 /// The node profile `entry` of a profile's `nodes`; nothing, with `error` naming its field.
 std::optional<node_profile> parse_node(const json& entry, const std::string& where,
                                        std::string* error) {
@@ -50,22 +65,21 @@ std::optional<node_profile> parse_node(const json& entry, const std::string& whe
     return std::nullopt;
   }
   node.name = entry["name"].get<std::string>();
-  if (!number_list(entry, "rows", where, 0, &node.rows, error)) return std::nullopt;
-  for (size_t i = 0; i < node.rows.size(); ++i) {
-    if (node.rows[i] < 1 || (i > 0 && node.rows[i] <= node.rows[i - 1])) {
-      *error = where + "rows: must be increasing row counts >= 1";
-      return std::nullopt;
-    }
-  }
-  if (node.rows.empty()) {
-    *error = where + "rows: empty";
+  if (!row_counts(entry, "rows", where, &node.rows, error)) return std::nullopt;
+  const size_t count = node.rows.size();
+  // An empty list (as written for a profile without them) means `rows`.
+  const bool evaluation_rows =
+      entry.contains("evaluation_rows") &&
+      !(entry["evaluation_rows"].is_array() && entry["evaluation_rows"].empty());
+  if (evaluation_rows &&
+      !row_counts(entry, "evaluation_rows", where, &node.evaluation_rows, error)) {
     return std::nullopt;
   }
-  const size_t count = node.rows.size();
+  const size_t evaluations = node.evaluation_rows.empty() ? count : node.evaluation_rows.size();
   if (!number_list(entry, "forward_s", where, count, &node.forward_s, error) ||
       !number_list(entry, "backward_s", where, count, &node.backward_s, error) ||
       !number_list(entry, "backward_first_s", where, count, &node.backward_first_s, error) ||
-      !number_list(entry, "evaluate_s", where, count, &node.evaluate_s, error)) {
+      !number_list(entry, "evaluate_s", where, evaluations, &node.evaluate_s, error)) {
     return std::nullopt;
   }
   for (const auto& [key, field] :

@@ -42,8 +42,13 @@ struct node_profile {
   std::string name;
   std::vector<int64_t> rows;  ///< the visits' row counts, increasing
   /// One visit, per entry of `rows`: forward in training, backward with the input gradient and
-  /// without it (the graph's first node, whose input is token ids), forward in evaluation.
-  std::vector<double> forward_s, backward_s, backward_first_s, evaluate_s;
+  /// without it (the graph's first node, whose input is token ids); per entry of
+  /// `evaluation_rows`, forward in evaluation.
+  std::vector<double> forward_s, backward_s, backward_first_s;
+  /// The row counts of evaluate_s, whose keys (the held-out set's, evaluation_batch instances
+  /// each) bring bigger visits than training keys; empty: `rows`.
+  std::vector<int64_t> evaluation_rows;
+  std::vector<double> evaluate_s;
   double step_s = 0;
   double stash_s = 0;
   double predict_s = 0;  ///< 0: not measured (two stashes are charged)

@@ -1,6 +1,8 @@
 #include "sim/calibration/graph_calibration.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 
 #include "actors/config/job_data.h"
 #include "actors/engine/graph_program.h"
@@ -21,6 +23,8 @@ namespace {
 
 /// Keys drawn to learn the routes of the job's keys (their visits' rows, their sizes).
 constexpr int sampled_keys = 64;
+/// A run's evaluation keys looked at, at most.
+constexpr size_t evaluated_keys = 8;
 
 /// The middle of `values` (integers).
 int64_t median_count(std::vector<int64_t> values) {
@@ -36,22 +40,58 @@ struct route_summary {
   int64_t message_width = 1;
 };
 
+/// The row counts of the visits of the stage of one node `node` over `keys`, and the median
+/// count of visits per key.
+std::pair<std::vector<int64_t>, int64_t> visits_of(
+    const graph_stage_cost& node, const std::vector<std::vector<layers::instance>>& keys) {
+  std::vector<int64_t> rows, visits;
+  for (const auto& key : keys) {
+    const std::vector<int64_t> visit_rows = node.visit_rows(0, key);
+    rows.insert(rows.end(), visit_rows.begin(), visit_rows.end());
+    visits.push_back(static_cast<int64_t>(visit_rows.size()));
+  }
+  return {rows, median_count(visits)};
+}
+
+/// The keys a run evaluates on (the held-out set in order, evaluation_batch instances each), at
+/// most `most` of them.
+std::vector<std::vector<layers::instance>> evaluation_keys(const layers::dataset& test,
+                                                           size_t most) {
+  std::vector<std::vector<layers::instance>> keys;
+  if (!test.instances) return keys;
+  const auto& instances = test.instances->instances;
+  const auto batch = static_cast<size_t>(actors::evaluation_batch);
+  for (size_t first = 0; first < instances.size() && keys.size() < most; first += batch) {
+    const size_t last = std::min(instances.size(), first + batch);
+    keys.emplace_back(instances.begin() + static_cast<std::ptrdiff_t>(first),
+                      instances.begin() + static_cast<std::ptrdiff_t>(last));
+  }
+  return keys;
+}
+
+/// The plans of timing every node at the visits of the training `keys` and of the `evaluated`
+/// keys, and the rows of a median key's loss and biggest message.
 route_summary summarize_routes(const actors::job_config& config, const actors::ordered_graph& graph,
-                               const std::vector<std::vector<layers::instance>>& keys) {
+                               const std::vector<std::vector<layers::instance>>& keys,
+                               const std::vector<std::vector<layers::instance>>& evaluated) {
   route_summary summary;
-  std::vector<int64_t> loss_rows;
   std::string error;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     auto node = graph_stage_cost::make(config, graph, {n, n + 1}, device_model{}, &error);
     TROUPE_CHECK(node.has_value());  // ordered_graph_of() checked the shapes
-    std::vector<int64_t> rows, visits, emitted;
-    for (const auto& key : keys) {
-      const std::vector<int64_t> visit_rows = node->visit_rows(0, key);
-      rows.insert(rows.end(), visit_rows.begin(), visit_rows.end());
-      visits.push_back(static_cast<int64_t>(visit_rows.size()));
-      emitted.push_back(node->output_rows(actors::layout_of(key)));
+    node_timing_plan plan;
+    plan.node = n;
+    const auto [rows, visits] = visits_of(*node, keys);
+    plan.rows = timed_rows(rows);
+    plan.visits_per_key = visits;
+    if (!evaluated.empty()) {
+      const auto [evaluation_rows, evaluation_visits] = visits_of(*node, evaluated);
+      plan.evaluation_rows = timed_rows(evaluation_rows);
+      plan.evaluation_visits_per_key = evaluation_visits;
     }
-    summary.plans.push_back({n, timed_rows(rows), median_count(visits)});
+    summary.plans.push_back(std::move(plan));
+    std::vector<int64_t> emitted;
+    for (const auto& key : keys) emitted.push_back(node->output_rows(actors::layout_of(key)));
     const int64_t key_rows = median_count(emitted);
     const int64_t width = node->output_width();
     if (width * key_rows > summary.message_width * summary.message_rows) {
@@ -113,7 +153,8 @@ std::optional<machine_profile> calibrate_graph(const actors::job_config& config,
   const size_t nodes = graph->nodes.size();
   const auto keys =
       sample_keys(*data->train.instances, profile.batch, sampled_keys, config.training.seed);
-  const route_summary routes = summarize_routes(config, *graph, keys);
+  const route_summary routes =
+      summarize_routes(config, *graph, keys, evaluation_keys(data->test, evaluated_keys));
   for (const node_timing_plan& plan : routes.plans)
     profile.nodes.push_back(time_node(config, plan, *device, seconds));
   if (!fit_to_stages(config, *graph, keys, seconds, &profile, error)) return std::nullopt;

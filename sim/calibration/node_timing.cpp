@@ -15,10 +15,6 @@
 namespace troupe::sim {
 namespace {
 
-/// Timed rounds of each row count at least: six, or three of keys of many visits each (each
-/// round's time per visit is already a mean over them).
-uint64_t min_rounds(int64_t visits_per_key) { return visits_per_key >= 8 ? 3 : 6; }
-
 /// `count` sequences of `length` parts each (tokens 0, one label per part): a loop or tree node
 /// visits each key of them `length` times, `count` rows each time (a tree node's second child
 /// is missing, zeros, which it gathers all the same).
@@ -30,28 +26,35 @@ std::shared_ptr<const std::vector<layers::instance>> uniform_instances(int64_t c
   return std::make_shared<const std::vector<layers::instance>>(static_cast<size_t>(count), item);
 }
 
+/// What a node_timer times: a training round, or an evaluation forward.
+enum class timed_passes { training, evaluation };
+
 /// One node's stage timed on keys whose visits all have one row count.
 class node_timer {
  public:
   node_timer(const actors::job_config& config, const actors::ordered_graph& graph, size_t node,
-             layers::backend& device, int64_t rows, int64_t visits)
+             layers::backend& device, int64_t rows, int64_t visits, timed_passes passes)
       : device_(device),
         stage_(actors::make_layers_stage_device(config, {node, node + 1}, device)),
         visits_(graph.nodes[node].route == actors::node_route::chain ? 1 : visits),
+        passes_(passes),
         predict_(engine_settings(config).predict_weights) {
     std::string error;
     auto cost = graph_stage_cost::make(config, graph, {node, node + 1}, device_model{}, &error);
     TROUPE_CHECK(cost.has_value());
     forward_.instances = uniform_instances(rows, visits_);
     const actors::key_layout layout = actors::layout_of(*forward_.instances);
-    forward_.kind = actors::key_kind::forward;
+    forward_.kind =
+        passes == timed_passes::training ? actors::key_kind::forward : actors::key_kind::evaluate;
     forward_.payload = batched(device, {cost->input_width()}, cost->input_rows(layout));
     backward_ = forward_;
     backward_.kind = actors::key_kind::backward;
     backward_.payload = batched(device, {cost->output_width()}, cost->output_rows(layout));
-    evaluation_ = forward_;
-    evaluation_.kind = actors::key_kind::evaluate;
     // An untimed round first: the first calls allocate the node's buffers and gradients.
+    if (passes == timed_passes::evaluation) {
+      stage_->forward(forward_, false);
+      return;
+    }
     stage_->forward(forward_, true);
     stage_->backward(backward_, true);
     stage_->step(kTimedStepLearningRate);
@@ -59,8 +62,12 @@ class node_timer {
 
   void round() {
     const uint64_t round = ++rounds_;
-    forward_.key = backward_.key = round;
     const double visits = static_cast<double>(visits_);
+    if (passes_ == timed_passes::evaluation) {
+      evaluate_s_.push_back(timed(device_, [&] { stage_->forward(forward_, false); }) / visits);
+      return;
+    }
+    forward_.key = backward_.key = round;
     forward_s_.push_back(timed(device_, [&] { stage_->forward(forward_, true); }) / visits);
     const bool input_gradient = round % 2 == 1;
     const double took = timed(device_, [&] { stage_->backward(backward_, input_gradient); });
@@ -73,10 +80,15 @@ class node_timer {
     }
     stage_->release_weights_before(version);
     step_s_.push_back(timed(device_, [&] { stage_->step(kTimedStepLearningRate); }));
-    evaluate_s_.push_back(timed(device_, [&] { stage_->forward(evaluation_, false); }) / visits);
   }
 
   uint64_t rounds() const { return rounds_; }
+  /// Rounds enough for a median: six, or three of keys of many visits each (each round's time
+  /// per visit is already a mean over them) and of evaluation forwards.
+  uint64_t least_rounds() const {
+    return visits_ >= 8 || passes_ == timed_passes::evaluation ? 3 : 6;
+  }
+  bool training() const { return passes_ == timed_passes::training; }
   double forward_s() const { return median(forward_s_); }
   double backward_s() const { return median(backward_s_); }
   double backward_first_s() const { return median(first_s_); }
@@ -93,11 +105,30 @@ class node_timer {
   layers::backend& device_;
   std::unique_ptr<actors::stage_device> stage_;
   const int64_t visits_;
+  const timed_passes passes_;
   const bool predict_;
-  actors::key_message forward_, backward_, evaluation_;
+  actors::key_message forward_, backward_;
   uint64_t rounds_ = 0;
   std::vector<double> forward_s_, backward_s_, first_s_, evaluate_s_, step_s_, stash_s_, predict_s_;
 };
+
+/// Runs rounds of `timers` in turn, each until it has had an equal share of `seconds` and its
+/// least rounds: a slow spell of the machine slows all of them alike, and a visit of few rows,
+/// which takes little, is timed many times over (a loaded machine's medians need them).
+void take_turns(std::vector<node_timer>& timers, double seconds) {
+  const double share = seconds / static_cast<double>(timers.size());
+  std::vector<double> spent(timers.size(), 0.0);
+  for (bool more = true; more;) {
+    more = false;
+    for (size_t i = 0; i < timers.size(); ++i) {
+      if (timers[i].rounds() >= timers[i].least_rounds() && spent[i] >= share) continue;
+      const auto begin = clock_type::now();
+      timers[i].round();
+      spent[i] += seconds_since(begin);
+      more = true;
+    }
+  }
+}
 
 }  // namespace
 
@@ -136,35 +167,35 @@ node_profile time_node(const actors::job_config& config, const node_timing_plan&
   std::string error;
   const auto graph = actors::ordered_graph_of(config, &error);
   TROUPE_CHECK(graph.has_value());
+  const bool evaluations = !plan.evaluation_rows.empty();
   std::vector<node_timer> timers;
-  timers.reserve(plan.rows.size());
-  for (int64_t rows : plan.rows)
-    timers.emplace_back(config, *graph, plan.node, device, rows, plan.visits_per_key);
-  // The row counts take turns, so that a slow spell of the machine slows all of them alike, and
-  // each gets an equal share of the time: a visit of few rows, which takes little, is timed
-  // many times over (a loaded machine's medians need them).
-  const double share = seconds / static_cast<double>(timers.size());
-  std::vector<double> spent(timers.size(), 0.0);
-  const uint64_t least = min_rounds(plan.visits_per_key);
-  for (bool more = true; more;) {
-    more = false;
-    for (size_t i = 0; i < timers.size(); ++i) {
-      if (timers[i].rounds() >= least && spent[i] >= share) continue;
-      const auto begin = clock_type::now();
-      timers[i].round();
-      spent[i] += seconds_since(begin);
-      more = true;
+  timers.reserve(plan.rows.size() + plan.evaluation_rows.size());
+  for (int64_t rows : plan.rows) {
+    timers.emplace_back(config, *graph, plan.node, device, rows, plan.visits_per_key,
+                        timed_passes::training);
+    if (!evaluations) {
+      timers.emplace_back(config, *graph, plan.node, device, rows, plan.visits_per_key,
+                          timed_passes::evaluation);
     }
   }
+  for (int64_t rows : plan.evaluation_rows) {
+    timers.emplace_back(config, *graph, plan.node, device, rows, plan.evaluation_visits_per_key,
+                        timed_passes::evaluation);
+  }
+  take_turns(timers, seconds);
   node_profile node;
   node.name = graph->nodes[plan.node].name;
   node.rows = plan.rows;
+  node.evaluation_rows = plan.evaluation_rows;
   std::vector<double> step, stash, predict;
   for (const node_timer& timer : timers) {
+    if (!timer.training()) {
+      node.evaluate_s.push_back(timer.evaluate_s());
+      continue;
+    }
     node.forward_s.push_back(timer.forward_s());
     node.backward_s.push_back(timer.backward_s());
     node.backward_first_s.push_back(timer.backward_first_s());
-    node.evaluate_s.push_back(timer.evaluate_s());
     timer.add_weight_work(&step, &stash, &predict);
   }
   node.step_s = median(step);

@@ -29,18 +29,22 @@ std::vector<int64_t> timed_rows(const std::vector<int64_t>& visit_rows, size_t m
 /// What timing a node needs to know.
 struct node_timing_plan {
   size_t node = 0;            ///< index in the order rows visit the graph
-  std::vector<int64_t> rows;  ///< the visits' row counts to time (timed_rows())
+  std::vector<int64_t> rows;  ///< the training visits' row counts to time (timed_rows())
   int64_t visits_per_key =
       1;  ///< a loop or tree node's visits of a timed key (the sample's median)
+  /// The evaluation keys' visits' row counts (empty: `rows`), and their visits per key.
+  std::vector<int64_t> evaluation_rows;
+  int64_t evaluation_visits_per_key = 1;
 };
 
 /// Times node `plan.node` of `config`'s graph alone on `device`, as a stage of that node runs it:
 /// keys of `rows` instances whose route makes `visits_per_key` visits of `rows` rows each (a
 /// chain node: one visit), forward, backward (every other round without the input gradient), a
-/// weight stash, a predicted copy where the job predicts weights, the step, and evaluation
-/// forwards; the keys of every row count take turns round by round, each until it has had an
-/// equal share of `seconds` and at least six rounds after an untimed one (three of keys of eight
-/// visits or more). Medians, per visit.
+/// weight stash, a predicted copy where the job predicts weights and the step; and evaluation
+/// forwards at the evaluation rows, on keys of their visits. The keys of every row count take
+/// turns round by round, each until it has had an equal share of `seconds` and at least six
+/// rounds after an untimed one (three of keys of eight visits or more, and of evaluations).
+/// Medians, per visit.
 node_profile time_node(const actors::job_config& config, const node_timing_plan& plan,
                        layers::backend& device, double seconds);
 

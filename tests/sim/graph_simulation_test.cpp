@@ -140,6 +140,19 @@ TEST(GraphSimulationTest, AKeyIsChargedTheVisitsItsRouteMakes) {
   EXPECT_NEAR(cost->forward_s(one_long, true), 13 * visit_s(1), 1e-12);
   EXPECT_GT(cost->forward_s(one_long, true), cost->forward_s({sequence(6), sequence(7)}, true));
   EXPECT_NEAR(cost->backward_s(mixed, false), 2 * (3 * visit_s(2) + 7 * visit_s(1)), 1e-12);
+  // An evaluation forward is charged from the evaluation rows' own table.
+  cost->use_measured(
+      [&] {
+        std::vector<node_profile> nodes = profile.nodes;
+        nodes[1].evaluation_rows = {16, 32};
+        nodes[1].evaluate_s = {4e-3, 6e-3};
+        return nodes;
+      }(),
+      0, 1);
+  // Below 16 rows: along the line through the two.
+  const auto evaluation_s = [](double rows) { return 4e-3 + (rows - 16) * 2e-3 / 16; };
+  EXPECT_NEAR(cost->forward_s(mixed, false), 3 * evaluation_s(2) + 7 * evaluation_s(1), 1e-12);
+  EXPECT_NEAR(cost->forward_s(mixed, true), 3 * visit_s(2) + 7 * visit_s(1), 1e-12);
   // Beyond the measured rows the cost goes on along the last segment's line.
   EXPECT_NEAR(interpolated_s({1, 9}, {1e-3, 2e-3}, 17), 3e-3, 1e-12);
 
