@@ -17,6 +17,7 @@
 #include "sim/calibration/node_timing.h"
 #include "sim/calibration/transport_timing.h"
 #include "sim/graph_cost.h"
+#include "transport/endpoint.h"
 
 namespace troupe::sim {
 namespace {
@@ -171,6 +172,59 @@ std::optional<machine_profile> calibrate_graph(const actors::job_config& config,
   profile.coordinator_s_per_sample =
       coordinator_seconds_per_sample(data->train, profile.batch, *host, seconds);
   return profile;
+}
+
+std::optional<std::vector<actors::block_cost>> measure_node_costs(const actors::job_config& config,
+                                                                  double seconds,
+                                                                  std::FILE* progress,
+                                                                  std::string* error) {
+  auto graph = actors::ordered_graph_of(config, error);
+  if (!graph) return std::nullopt;
+  auto data = actors::load_job_data(config, error);
+  if (!data) return std::nullopt;
+  const int threads = actors::threads_per_stage(config);
+  auto device = layers::create_backend(actors::device_of_stage(config, 0), threads, error);
+  if (!device) return std::nullopt;
+  const size_t nodes = graph->nodes.size();
+  if (progress && seconds * static_cast<double>(nodes) > 1.0) {
+    std::fprintf(progress, "troupe: timing %zu graph nodes on %s with %d thread(s) for %.1f s\n",
+                 nodes, device->name().c_str(), threads, seconds * static_cast<double>(nodes));
+  }
+  const auto keys = sample_keys(*data->train.instances, actors::micro_batch_size(config),
+                                sampled_keys, config.training.seed);
+  const route_summary routes = summarize_routes(config, *graph, keys, {});
+  transport::transport_context context;
+  const double steps_per_key = 1.0 / actors::keys_between_steps(config);
+  std::vector<actors::block_cost> costs;
+  for (size_t n = 0; n < nodes; ++n) {
+    auto node = graph_stage_cost::make(config, *graph, {n, n + 1}, device_model{}, error);
+    if (!node) return std::nullopt;
+    const node_profile timed_node = time_node(config, routes.plans[n], *device, seconds);
+    node->use_measured({timed_node}, 0, 1);
+    actors::block_cost cost;
+    std::vector<int64_t> emitted;
+    for (const auto& key : keys) {
+      cost.forward += node->forward_s(key, true);
+      cost.backward += node->backward_s(key, false);
+      cost.input_gradient += node->backward_s(key, true);
+      emitted.push_back(node->output_rows(actors::layout_of(key)));
+    }
+    const double count = static_cast<double>(std::max<size_t>(1, keys.size()));
+    cost.forward /= count;
+    cost.backward /= count;
+    cost.input_gradient = std::max(0.0, cost.input_gradient / count - cost.backward);
+    cost.step = timed_node.step_s * steps_per_key;
+    if (n + 1 < nodes) {
+      // Sending the node's output and receiving its gradient: two message ends each way.
+      const std::string address = "inproc://troupe-node-costs-" + std::to_string(n);
+      double latency = 0;
+      const double end_s = taken_message_cpu_seconds(
+          context, address, *device, {node->output_width()}, median_count(emitted), 30, &latency);
+      cost.message = end_s > 0 ? 2 * end_s : 0.0;
+    }
+    costs.push_back(cost);
+  }
+  return costs;
 }
 
 }  // namespace troupe::sim

@@ -8,7 +8,11 @@
 #include <optional>
 #include <string>
 
+#include <cstdio>
+#include <vector>
+
 #include "actors/config/job_config.h"
+#include "actors/engine/partition.h"
 #include "sim/profile.h"
 
 namespace troupe::sim {
@@ -18,5 +22,17 @@ namespace troupe::sim {
 /// loaded or a measurement fails.
 std::optional<machine_profile> calibrate_graph(const actors::job_config& config, double seconds,
                                                std::string* error);
+
+/// Every node's cost per key for parallelism.partition = "measured" (what measure_block_costs()
+/// gives a graph): its visits timed alone for about `seconds` (node_timing.h), charged over the
+/// visits of keys drawn from the job's data and averaged; a loop or tree node's backward always
+/// computes its input gradient. The step is divided by the keys between steps, and a node's
+/// message is the CPU time of sending and receiving its output rows of a median key between two
+/// stages of one process. `progress` (may be null) gets a line first. Nothing, with `error`
+/// set, when the job's data or device cannot be set up.
+std::optional<std::vector<actors::block_cost>> measure_node_costs(const actors::job_config& config,
+                                                                  double seconds,
+                                                                  std::FILE* progress,
+                                                                  std::string* error);
 
 }  // namespace troupe::sim

@@ -10,6 +10,7 @@
 
 #include "actors/config/job_data.h"
 #include "actors/engine/training_run.h"
+#include "sim/calibration/block_timing.h"
 #include "sim/calibration/calibrate.h"
 #include "sim/calibration/graph_stage_timing.h"
 #include "sim/calibration/node_timing.h"
@@ -138,6 +139,28 @@ TEST(NodeTimingTest, CalibrationTimesAGraphsNodesAtItsKeysRowsAndSimulatesIt) {
     options.profile = *profile;
     EXPECT_EQ(simulated(config, *data, ideal_cluster(2), options).summary.steps, 6) << trees;
   }
+}
+
+TEST(NodeTimingTest, AGraphsMeasuredPartitionCostsEachNodeOverItsKeysVisits) {
+  const actors::job_config config = graph_job(true, 2, "async");
+  std::string error;
+  auto costs = measure_block_costs(config, 0.01, nullptr, &error);
+  ASSERT_TRUE(costs) << error;
+  ASSERT_EQ(costs->size(), 3u);  // one per node
+  for (const actors::block_cost& cost : *costs) {
+    EXPECT_GT(cost.forward, 0);
+    EXPECT_GT(cost.backward, 0);
+    EXPECT_GT(cost.step, 0);
+  }
+  // The tree node always computes its input gradient (its children's states need it).
+  EXPECT_EQ((*costs)[1].input_gradient, 0);
+  // A boundary's messages behind every node but the last.
+  EXPECT_GT((*costs)[0].message, 0);
+  EXPECT_GT((*costs)[1].message, 0);
+  EXPECT_EQ((*costs)[2].message, 0);
+  auto plan = actors::plan_partition(config, &*costs, &error);
+  ASSERT_TRUE(plan) << error;
+  EXPECT_EQ(plan->ranges.size(), 2u);
 }
 
 }  // namespace
