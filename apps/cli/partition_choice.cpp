@@ -131,8 +131,6 @@ std::string interleaving_note(const actors::job_config& config, bool in_table) {
 
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
-  // A graph's nodes are not cut inside: "measured" stays, which cuts whole nodes as "balanced".
-  if (!config->model.nodes.empty()) return true;
   auto costs = actors::estimated_block_costs(*config, error);
   if (!costs) return false;
   return set_cut_points(config, actors::cheapest_cut_points(*config, *costs), error);
