@@ -183,6 +183,21 @@ std::optional<std::vector<block_work>> model_work(const actors::job_config& conf
   return blocks;
 }
 
+std::optional<std::vector<block_work>> node_work(const actors::graph_node_spec& node,
+                                                 int64_t blocks_input,
+                                                 const actors::job_config& config,
+                                                 std::string* error) {
+  std::vector<block_work> blocks;
+  layers::shape input{blocks_input};
+  for (const layers::layer_spec& spec : node.layers) {
+    layers::shape output;
+    if (!layers::infer_output_shape(spec, input, &output, error)) return std::nullopt;
+    blocks.push_back(work_of(spec, input, output, config));
+    input = output;
+  }
+  return blocks;
+}
+
 stage_cost::stage_cost(std::vector<block_work> blocks, kernel_work loss, device_model device)
     : blocks_(std::move(blocks)), loss_(loss), device_(std::move(device)) {
   for (const block_work& block : blocks_) {

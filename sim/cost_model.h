@@ -102,6 +102,13 @@ class stage_cost {
 std::optional<std::vector<block_work>> model_work(const actors::job_config& config,
                                                   std::string* error);
 
+/// The work of the blocks of a model graph's node on rows of `blocks_input` features (its
+/// graph_node_widths::blocks_input); nothing, with `error` set, when the shapes do not chain.
+std::optional<std::vector<block_work>> node_work(const actors::graph_node_spec& node,
+                                                 int64_t blocks_input,
+                                                 const actors::job_config& config,
+                                                 std::string* error);
+
 /// The work of the loss over `classes` logits.
 kernel_work loss_work(int64_t classes);
 

@@ -293,8 +293,11 @@ void simulator::send_outputs(int device, int stage, std::vector<stage_output>&& 
 
 double simulator::admission_s(const key_message& message) const {
   const double per_sample = options_.profile ? options_.profile->coordinator_s_per_sample : 0;
-  const double samples =
-      message.payload.dims().empty() ? 0 : static_cast<double>(message.payload.dims()[0]);
+  // A dynamic model's key gathers its instances (its payload's rows are their parts).
+  const double samples = message.instances ? static_cast<double>(message.instances->size())
+                         : message.payload.dims().empty()
+                             ? 0
+                             : static_cast<double>(message.payload.dims()[0]);
   return per_sample * samples + message_end_s(message);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,89 @@ namespace troupe::sim {
 namespace {
 
 using json = nlohmann::json;
+
+json node_json(const node_profile& node) {
+  return {{"name", node.name},
+          {"rows", node.rows},
+          {"forward_s", node.forward_s},
+          {"backward_s", node.backward_s},
+          {"backward_first_s", node.backward_first_s},
+          {"evaluation_rows", node.evaluation_rows},
+          {"evaluate_s", node.evaluate_s},
+          {"step_s", node.step_s},
+          {"stash_s", node.stash_s},
+          {"predict_s", node.predict_s}};
+}
+
+/// `entry`[key] as a list of `count` numbers >= 0 (any count when `count` is 0); false with
+/// `error` naming the field.
+template <class number_type>
+bool number_list(const json& entry, const std::string& key, const std::string& where, size_t count,
+                 std::vector<number_type>* out, std::string* error) {
+  const auto& list = entry.find(key);
+  bool good = list != entry.end() && list->is_array() && (count == 0 || list->size() == count);
+  for (size_t i = 0; good && i < list->size(); ++i) {
+    good = (*list)[i].is_number() && (*list)[i].get<double>() >= 0;
+    if (good) out->push_back((*list)[i].get<number_type>());
+  }
+  if (!good) {
+    *error = where + key + ": missing, or not a list of numbers >= 0" +
+             (count > 0 ? " (" + std::to_string(count) + " of them, one per row count)" : "");
+  }
+  return good;
+}
+
+/// `entry`[key] as increasing row counts >= 1, at least one; false with `error` naming it.
+bool row_counts(const json& entry, const std::string& key, const std::string& where,
+                std::vector<int64_t>* rows, std::string* error) {
+  if (!number_list(entry, key, where, 0, rows, error)) return false;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    if ((*rows)[i] < 1 || (i > 0 && (*rows)[i] <= (*rows)[i - 1])) {
+      *error = where + key + ": must be increasing row counts >= 1";
+      return false;
+    }
+  }
+  if (rows->empty()) *error = where + key + ": empty";
+  return !rows->empty();
+}
+
+/// The node profile `entry` of a profile's `nodes`; nothing, with `error` naming its field.
+std::optional<node_profile> parse_node(const json& entry, const std::string& where,
+                                       std::string* error) {
+  node_profile node;
+  if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) {
+    *error = where + "name: missing";
+    return std::nullopt;
+  }
+  node.name = entry["name"].get<std::string>();
+  if (!row_counts(entry, "rows", where, &node.rows, error)) return std::nullopt;
+  const size_t count = node.rows.size();
+  // An empty list (as written for a profile without them) means `rows`.
+  const bool evaluation_rows =
+      entry.contains("evaluation_rows") &&
+      !(entry["evaluation_rows"].is_array() && entry["evaluation_rows"].empty());
+  if (evaluation_rows &&
+      !row_counts(entry, "evaluation_rows", where, &node.evaluation_rows, error)) {
+    return std::nullopt;
+  }
+  const size_t evaluations = node.evaluation_rows.empty() ? count : node.evaluation_rows.size();
+  if (!number_list(entry, "forward_s", where, count, &node.forward_s, error) ||
+      !number_list(entry, "backward_s", where, count, &node.backward_s, error) ||
+      !number_list(entry, "backward_first_s", where, count, &node.backward_first_s, error) ||
+      !number_list(entry, "evaluate_s", where, evaluations, &node.evaluate_s, error)) {
+    return std::nullopt;
+  }
+  for (const auto& [key, field] :
+       {std::pair{"step_s", &node.step_s}, std::pair{"stash_s", &node.stash_s},
+        std::pair{"predict_s", &node.predict_s}}) {
+    if (!entry.contains(key) || !entry[key].is_number() || entry[key].get<double>() < 0) {
+      *error = where + key + ": missing or not a number >= 0";
+      return std::nullopt;
+    }
+    *field = entry[key].get<double>();
+  }
+  return node;
+}
 
 }  // namespace
 
@@ -43,12 +127,15 @@ std::string to_json_text(const machine_profile& profile) {
                       {"predict_s", b.predict_s},
                       {"evaluate_s", b.evaluate_s}});
   }
+  json nodes = json::array();
+  for (const node_profile& node : profile.nodes) nodes.push_back(node_json(node));
   json text = {{"backend", profile.backend},
                {"threads", profile.threads},
                {"batch", profile.batch},
                {"evaluation_batch", profile.evaluation_batch},
                {"blocks", blocks},
                {"loss_s", profile.loss_s},
+               {"loss_rows", profile.loss_rows},
                {"link_latency_s", profile.link_latency_s},
                {"link_bandwidth", profile.link_bandwidth},
                {"inproc_message_cpu_s", profile.inproc_message_cpu_s},
@@ -60,6 +147,7 @@ std::string to_json_text(const machine_profile& profile) {
                {"parameter_copy_s_per_float", profile.parameter_copy_s_per_float},
                {"coordinator_s_per_sample", profile.coordinator_s_per_sample},
                {"work_jitter", profile.work_jitter}};
+  if (!profile.nodes.empty()) text["nodes"] = nodes;
   return text.dump(2) + "\n";
 }
 
@@ -99,6 +187,11 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       {"inproc_latency_s", &profile.inproc_latency_s},
       {"parameter_copy_s_per_float", &profile.parameter_copy_s_per_float},
       {"coordinator_s_per_sample", &profile.coordinator_s_per_sample}};
+  double loss_rows = 0;
+  if (root.contains("loss_rows") && !number(root, "loss_rows", "", &loss_rows, false)) {
+    return std::nullopt;
+  }
+  profile.loss_rows = static_cast<int64_t>(loss_rows);
   for (const auto& [key, field] : optional) {
     if (root.contains(key) && !number(root, key, "", field, false)) return std::nullopt;
   }
@@ -151,6 +244,20 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
       return std::nullopt;
     }
     profile.blocks.push_back(block);
+  }
+  if (root.contains("nodes")) {
+    if (!root["nodes"].is_array()) {
+      *error = source + ": nodes: not a list";
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < root["nodes"].size(); ++i) {
+      auto node = parse_node(root["nodes"][i], "nodes[" + std::to_string(i) + "].", error);
+      if (!node) {
+        *error = source + ": " + *error;
+        return std::nullopt;
+      }
+      profile.nodes.push_back(std::move(*node));
+    }
   }
   return profile;
 }

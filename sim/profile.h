@@ -32,13 +32,41 @@ struct block_profile {
   double evaluate_s = 0;
 };
 
+/// Measured costs of one node of a model graph (model.nodes): one visit of the node at each of a
+/// few row counts, as a stage runs it (a chain node's one visit over the key's rows; a loop or
+/// tree node's visit of a group of ready parts, with its rows gathered and scattered around its
+/// blocks), which the simulator interpolates between. The times at a visit's rows include the
+/// visit's own overhead (the gathers, the blocks' launches): what the line through two of them
+/// gives at 0 rows.
+struct node_profile {
+  std::string name;
+  std::vector<int64_t> rows;  ///< the visits' row counts, increasing
+  /// One visit, per entry of `rows`: forward in training, backward with the input gradient and
+  /// without it (the graph's first node, whose input is token ids); per entry of
+  /// `evaluation_rows`, forward in evaluation.
+  std::vector<double> forward_s, backward_s, backward_first_s;
+  /// The row counts of evaluate_s, whose keys (the held-out set's, evaluation_batch instances
+  /// each) bring bigger visits than training keys; empty: `rows`.
+  std::vector<int64_t> evaluation_rows;
+  std::vector<double> evaluate_s;
+  double step_s = 0;
+  double stash_s = 0;
+  double predict_s = 0;  ///< 0: not measured (two stashes are charged)
+};
+
 struct machine_profile {
   std::string backend;           ///< e.g. "cpu"
   int threads = 1;               ///< per stage
   int64_t batch = 1;             ///< samples per key the blocks were timed with
   int64_t evaluation_batch = 0;  ///< samples per key of block_profile::evaluate_s (0: none)
   std::vector<block_profile> blocks;
+  /// A model graph's nodes, in the order rows visit them (then `blocks` is empty and `batch`
+  /// counts instances).
+  std::vector<node_profile> nodes;
   double loss_s = 0;  ///< the loss over the last block's output, for `batch` samples
+  /// Rows of loss_s for a model graph (0: `batch`): a key's rows at the loss are its parts or
+  /// its instances, whichever its last node gives.
+  int64_t loss_rows = 0;
   /// One message between processes on this machine (ipc://): latency and bandwidth.
   double link_latency_s = 0;
   double link_bandwidth = 0;

@@ -10,6 +10,7 @@
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/simulator.h"
+#include "sim/stage_devices.h"
 
 namespace troupe::sim {
 namespace internal {
@@ -20,16 +21,21 @@ double payload_bytes(const key_message& message) {
   if (!message.payload.empty()) bytes += 4.0 * static_cast<double>(message.payload.size());
   if (message.labels) bytes += 4.0 * static_cast<double>(message.labels->size());
   bytes += 4.0 * static_cast<double>(message.values.count);  // a ring all-reduce's piece
+  if (message.instances) {
+    // A dynamic model's instances travel along: each part's token, parent and label.
+    for (const layers::instance& item : *message.instances) {
+      bytes +=
+          4.0 * static_cast<double>(item.tokens.size() + item.parent.size() + item.labels.size());
+    }
+  }
   return bytes;
 }
 
 bool simulator::build(std::string* error) {
   auto ranges = actors::partition_model(config_, error);
   if (!ranges) return false;
-  auto work = model_work(config_, error);
-  if (!work) return false;
-  auto shapes = layers::infer_shapes(config_.model.layers, config_.model.input_shape, error);
-  if (!shapes) return false;
+  auto maker = stage_device_maker::make(config_, options_.profile, error);
+  if (!maker) return false;
   // Stage actors, replica by replica (stage_settings.h); `stages` of them per replica.
   const int stages = static_cast<int>(ranges->size());
   const int actors_count = actors::stage_actor_count(config_);
@@ -65,23 +71,6 @@ bool simulator::build(std::string* error) {
     devices_[slow.device].straggle_probability = slow.probability;
     devices_[slow.device].slowdown = slow.slowdown;
   }
-  const int64_t classes = layers::element_count(shapes->back());
-  if (options_.profile && options_.profile->blocks.size() != config_.model.layers.size()) {
-    *error = "the profile times " + std::to_string(options_.profile->blocks.size()) +
-             " blocks but the job's model has " + std::to_string(config_.model.layers.size()) +
-             ": calibrate with this job";
-    return false;
-  }
-  if (options_.profile) {
-    for (size_t b = 0; b < config_.model.layers.size(); ++b) {
-      if (options_.profile->blocks[b].type != config_.model.layers[b].type) {
-        *error = "the profile's block " + std::to_string(b) + " is a " +
-                 options_.profile->blocks[b].type + ", the job's a " +
-                 config_.model.layers[b].type + ": calibrate with this job";
-        return false;
-      }
-    }
-  }
   backward_first_ = actors::backward_first(config_);
   replicated_ = config_.parallelism.replicas > 1;
   summed_in_group_ = replicated_ && config_.parallelism.collective != actors::collective_kind::ring;
@@ -104,27 +93,14 @@ bool simulator::build(std::string* error) {
     if (device < 0) return false;
     device_of_stage_.push_back(device);
     processes_of_pool[devices_[device].pool].insert(worker);
-    const actors::stage_range range = (*ranges)[s];
-    std::vector<block_work> blocks(work->begin() + range.first, work->begin() + range.last);
-    stage_cost cost(std::move(blocks), s + 1 == stages ? loss_work(classes) : kernel_work{},
-                    cluster_.devices[device]);
-    if (options_.profile) {
-      const auto& measured = options_.profile->blocks;
-      cost.use_measured({measured.begin() + range.first, measured.begin() + range.last},
-                        options_.profile->batch, s + 1 == stages ? options_.profile->loss_s : 0,
-                        options_.profile->evaluation_batch);
-      cost.use_measured_parameter_copy(options_.profile->parameter_copy_s_per_float);
-    }
     std::unique_ptr<actors::stage_device> numerics;
     if (options_.numerics) {
       backends_.push_back(layers::create_backend("cpu", actors::threads_per_stage(config_), error));
       if (!backends_.back()) return false;
-      numerics = actors::make_layers_stage_device(config_, range, *backends_.back());
+      numerics = actors::make_layers_stage_device(config_, (*ranges)[s], *backends_.back());
     }
-    const layers::shape input =
-        range.first == 0 ? layers::shape(config_.model.input_shape) : (*shapes)[range.first - 1];
-    stage_devices_.push_back(std::make_unique<timed_stage_device>(
-        std::move(cost), input, (*shapes)[range.last - 1], std::move(numerics)));
+    stage_devices_.push_back(
+        maker->stage((*ranges)[s], cluster_.devices[device], std::move(numerics)));
     if (group_in_memory_) stage_devices_.back()->sum_in_shared_memory(replicas);
     stages_.push_back(std::make_unique<actors::stage_logic>(
         actors::stage_settings_of(config_, s, run_->steps_per_epoch(), run_->total_steps(), turns,

@@ -15,6 +15,12 @@ timed_stage_device::timed_stage_device(stage_cost cost, layers::shape input, lay
   note_memory();
 }
 
+timed_stage_device::timed_stage_device(stage_cost cost, graph_stage_cost graph,
+                                       std::unique_ptr<actors::stage_device> numerics)
+    : cost_(std::move(cost)), graph_(std::move(graph)), numerics_(std::move(numerics)) {
+  note_memory();
+}
+
 double timed_stage_device::take_charge() {
   const double charge = charge_s_;
   charge_s_ = 0;
@@ -35,6 +41,10 @@ void timed_stage_device::note_memory() {
 
 bool timed_stage_device::accepts(const actors::key_message& message, std::string* error) const {
   if (numerics_) return numerics_->accepts(message, error);
+  if (graph_ && !message.instances) {
+    *error = "a key of a graph model without its instances";
+    return false;
+  }
   if (message.payload.empty() || message.payload.rows() <= 0) {
     *error = "a key message without a payload";
     return false;
@@ -42,7 +52,41 @@ bool timed_stage_device::accepts(const actors::key_message& message, std::string
   return true;
 }
 
+layers::tensor timed_stage_device::graph_forward(const actors::key_message& message,
+                                                 bool training) {
+  const std::vector<layers::instance>& instances = *message.instances;
+  charge_s_ += graph_->forward_s(instances, training);
+  const actors::key_layout layout = actors::layout_of(instances);
+  if (training) {
+    // The parts' activations stay until the backward pass (counted per part of the key).
+    contexts_[message.key] = layout.parts();
+    context_samples_ += layout.parts();
+    note_memory();
+  }
+  if (numerics_) return numerics_->forward(message, training);
+  return layers::tensor(shape_backend(), {graph_->output_rows(layout), graph_->output_width()});
+}
+
+layers::tensor timed_stage_device::graph_backward(const actors::key_message& message,
+                                                  bool need_input_gradient) {
+  const std::vector<layers::instance>& instances = *message.instances;
+  charge_s_ += graph_->backward_s(instances, need_input_gradient);
+  release_context(message.key);
+  if (numerics_) return numerics_->backward(message, need_input_gradient);
+  if (!need_input_gradient) return layers::tensor();
+  const actors::key_layout layout = actors::layout_of(instances);
+  return layers::tensor(shape_backend(), {graph_->input_rows(layout), graph_->input_width()});
+}
+
+void timed_stage_device::release_context(uint64_t key) {
+  auto found = contexts_.find(key);
+  if (found == contexts_.end()) return;
+  context_samples_ -= found->second;
+  contexts_.erase(found);
+}
+
 layers::tensor timed_stage_device::forward(const actors::key_message& message, bool training) {
+  if (graph_) return graph_forward(message, training);
   const int64_t batch = message.payload.rows();
   charge_s_ += cost_.forward_s(batch, training);
   if (training) {
@@ -57,7 +101,7 @@ layers::tensor timed_stage_device::forward(const actors::key_message& message, b
 actors::loss_result timed_stage_device::loss(const layers::tensor& logits,
                                              const std::vector<int32_t>& labels, float scale,
                                              bool want_gradient) {
-  charge_s_ += cost_.loss_s(logits.rows());
+  charge_s_ += graph_ ? graph_->loss_s(logits.rows()) : cost_.loss_s(logits.rows());
   if (numerics_) return numerics_->loss(logits, labels, scale, want_gradient);
   actors::loss_result result;
   if (want_gradient) result.gradient = layers::tensor(shape_backend(), logits.dims());
@@ -66,19 +110,18 @@ actors::loss_result timed_stage_device::loss(const layers::tensor& logits,
 
 layers::tensor timed_stage_device::backward(const actors::key_message& message,
                                             bool need_input_gradient) {
+  if (graph_) return graph_backward(message, need_input_gradient);
   const int64_t batch = message.payload.rows();
   charge_s_ += cost_.backward_s(batch, need_input_gradient);
-  auto found = contexts_.find(message.key);
-  if (found != contexts_.end()) {
-    context_samples_ -= found->second;
-    contexts_.erase(found);
-  }
+  release_context(message.key);
   if (numerics_) return numerics_->backward(message, need_input_gradient);
   return need_input_gradient ? shaped(batch, input_) : layers::tensor();
 }
 
 layers::tensor timed_stage_device::backward_input(const actors::key_message& message,
                                                   bool need_input_gradient) {
+  // A graph stage's backward pass is whole (its stage device does not split it).
+  if (graph_) return graph_backward(message, need_input_gradient);
   const int64_t batch = message.payload.rows();
   charge_s_ += cost_.backward_s(batch, need_input_gradient) - cost_.deferred_weights_s(batch);
   auto found = contexts_.find(message.key);
@@ -107,19 +150,19 @@ double timed_stage_device::squared_gradient_norm() {
 }
 
 void timed_stage_device::step(float learning_rate, float gradient_scale, float momentum) {
-  charge_s_ += cost_.step_s();
+  charge_s_ += graph_ ? graph_->step_s() : cost_.step_s();
   if (numerics_) numerics_->step(learning_rate, gradient_scale, momentum);
 }
 
 void timed_stage_device::stash_weights(int64_t version) {
-  charge_s_ += cost_.stash_s();
+  charge_s_ += graph_ ? graph_->stash_s() : cost_.stash_s();
   stashed_.insert(version);
   note_memory();
   if (numerics_) numerics_->stash_weights(version);
 }
 
 void timed_stage_device::stash_predicted_weights(int64_t version, float distance) {
-  charge_s_ += cost_.predict_s();
+  charge_s_ += graph_ ? graph_->predict_s() : cost_.predict_s();
   stashed_.insert(version);
   note_memory();
   if (numerics_) numerics_->stash_predicted_weights(version, distance);

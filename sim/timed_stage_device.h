@@ -3,14 +3,17 @@
 // A stage's device work in virtual time: every call is charged its cost model's seconds, and
 // either really runs on an inner device (numerics mode) or only produces tensors of the right
 // shapes on the shape backend (timing-only mode). The host takes the charge after each
-// message the stage logic handles, and keeps the device busy that long.
+// message the stage logic handles, and keeps the device busy that long. A stage of a model
+// graph's nodes is charged per key by the visits its instances' routes make (graph_cost.h).
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "actors/engine/stage_device.h"
 #include "sim/cost_model.h"
+#include "sim/graph_cost.h"
 
 namespace troupe::sim {
 
@@ -20,12 +23,18 @@ class timed_stage_device final : public actors::stage_device {
   /// there; without, tensors carry shapes only.
   timed_stage_device(stage_cost cost, layers::shape input, layers::shape output,
                      std::unique_ptr<actors::stage_device> numerics);
+  /// A stage of a model graph's nodes: `graph` charges each key's passes, `cost` (their blocks)
+  /// the rest (steps' memory, parameter copies).
+  timed_stage_device(stage_cost cost, graph_stage_cost graph,
+                     std::unique_ptr<actors::stage_device> numerics);
 
   /// Seconds charged since the last call.
   double take_charge();
   /// Most bytes held at once: state, forward contexts and stashed weights.
   double peak_bytes() const { return peak_bytes_; }
   const stage_cost& cost() const { return cost_; }
+  /// The graph's cost model of a stage of a model graph, else null.
+  const graph_stage_cost* graph_cost() const { return graph_ ? &*graph_ : nullptr; }
 
   bool accepts(const actors::key_message& message, std::string* error) const override;
   layers::tensor forward(const actors::key_message& message, bool training) override;
@@ -61,11 +70,17 @@ class timed_stage_device final : public actors::stage_device {
 
  private:
   layers::tensor shaped(int64_t batch, const layers::shape& per_sample) const;
+  /// A graph stage's forward (timing only: its output rows) and backward (its input rows).
+  layers::tensor graph_forward(const actors::key_message& message, bool training);
+  layers::tensor graph_backward(const actors::key_message& message, bool need_input_gradient);
+  /// Forgets a key's forward context (its backward has run).
+  void release_context(uint64_t key);
   /// A shared-memory group's sum (or `average`) of the stage's values, in parameter copies.
   double shared_memory_copies(bool average) const;
   void note_memory();
 
   stage_cost cost_;
+  std::optional<graph_stage_cost> graph_;
   layers::shape input_;
   layers::shape output_;
   std::unique_ptr<actors::stage_device> numerics_;

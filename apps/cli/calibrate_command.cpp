@@ -18,6 +18,40 @@ int bad_input(const std::string& message) {
   return 2;
 }
 
+void print_blocks(const sim::machine_profile& profile) {
+  std::printf("%-6s %-10s %12s %12s %12s %12s\n", "block", "type", "forward ms", "backward ms",
+              "first bw ms", "step ms");
+  for (size_t b = 0; b < profile.blocks.size(); ++b) {
+    const sim::block_profile& block = profile.blocks[b];
+    std::printf("%-6zu %-10s %12.4f %12.4f %12.4f %12.4f\n", b, block.type.c_str(),
+                1e3 * block.forward_s, 1e3 * block.backward_s, 1e3 * block.backward_first_s,
+                1e3 * block.step_s);
+  }
+  std::printf("loss %.4f ms; %lld samples per key, %d thread(s) per stage on %s\n",
+              1e3 * profile.loss_s, static_cast<long long>(profile.batch), profile.threads,
+              profile.backend.c_str());
+}
+
+/// A graph's nodes: one visit at each row count timed (what the simulator interpolates).
+void print_nodes(const sim::machine_profile& profile) {
+  std::printf("%-10s %8s %12s %12s %12s %12s\n", "node", "rows", "forward ms", "backward ms",
+              "first bw ms", "step ms");
+  for (const sim::node_profile& node : profile.nodes) {
+    for (size_t i = 0; i < node.rows.size(); ++i) {
+      std::printf("%-10s %8lld %12.4f %12.4f %12.4f", i == 0 ? node.name.c_str() : "",
+                  static_cast<long long>(node.rows[i]), 1e3 * node.forward_s[i],
+                  1e3 * node.backward_s[i], 1e3 * node.backward_first_s[i]);
+      if (i == 0) std::printf(" %12.4f", 1e3 * node.step_s);
+      std::printf("\n");
+    }
+  }
+  std::printf(
+      "per visit; loss %.4f ms over %lld rows; %lld instances per key, %d thread(s) per "
+      "stage on %s\n",
+      1e3 * profile.loss_s, static_cast<long long>(profile.loss_rows),
+      static_cast<long long>(profile.batch), profile.threads, profile.backend.c_str());
+}
+
 }  // namespace
 
 int run_calibrate(const calibrate_options& options) {
@@ -30,17 +64,11 @@ int run_calibrate(const calibrate_options& options) {
     std::fprintf(stderr, "troupe calibrate: %s: %s\n", options.job_file.c_str(), error.c_str());
     return 1;
   }
-  std::printf("%-6s %-10s %12s %12s %12s %12s\n", "block", "type", "forward ms", "backward ms",
-              "first bw ms", "step ms");
-  for (size_t b = 0; b < profile->blocks.size(); ++b) {
-    const sim::block_profile& block = profile->blocks[b];
-    std::printf("%-6zu %-10s %12.4f %12.4f %12.4f %12.4f\n", b, block.type.c_str(),
-                1e3 * block.forward_s, 1e3 * block.backward_s, 1e3 * block.backward_first_s,
-                1e3 * block.step_s);
+  if (profile->nodes.empty()) {
+    print_blocks(*profile);
+  } else {
+    print_nodes(*profile);
   }
-  std::printf("loss %.4f ms; %lld samples per key, %d thread(s) per stage on %s\n",
-              1e3 * profile->loss_s, static_cast<long long>(profile->batch), profile->threads,
-              profile->backend.c_str());
   std::printf("ipc:// message: latency %.1f us, bandwidth %.2f GB/s\n",
               1e6 * profile->link_latency_s, profile->link_bandwidth / 1e9);
   std::printf("CPU per message end: %.1f us between threads, %.1f us between processes\n",

@@ -10,6 +10,7 @@
 #include "actors/engine/training_run.h"
 #include "layers/backend_registry.h"
 #include "layers/model.h"
+#include "sim/calibration/graph_calibration.h"
 #include "sim/calibration/measuring.h"
 
 namespace troupe::sim {
@@ -136,6 +137,7 @@ std::optional<std::vector<actors::block_cost>> measure_block_costs(const actors:
                                                                    double seconds,
                                                                    std::FILE* progress,
                                                                    std::string* error) {
+  if (!config.model.nodes.empty()) return measure_node_costs(config, seconds, progress, error);
   auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, error);
   if (!shapes) return std::nullopt;
   const int threads = actors::threads_per_stage(config);

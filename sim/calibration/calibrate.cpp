@@ -14,6 +14,7 @@
 #include "layers/backend_registry.h"
 #include "layers/model.h"
 #include "sim/calibration/block_timing.h"
+#include "sim/calibration/graph_calibration.h"
 #include "sim/calibration/measuring.h"
 #include "sim/calibration/process_pipeline.h"
 #include "sim/calibration/stage_fitting.h"
@@ -28,16 +29,6 @@ double mean(const std::vector<double>& values) {
   double sum = 0;
   for (double value : values) sum += value;
   return values.empty() ? 0 : sum / static_cast<double>(values.size());
-}
-
-/// Keys of one timed training round: the keys a stage handles between two steps, as in the
-/// engine (a sync stage steps after all its micro-batches, an async one every
-/// min_update_interval keys).
-int keys_in_round(const actors::job_config& config) {
-  if (config.parallelism.mode == actors::pipeline_mode::sync) {
-    return std::max(1, config.parallelism.micro_batches);
-  }
-  return std::max(1, config.parallelism.min_update_interval);
 }
 
 /// Times the stage of blocks `range` as a pipeline stage runs it, one training round at a time:
@@ -334,6 +325,7 @@ bool time_slicing(const actors::job_config& config, const std::vector<layers::sh
 
 std::optional<machine_profile> calibrate(const actors::job_config& config, double seconds,
                                          std::string* error) {
+  if (!config.model.nodes.empty()) return calibrate_graph(config, seconds, error);
   auto shapes = layers::infer_shapes(config.model.layers, config.model.input_shape, error);
   if (!shapes) return std::nullopt;
   machine_profile profile;

@@ -17,6 +17,13 @@ actors::stage_settings engine_settings(const actors::job_config& config) {
   return actors::stage_settings_of(config, 0, 1, 1, {}, 0);
 }
 
+int keys_in_round(const actors::job_config& config) {
+  if (config.parallelism.mode == actors::pipeline_mode::sync) {
+    return std::max(1, config.parallelism.micro_batches);
+  }
+  return std::max(1, config.parallelism.min_update_interval);
+}
+
 std::vector<int> balanced_groups(const std::vector<double>& costs, int groups) {
   std::vector<size_t> order(costs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -32,6 +32,11 @@ constexpr float predicted_distance = 0.01f;
 /// The engine's settings of a stage of `config`: whether it stashes or predicts weights.
 actors::stage_settings engine_settings(const actors::job_config& config);
 
+/// Keys of one timed training round: the keys a stage handles between two steps, as in the
+/// engine (a sync stage steps after all its micro-batches, an async one every
+/// min_update_interval keys).
+int keys_in_round(const actors::job_config& config);
+
 /// Which of `groups` groups each of the items of `costs` joins so that the groups' total costs
 /// come out even: the most costly item first, each to the group with the least so far (the
 /// first of those on a tie). Every group gets an item while there are enough.

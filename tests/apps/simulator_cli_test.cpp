@@ -352,4 +352,29 @@ TEST_F(SimulatorCliTest, CalibrateWritesAProfileThatSimulateUses) {
                   "blocks[1].step_s: missing");
 }
 
+TEST_F(SimulatorCliTest, AGraphJobIsCalibratedNodeByNodeAndSimulated) {
+  const std::string job = std::string(TROUPE_SOURCE_DIR) + "/apps/examples/listops_tree_lstm.toml";
+  const std::string small =
+      " --set data.synthetic_train=256 --set data.synthetic_test=16 --set training.batch_size=8"
+      " --set training.max_steps=4";
+  const fs::path profile = directory_ / "graph_profile.json";
+  run_result calibrated =
+      troupe("calibrate " + job + small + " --seconds 0.01 --out " + profile.string());
+  ASSERT_EQ(calibrated.status, 0) << calibrated.errors;
+  EXPECT_NE(calibrated.output.find("cell"), std::string::npos) << calibrated.output;
+  auto measured = nlohmann::json::parse(read_file(profile));
+  ASSERT_EQ(measured["nodes"].size(), 3u);
+  EXPECT_EQ(measured["nodes"][1]["name"], "cell");
+  const std::string cluster =
+      std::string(TROUPE_SOURCE_DIR) + "/apps/examples/cluster_this_machine.toml";
+  const fs::path out = directory_ / "graph_simulated";
+  for (const std::string with : {std::string(), " --profile " + profile.string()}) {
+    run_result simulated = troupe("simulate " + job + small + " --cluster " + cluster + with +
+                                  " --out " + out.string());
+    ASSERT_EQ(simulated.status, 0) << simulated.errors;
+    const auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    EXPECT_GT(summary["samples_per_s"].get<double>(), 0) << with;
+  }
+}
+
 }  // namespace

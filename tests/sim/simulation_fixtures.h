@@ -1,7 +1,8 @@
 #pragma once
 
 // Jobs and clusters that several simulator tests share: an ideal cluster on which equal
-// blocks take equal time and messages none, and a model of equal linear blocks.
+// blocks take equal time and messages none, a model of equal linear blocks, and small dynamic
+// models (graphs).
 
 #include <gtest/gtest.h>
 
@@ -81,15 +82,48 @@ inline actors::job_config numerics_job() {
   return config;
 }
 
+/// embed → cell → head: an LSTM looped over each sequence (every position predicts the next
+/// token), or a Tree-LSTM joined up each ListOps tree (the root's state classifies it).
+inline actors::job_config graph_job(bool trees, int stages, const std::string& mode,
+                                    int micro_batches = 1) {
+  const std::string cell = trees ? "{ type = \"tree_lstm_cell\", out = 8, arity = 2 }"
+                                 : "{ type = \"lstm_cell\", out = 8 }";
+  const std::string text =
+      "[[model.nodes]]\nname = \"embed\"\nlayers = [{ type = \"embedding\", vocab = 16, dim = 6 "
+      "}]\nnext = \"cell\"\n[[model.nodes]]\nname = \"cell\"\nlayers = [" +
+      cell + "]\nroute = \"" + (trees ? "tree" : "loop") + "\"\nemit = \"" +
+      (trees ? "root" : "every") +
+      "\"\nnext = \"head\"\n[[model.nodes]]\nname = \"head\"\nlayers = [{ type = \"linear\", "
+      "out = " +
+      (trees ? "10" : "16") + " }]\n[data]\ndataset = \"" + (trees ? "listops" : "text-records") +
+      "\"\npath = \"unused\"\nmax_depth = 3\ncontext = 64\nsynthetic_train = 96\nsynthetic_test = "
+      "16\n[parallelism]\nstages = " +
+      std::to_string(stages) + "\nmode = \"" + mode +
+      "\"\npartition = \"uniform\"\nmicro_batches = " + std::to_string(micro_batches) +
+      "\n[training]\nbatch_size = 8\nepochs = 1\nmax_steps = 6\nlr = 0.05\noptimizer = "
+      "\"adam\"\nseed = 3\n[metrics]\nlog_interval = 1\n";
+  actors::job_error problem;
+  auto config = actors::parse_job(text, "graph job", {}, &problem);
+  EXPECT_TRUE(config) << problem.message;
+  return *config;
+}
+
+inline simulation_result simulated(const actors::job_config& config, const actors::job_data& data,
+                                   const cluster_model& cluster,
+                                   const simulation_options& options = {}) {
+  std::string error;
+  actors::quiet_observer observer;
+  auto result = simulate(config, data, cluster, options, observer, &error);
+  EXPECT_TRUE(result) << error;
+  return std::move(*result);
+}
+
 inline simulation_result simulated(const actors::job_config& config, const cluster_model& cluster,
                                    const simulation_options& options = {}) {
   std::string error;
   auto data = actors::load_job_data(config, &error);
   EXPECT_TRUE(data) << error;
-  actors::quiet_observer observer;
-  auto result = simulate(config, *data, cluster, options, observer, &error);
-  EXPECT_TRUE(result) << error;
-  return std::move(*result);
+  return simulated(config, *data, cluster, options);
 }
 
 }  // namespace troupe::sim
