@@ -24,6 +24,7 @@ set(troupe_public_headers
     actors/storage/file_system.h
     layers/backend.h
     layers/dataset.h
+    layers/instance.h
     layers/layer.h
     layers/layer_registry.h
     layers/layer_spec.h
