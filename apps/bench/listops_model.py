@@ -17,6 +17,11 @@ Two implementations compute the same numbers:
   recursive  each tree walked in Python, one cell call per part (one row);
   batched    level by level: every part of a batch at the same height in one cell call.
 Evaluation always runs the batched form (the same math, without gradients).
+
+This module chooses no threads and no OMP_WAIT_POLICY: on a 2-core machine untuned PyTorch runs
+about 3x slower. Every caller that reports a time (pytorch_listops.py train, race and speed)
+first enters the setting tuning.py's probe chose (tuning.enter_pytorch); check and compare
+report values only.
 """
 
 import json

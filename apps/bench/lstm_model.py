@@ -6,6 +6,11 @@ arithmetic over the packed time steps of each batch padded to its longest record
 position's row [h | c], as troupe's lstm_cell emits it) and a linear head over those rows, its
 parameters named as troupe names them so that troupe's safetensors files load as they are.
 pytorch_lstm.py checks it against troupe and races the two.
+
+This module chooses no threads and no OMP_WAIT_POLICY: on a 2-core machine untuned PyTorch runs
+about 3x slower. Every caller that reports a rate (pytorch_lstm.py speed and its timed children)
+first enters the setting tuning.py's probe chose (tuning.enter_pytorch); compare reports losses
+only.
 """
 
 import json

@@ -29,6 +29,10 @@ troupe's [4H, X + H] matrix and bias, so troupe's safetensors files load as they
         probes).
 
 Both read the job's instances as troupe does: `troupe dataset JOB --out DIR` writes them.
+
+PyTorch's OMP_WAIT_POLICY, threads and OpenBLAS threads are chosen by tuning.py's probe before
+any rate is taken (tuning.chosen; each timed child enters the choice with tuning.enter_pytorch),
+and the report names the setting beside the default's rate.
 """
 
 import argparse
