@@ -22,6 +22,19 @@ inline layers::layer_spec block(const std::string& type, int out = 0) {
   return spec;
 }
 
+/// A node of a model graph (model.nodes): its blocks, route, emit and next node.
+inline actors::graph_node_spec graph_node(std::string name, std::vector<layers::layer_spec> blocks,
+                                          actors::node_route route, actors::node_emit emit,
+                                          std::string next) {
+  actors::graph_node_spec spec;
+  spec.name = std::move(name);
+  spec.layers = std::move(blocks);
+  spec.route = route;
+  spec.emit = emit;
+  spec.next = std::move(next);
+  return spec;
+}
+
 /// A small synthetic job (8 blocks, 4 classes) with every kind of activation and dropout.
 inline actors::job_config small_pipeline_job(int stages, int micro_batches,
                                              actors::pipeline_mode mode,

@@ -19,25 +19,8 @@
 namespace troupe::actors {
 namespace {
 
+using testing::block;
 using testing::max_relative_difference;
-
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
-
-graph_node_spec node_of(std::string name, std::vector<layers::layer_spec> blocks, node_route route,
-                        node_emit emit, std::string next) {
-  graph_node_spec spec;
-  spec.name = std::move(name);
-  spec.layers = std::move(blocks);
-  spec.route = route;
-  spec.emit = emit;
-  spec.next = std::move(next);
-  return spec;
-}
 
 /// embed → cell (a loop over each sequence, or a join over each tree) → head.
 job_config graph_job(bool trees, int stages, int micro_batches, pipeline_mode mode) {
@@ -46,11 +29,12 @@ job_config graph_job(bool trees, int stages, int micro_batches, pipeline_mode mo
   embedding.vocab = 16;
   embedding.dim = 6;
   config.model.nodes = {
-      node_of("embed", {embedding}, node_route::chain, node_emit::every, "cell"),
-      node_of("cell", {block("linear", 8), block("tanh")},
-              trees ? node_route::tree : node_route::loop,
-              trees ? node_emit::root : node_emit::every, "head"),
-      node_of("head", {block("linear", trees ? 10 : 16)}, node_route::chain, node_emit::every, "")};
+      testing::graph_node("embed", {embedding}, node_route::chain, node_emit::every, "cell"),
+      testing::graph_node("cell", {block("linear", 8), block("tanh")},
+                          trees ? node_route::tree : node_route::loop,
+                          trees ? node_emit::root : node_emit::every, "head"),
+      testing::graph_node("head", {block("linear", trees ? 10 : 16)}, node_route::chain,
+                          node_emit::every, "")};
   config.data.dataset = trees ? dataset_kind::listops : dataset_kind::text_records;
   config.training.batch_size = 8;
   config.training.lr = 0.1;
@@ -75,9 +59,11 @@ job_config gpt_job(int stages, int micro_batches) {
   layers::layer_spec head = block("lm_head");
   head.vocab = 16;
   config.model.nodes = {
-      node_of("embed", {embedding, transformer}, node_route::chain, node_emit::every, "middle"),
-      node_of("middle", {transformer}, node_route::chain, node_emit::every, "top"),
-      node_of("top", {block("layernorm"), head}, node_route::chain, node_emit::every, "")};
+      testing::graph_node("embed", {embedding, transformer}, node_route::chain, node_emit::every,
+                          "middle"),
+      testing::graph_node("middle", {transformer}, node_route::chain, node_emit::every, "top"),
+      testing::graph_node("top", {block("layernorm"), head}, node_route::chain, node_emit::every,
+                          "")};
   return config;
 }
 

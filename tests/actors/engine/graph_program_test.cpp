@@ -12,35 +12,20 @@
 #include "actors/engine/graph_program.h"
 #include "actors/engine/graph_routes.h"
 #include "layers/cpu/cpu_backend.h"
+#include "tests/support/job_helpers.h"
 #include "tests/support/test_helpers.h"
 
 namespace troupe::actors {
 namespace {
 
-using instances_ptr = std::shared_ptr<const std::vector<layers::instance>>;
+using testing::block;
 
-layers::layer_spec block(const std::string& type, int out = 0) {
-  layers::layer_spec spec;
-  spec.type = type;
-  spec.out = out;
-  return spec;
-}
+using instances_ptr = std::shared_ptr<const std::vector<layers::instance>>;
 
 layers::layer_spec embedding(int vocab, int dim) {
   layers::layer_spec spec = block("embedding");
   spec.vocab = vocab;
   spec.dim = dim;
-  return spec;
-}
-
-graph_node_spec node_of(std::string name, std::vector<layers::layer_spec> blocks, node_route route,
-                        node_emit emit, std::string next) {
-  graph_node_spec spec;
-  spec.name = std::move(name);
-  spec.layers = std::move(blocks);
-  spec.route = route;
-  spec.emit = emit;
-  spec.next = std::move(next);
   return spec;
 }
 
@@ -53,20 +38,22 @@ struct test_graph {
 
 test_graph language_model() {
   test_graph graph;
-  graph.nodes = {node_of("embed", {embedding(8, 3)}, node_route::chain, node_emit::every, "cell"),
-                 node_of("cell", {block("linear", 4), block("tanh")}, node_route::loop,
-                         node_emit::every, "head"),
-                 node_of("head", {block("linear", 8)}, node_route::chain, node_emit::every, "")};
+  graph.nodes = {
+      testing::graph_node("embed", {embedding(8, 3)}, node_route::chain, node_emit::every, "cell"),
+      testing::graph_node("cell", {block("linear", 4), block("tanh")}, node_route::loop,
+                          node_emit::every, "head"),
+      testing::graph_node("head", {block("linear", 8)}, node_route::chain, node_emit::every, "")};
   graph.widths = {{1, 1, 3, true}, {3, 3 + 4, 4, true}, {4, 4, 8, true}};
   return graph;
 }
 
 test_graph tree_classifier() {
   test_graph graph;
-  graph.nodes = {node_of("embed", {embedding(6, 3)}, node_route::chain, node_emit::every, "cell"),
-                 node_of("cell", {block("linear", 4), block("tanh")}, node_route::tree,
-                         node_emit::root, "head"),
-                 node_of("head", {block("linear", 5)}, node_route::chain, node_emit::every, "")};
+  graph.nodes = {
+      testing::graph_node("embed", {embedding(6, 3)}, node_route::chain, node_emit::every, "cell"),
+      testing::graph_node("cell", {block("linear", 4), block("tanh")}, node_route::tree,
+                          node_emit::root, "head"),
+      testing::graph_node("head", {block("linear", 5)}, node_route::chain, node_emit::every, "")};
   graph.widths = {{1, 1, 3, true}, {3, 3 + 2 * 4, 4, false}, {4, 4, 5, false}};
   graph.arity = 2;
   return graph;
@@ -87,10 +74,10 @@ test_graph gpt() {
   layers::layer_spec head = block("lm_head");
   head.vocab = 8;
   test_graph graph;
-  graph.nodes = {
-      node_of("embed", {embed, transformer_block()}, node_route::chain, node_emit::every, "top"),
-      node_of("top", {transformer_block(), block("layernorm"), head}, node_route::chain,
-              node_emit::every, "")};
+  graph.nodes = {testing::graph_node("embed", {embed, transformer_block()}, node_route::chain,
+                                     node_emit::every, "top"),
+                 testing::graph_node("top", {transformer_block(), block("layernorm"), head},
+                                     node_route::chain, node_emit::every, "")};
   graph.widths = {{1, 1, 8, true, false}, {8, 8, 8, true, true}};
   return graph;
 }

@@ -22,25 +22,17 @@ namespace {
 
 using testing::block;
 
-graph_node_spec node_of(std::string name, layers::layer_spec layer, node_route route,
-                        std::string next) {
-  graph_node_spec spec;
-  spec.name = std::move(name);
-  spec.layers = {std::move(layer)};
-  spec.route = route;
-  spec.next = std::move(next);
-  return spec;
-}
-
 /// embed → an LSTM cell looped over each sequence, every position emitted → head.
 job_config lstm_job(padding_kind padding) {
   job_config config;
   layers::layer_spec embedding = block("embedding");
   embedding.vocab = 16;
   embedding.dim = 6;
-  config.model.nodes = {node_of("embed", embedding, node_route::chain, "cell"),
-                        node_of("cell", block("lstm_cell", 8), node_route::loop, "head"),
-                        node_of("head", block("linear", 16), node_route::chain, "")};
+  config.model.nodes = {
+      testing::graph_node("embed", {embedding}, node_route::chain, node_emit::every, "cell"),
+      testing::graph_node("cell", {block("lstm_cell", 8)}, node_route::loop, node_emit::every,
+                          "head"),
+      testing::graph_node("head", {block("linear", 16)}, node_route::chain, node_emit::every, "")};
   config.data.dataset = dataset_kind::text_records;
   config.data.padding = padding;
   config.training.batch_size = 8;
