@@ -18,6 +18,7 @@
 #include "sim/calibration/measuring.h"
 #include "sim/calibration/process_pipeline.h"
 #include "sim/calibration/stage_fitting.h"
+#include "sim/calibration/stage_rounds.h"
 #include "sim/calibration/this_machine.h"
 #include "sim/calibration/transport_timing.h"
 
@@ -184,22 +185,7 @@ std::optional<std::vector<stage_timing>> time_stages(
                           *backends[group], input, shapes[range.last - 1], batch);
       group_seconds += seconds * static_cast<double>(range.last - range.first);
     }
-    // One round: the group's stages take turns key by key.
-    const auto round = [&] {
-      const int keys = timers.front().keys_per_round();
-      for (int i = 0; i < keys; ++i) {
-        for (stage_timer& timer : timers) {
-          timer.forward_key(i);
-          if (timer.last()) timer.backward_key(i);
-        }
-      }
-      for (int i = 0; i < keys; ++i) {
-        for (stage_timer& timer : timers) {
-          if (!timer.last()) timer.backward_key(i);
-        }
-      }
-      for (stage_timer& timer : timers) timer.finish_round();
-    };
+    const auto round = [&] { run_stage_round(timers); };
     round();
     for (stage_timer& timer : timers) timer.forget();
     barrier.arrive_and_wait(false);

@@ -10,6 +10,7 @@
 #include "layers/check.h"
 #include "sim/calibration/block_timing.h"
 #include "sim/calibration/measuring.h"
+#include "sim/calibration/stage_rounds.h"
 #include "sim/graph_cost.h"
 
 namespace troupe::sim {
@@ -209,21 +210,7 @@ std::optional<std::vector<graph_stage_timing>> time_graph_stages(
       timers.emplace_back(config, graph, actor_ranges[a], profile, keys, *backends[group]);
       group_seconds += seconds * static_cast<double>(actor_ranges[a].last - actor_ranges[a].first);
     }
-    const auto round = [&] {
-      const int keys_per_round = timers.front().keys_per_round();
-      for (int i = 0; i < keys_per_round; ++i) {
-        for (graph_stage_timer& timer : timers) {
-          timer.forward_key(i);
-          if (timer.last()) timer.backward_key(i);
-        }
-      }
-      for (int i = 0; i < keys_per_round; ++i) {
-        for (graph_stage_timer& timer : timers) {
-          if (!timer.last()) timer.backward_key(i);
-        }
-      }
-      for (graph_stage_timer& timer : timers) timer.finish_round();
-    };
+    const auto round = [&] { run_stage_round(timers); };
     round();
     for (graph_stage_timer& timer : timers) timer.forget();
     barrier.arrive_and_wait(false);
