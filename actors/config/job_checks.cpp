@@ -118,9 +118,13 @@ problem check_model_kind(const job_config& config) {
   }
   std::vector<cut_point> cuts;
   if (parse_cut_points(config.parallelism.partition, &cuts)) {
-    return "parallelism.partition [" + config.parallelism.partition +
-           "]: cut points name blocks of model.layers; a graph (model.nodes) takes \"balanced\", "
-           "\"measured\" or \"uniform\"";
+    for (const cut_point& cut : cuts) {
+      if (cut.row > 0) {
+        return "parallelism.partition [" + config.parallelism.partition +
+               "]: a graph (model.nodes) is cut between nodes, at node indices in the order rows "
+               "visit them (as `troupe train` prints the stages), not inside a layer";
+      }
+    }
   }
   return std::nullopt;
 }

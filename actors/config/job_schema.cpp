@@ -174,7 +174,8 @@ std::vector<field> pipeline_fields(parallelism_config& p) {
           .about("pipeline stages the model is cut into; each is an actor with its own backend"),
       field{"partition", read_cuts, [&p] { return partition_json(p.partition); }}.about(
           "\"balanced\" (estimated costs), \"measured\", \"uniform\", or cut points such as "
-          "[3, 7], with \"4:784\" for a cut inside block 4"),
+          "[3, 7], with \"4:784\" for a cut inside block 4 (a graph's: node indices in the order "
+          "rows visit them)"),
       field{"devices", read_stage_devices, write_value(&p.devices)}.about(
           "\"cpu\", \"cuda\" or \"cuda:N\": one for every stage, one per stage, or one per stage "
           "of every replica (replica 0's first)"),

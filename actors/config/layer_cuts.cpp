@@ -72,6 +72,20 @@ std::string expand_cut_points(job_config* config) {
     return label + " makes " + std::to_string(cuts.size() + 1) +
            " stages but parallelism.stages is " + std::to_string(p.stages);
   }
+  if (!config->model.nodes.empty()) {
+    // A graph's cut points are node indices in the order rows visit the nodes; nothing expands.
+    const auto nodes = static_cast<int64_t>(config->model.nodes.size());
+    int64_t previous = 0;
+    for (const cut_point& cut : cuts) {
+      if (cut.row > 0 || cut.block <= previous || cut.block >= nodes) {
+        return label + " must be increasing node indices in [1, " + std::to_string(nodes - 1) +
+               "] (model.nodes has " + std::to_string(nodes) +
+               " nodes, counted in the order rows visit them)";
+      }
+      previous = cut.block;
+    }
+    return {};
+  }
   const std::vector<layer_spec>& written = config->model.layers;
   const auto count = static_cast<int64_t>(written.size());
   std::vector<int64_t> split_row(written.size(), 0);

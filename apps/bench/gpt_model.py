@@ -83,6 +83,31 @@ class Block(nn.Module):
         return x + self.dropout(self.mlp(self.ln_2(x)))
 
 
+def make_layer(spec, width, context):
+    """(the module of one troupe layer spec, the width after it), `width` the one before."""
+    kind = spec["type"]
+    if kind == "embedding":
+        width = spec["dim"]
+        module = Embedding(spec["vocab"], width, spec.get("positions") or context)
+    elif kind == "transformer_block":
+        module = Block(width, spec["heads"], spec.get("mlp_ratio", 4), spec.get("dropout", 0))
+    elif kind == "layernorm":
+        module = nn.LayerNorm(width, eps=1e-5)
+    elif kind in ("lm_head", "linear"):
+        out = spec["vocab"] if kind == "lm_head" else spec["out"]
+        module = nn.Linear(width, out, bias=spec.get("bias", kind == "linear"))
+        width = out
+    elif kind == "gelu":
+        module = nn.GELU()
+    elif kind == "relu":
+        module = nn.ReLU()
+    elif kind == "dropout":
+        module = nn.Dropout(spec.get("p", 0.5))
+    else:
+        raise SystemExit(f"pytorch_gpt: no PyTorch counterpart of layer type '{kind}'")
+    return module, width
+
+
 class Model(nn.Module):
     """The blocks of a troupe job's model.layers, named "{type}{index}"."""
 
@@ -91,27 +116,8 @@ class Model(nn.Module):
         context = config["data"]["context"]
         width = None
         for index, spec in enumerate(config["model"]["layers"]):
-            kind = spec["type"]
-            if kind == "embedding":
-                width = spec["dim"]
-                module = Embedding(spec["vocab"], width, spec.get("positions") or context)
-            elif kind == "transformer_block":
-                module = Block(width, spec["heads"], spec.get("mlp_ratio", 4), spec.get("dropout", 0))
-            elif kind == "layernorm":
-                module = nn.LayerNorm(width, eps=1e-5)
-            elif kind in ("lm_head", "linear"):
-                out = spec["vocab"] if kind == "lm_head" else spec["out"]
-                module = nn.Linear(width, out, bias=spec.get("bias", kind == "linear"))
-                width = out
-            elif kind == "gelu":
-                module = nn.GELU()
-            elif kind == "relu":
-                module = nn.ReLU()
-            elif kind == "dropout":
-                module = nn.Dropout(spec.get("p", 0.5))
-            else:
-                raise SystemExit(f"pytorch_gpt: no PyTorch counterpart of layer type '{kind}'")
-            self.add_module(f"{kind}{index}", module)
+            module, width = make_layer(spec, width, context)
+            self.add_module(f"{spec['type']}{index}", module)
 
     def forward(self, ids):
         x = ids

@@ -7,8 +7,9 @@ combined left-branching within a list, (((`[MAX` 2) 9) `]`), a nested list its o
 each combination an internal part with the token 15.
 
 The model is the job's graph, node for node: an embedding (a token table and one learned
-position row, both U(+-0.02 sqrt 3), as troupe's embedding), the N-ary Tree-LSTM cell of Tai et
-al. 2015 as troupe's tree_lstm_cell computes it (gates i, f_1 .. f_N, u, o from one GEMM over
+position row, both U(+-0.02 sqrt 3), as troupe's embedding), one or more N-ary Tree-LSTM cells
+of Tai et al. 2015 over the whole tree (a cell after the first takes the [h | c] of the one
+before at each part as that part's input) as troupe's tree_lstm_cell computes them (gates i, f_1 .. f_N, u, o from one GEMM over
 [x | h_1 .. h_N]; c = i*u + sum f_k*c_k; h = o*tanh(c); every value U(+-1/sqrt(H)); a leaf's
 children are zeros), and a linear head over the root's [h | c] (U(+-1/sqrt(fan_in)), PyTorch's
 nn.Linear). Softmax cross-entropy, the mean over a batch; Adam and global gradient clipping.
@@ -111,17 +112,23 @@ def read_trees(path, limit=None):
 
 def read_job(directory):
     """The resolved job of `troupe dataset`'s DIR/config.json, checked to be what this model
-    implements: embedding -> tree_lstm_cell (tree route, the root emitted) -> linear, Adam."""
+    implements: embedding -> one or more tree_lstm_cell nodes (tree route; the last emits the
+    root, any before it every part) -> linear, Adam."""
     with open(os.path.join(directory, "config.json")) as file:
         config = json.load(file)
     nodes = config["model"].get("nodes", [])
     kinds = [[layer["type"] for layer in node["layers"]] for node in nodes]
     training = config["training"]
     problems = []
-    if kinds != [["embedding"], ["tree_lstm_cell"], ["linear"]]:
-        problems.append("model.nodes are %s, not embedding, tree_lstm_cell, linear" % kinds)
-    elif nodes[1]["route"] != "tree" or nodes[1]["emit"] != "root":
-        problems.append("the cell's node is not route = \"tree\", emit = \"root\"")
+    cells = nodes[1:-1]
+    if len(kinds) < 3 or kinds[0] != ["embedding"] or kinds[-1] != ["linear"] or \
+            any(kind != ["tree_lstm_cell"] for kind in kinds[1:-1]):
+        problems.append("model.nodes are %s, not embedding, tree_lstm_cell (one or more), linear"
+                        % kinds)
+    elif any(node["route"] != "tree" for node in cells) or cells[-1]["emit"] != "root" or \
+            any(node["emit"] != "every" for node in cells[:-1]):
+        problems.append("the cells' nodes are not route = \"tree\", the last with emit = "
+                        "\"root\" and any before it emit = \"every\"")
     if training["optimizer"] != "adam" or training["lr_schedule"] != "constant" or \
             training["warmup_steps"] or training["weight_decay"]:
         problems.append("training is not Adam at a constant rate without warm-up or decay")
@@ -134,40 +141,19 @@ def read_job(directory):
 
 # ---- the model ---------------------------------------------------------------------------------
 
-class TreeLstm(torch.nn.Module):
-    def __init__(self, config):
+class TreeCell(torch.nn.Module):
+    """One tree_lstm_cell: rows [x | h_1 .. h_N] -> [h | c]."""
+
+    def __init__(self, inputs, hidden, arity):
         super().__init__()
-        embedding, cell, head = (node["layers"][0] for node in config["model"]["nodes"])
-        dim, self.hidden, self.arity = embedding["dim"], cell["out"], cell["arity"]
-        bound = 0.02 * 3 ** 0.5
-        self.table = torch.nn.Parameter(
-            torch.empty(embedding["vocab"], dim).uniform_(-bound, bound))
-        self.position = torch.nn.Parameter(torch.empty(dim).uniform_(-bound, bound))
-        bound = self.hidden ** -0.5
-        gates = (3 + self.arity) * self.hidden
+        self.hidden, self.arity = hidden, arity
+        bound = hidden ** -0.5
+        gates = (3 + arity) * hidden
         self.weight = torch.nn.Parameter(
-            torch.empty(gates, dim + self.arity * self.hidden).uniform_(-bound, bound))
+            torch.empty(gates, inputs + arity * hidden).uniform_(-bound, bound))
         self.bias = torch.nn.Parameter(torch.empty(gates).uniform_(-bound, bound))
-        self.head = torch.nn.Linear(2 * self.hidden, head["out"])
 
-    def load_troupe_weights(self, tensors):
-        """Takes the weights of `troupe export`'s file ({name: tensor} without the stage
-        prefix, gpt_model.read_safetensors)."""
-        names = {"embed.embedding0.weight": self.table, "embed.embedding0.position": self.position,
-                 "cell.tree_lstm_cell0.weight": self.weight,
-                 "cell.tree_lstm_cell0.bias": self.bias,
-                 "head.linear0.weight": self.head.weight, "head.linear0.bias": self.head.bias}
-        if set(tensors) != set(names):
-            raise SystemExit("listops_model: troupe's weights are %s, not %s" % (
-                sorted(tensors), sorted(names)))
-        with torch.no_grad():
-            for name, parameter in names.items():
-                parameter.copy_(tensors[name].reshape(parameter.shape))
-
-    def embed(self, tokens):
-        return F.embedding(tokens, self.table) + self.position
-
-    def cell(self, x, children):
+    def forward(self, x, children):
         """The rows [h | c] of parts whose inputs are `x` and whose children's [h | c] rows are
         `children` (one tensor per child, zeros where a part has none)."""
         hidden, arity = self.hidden, self.arity
@@ -182,19 +168,69 @@ class TreeLstm(torch.nn.Module):
         return torch.cat([o * torch.tanh(c), c], 1)
 
 
+class TreeLstm(torch.nn.Module):
+    """The embedding, the tree cells in order (each over the whole tree; a cell after the first
+    takes the [h | c] rows of the one before as each part's input) and the head."""
+
+    def __init__(self, config):
+        super().__init__()
+        nodes = config["model"]["nodes"]
+        embedding, head = nodes[0]["layers"][0], nodes[-1]["layers"][0]
+        dim = embedding["dim"]
+        bound = 0.02 * 3 ** 0.5
+        self.table = torch.nn.Parameter(
+            torch.empty(embedding["vocab"], dim).uniform_(-bound, bound))
+        self.position = torch.nn.Parameter(torch.empty(dim).uniform_(-bound, bound))
+        cells, inputs = [], dim
+        for node in nodes[1:-1]:
+            spec = node["layers"][0]
+            cells.append(TreeCell(inputs, spec["out"], spec["arity"]))
+            inputs = 2 * spec["out"]
+        self.cells = torch.nn.ModuleList(cells)
+        self.hidden = self.cells[-1].hidden
+        self.head = torch.nn.Linear(inputs, head["out"])
+        self.names = {"%s.embedding0.weight" % nodes[0]["name"]: self.table,
+                      "%s.embedding0.position" % nodes[0]["name"]: self.position,
+                      "%s.linear0.weight" % nodes[-1]["name"]: self.head.weight,
+                      "%s.linear0.bias" % nodes[-1]["name"]: self.head.bias}
+        for node, cell in zip(nodes[1:-1], self.cells):
+            self.names["%s.tree_lstm_cell0.weight" % node["name"]] = cell.weight
+            self.names["%s.tree_lstm_cell0.bias" % node["name"]] = cell.bias
+
+    def load_troupe_weights(self, tensors):
+        """Takes the weights of `troupe export`'s file ({name: tensor} without the stage
+        prefix, gpt_model.read_safetensors)."""
+        if set(tensors) != set(self.names):
+            raise SystemExit("listops_model: troupe's weights are %s, not %s" % (
+                sorted(tensors), sorted(self.names)))
+        with torch.no_grad():
+            for name, parameter in self.names.items():
+                parameter.copy_(tensors[name].reshape(parameter.shape))
+
+    def embed(self, tokens):
+        return F.embedding(tokens, self.table) + self.position
+
+
 def recursive_roots(model, trees):
-    """The roots' [h | c], each tree walked recursively in Python, one part at a time."""
-    zeros = torch.zeros(1, 2 * model.hidden)
+    """The roots' [h | c], each tree walked recursively in Python, one part at a time, cell by
+    cell."""
     roots = []
     for tree in trees:
         x = model.embed(tree.token_tensor)
+        for cell in model.cells:
+            zeros = torch.zeros(1, 2 * cell.hidden)
+            states = [None] * len(tree.tokens)
 
-        def state(part):
-            children = [state(child) if child >= 0 else zeros
-                        for child in (tree.left[part], tree.right[part])]
-            return model.cell(x[part:part + 1], children)
+            def state(part):
+                children = [state(child) if child >= 0 else zeros
+                            for child in (tree.left[part], tree.right[part])]
+                states[part] = cell(x[part:part + 1], children)
+                return states[part]
 
-        roots.append(state(tree.root))
+            root = state(tree.root)
+            if cell is not model.cells[-1]:
+                x = torch.cat(states)  # every part's [h | c], the next cell's inputs
+        roots.append(root)
     return torch.cat(roots)
 
 
@@ -221,14 +257,17 @@ def level_plan(trees):
 
 
 def batched_roots(model, trees):
-    """The roots' [h | c], level by level: all parts of one height in one cell call."""
+    """The roots' [h | c], level by level: all parts of one height in one cell call, cell by
+    cell."""
     tokens, total, levels, roots = level_plan(trees)
     x = model.embed(tokens)
-    states = torch.zeros(total + 1, 2 * model.hidden)
-    for nodes, left, right in levels:
-        children = [states.index_select(0, left), states.index_select(0, right)]
-        # In place: a read of `states` keeps only its rows' indices for the backward pass.
-        states.index_copy_(0, nodes, model.cell(x.index_select(0, nodes), children))
+    for cell in model.cells:
+        states = torch.zeros(total + 1, 2 * cell.hidden)
+        for nodes, left, right in levels:
+            children = [states.index_select(0, left), states.index_select(0, right)]
+            # In place: a read of `states` keeps only its rows' indices for the backward pass.
+            states.index_copy_(0, nodes, cell(x.index_select(0, nodes), children))
+        x = states[:total]
     return states.index_select(0, roots)
 
 

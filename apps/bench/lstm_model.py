@@ -1,104 +1,25 @@
-"""The LSTM of apps/examples/fortunes_lstm.toml in PyTorch, and troupe's data for it.
+"""The LSTM of apps/examples/fortunes_lstm.toml in PyTorch.
 
-The instances of a text-records job as `troupe dataset` writes them, the batches in troupe's
-seeded order (layers/batch_order.cpp), and the model: an embedding, LSTMCell's
-arithmetic over the packed time steps of each batch padded to its longest record (every
-position's row [h | c], as troupe's lstm_cell emits it) and a linear head over those rows, its
-parameters named as troupe names them so that troupe's safetensors files load as they are.
-pytorch_lstm.py checks it against troupe and races the two.
+An embedding, LSTMCell's arithmetic over the packed time steps of each batch padded to its
+longest record (every position's row [h | c], as troupe's lstm_cell emits it) and a linear head
+over those rows, its parameters named as troupe names them so that troupe's safetensors files
+load as they are (records_data.load_node_weights). pytorch_records.py checks it against troupe
+and races the two; gpt_records_model.py is the same interface for the GPT over whole records.
 
 This module chooses no threads and no OMP_WAIT_POLICY: on a 2-core machine untuned PyTorch runs
-about 3x slower. Every caller that reports a rate (pytorch_lstm.py speed and its timed children)
+about 3x slower. Every caller that reports a rate (pytorch_records.py speed and its timed
+children)
 first enters the setting tuning.py's probe chose (tuning.enter_pytorch); compare reports losses
 only.
 """
 
-import json
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from gpt_model import read_safetensors
-
-
-# ---- the data: `troupe dataset JOB --out DIR` ---------------------------------------------------
-
-def read_dataset(directory):
-    """(the resolved job, {"train": [(tokens, labels)], "validation": [...]}) of a text-records
-    job as `troupe dataset` writes it: DIR/config.json, DIR/train.jsonl and DIR/test.jsonl, one
-    instance (a fortune, or a piece of one) per line, its byte tokens and the bytes after them."""
-    with open(os.path.join(directory, "config.json")) as file:
-        config = json.load(file)
-    if config["data"]["dataset"] != "text-records":
-        sys.exit("pytorch_lstm: %s holds %s data, not text-records"
-                 % (directory, config["data"]["dataset"]))
-
-    def instances(name):
-        with open(os.path.join(directory, name)) as file:
-            return [(bytes(record["tokens"]), bytes(record["labels"]))
-                    for record in map(json.loads, file)]
-
-    return config, {"train": instances("train.jsonl"), "validation": instances("test.jsonl")}
-
-
-# ---- troupe's batch order (layers/batch_order.cpp, layers/random.h) -----------------------------
-
-MASK = (1 << 64) - 1
-
-
-def mix64(x):
-    x = (x + 0x9e3779b97f4a7c15) & MASK
-    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
-    return x ^ (x >> 31)
-
-
-def epoch_order(count, seed, epoch, shuffle):
-    """The instances of `epoch` in troupe's order: a Fisher-Yates shuffle drawn by SplitMix64
-    from derive_seed(seed, epoch), bounded by Lemire's method."""
-    order = list(range(count))
-    if not shuffle:
-        return order
-    state = mix64(seed ^ mix64((epoch + 0x5851f42d4c957f2d) & MASK))
-
-    def below(bound):
-        nonlocal state
-        while True:
-            product = mix64(state) * bound
-            state = (state + 0x9e3779b97f4a7c15) & MASK
-            low = product & MASK
-            if low >= bound or low >= (-bound % (1 << 64)) % bound:
-                return product >> 64
-
-    for i in range(count - 1, 0, -1):
-        j = below(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
-
-
-def batches(config, train, steps):
-    """The instances of each of the first `steps` steps, in troupe's order."""
-    training = config["training"]
-    size = training["batch_size"]
-    per_epoch = len(train) // size
-    result, order = [], None
-    for step in range(steps):
-        if step % per_epoch == 0:
-            order = epoch_order(len(train), training["seed"], step // per_epoch,
-                                config["data"]["shuffle"])
-        first = (step % per_epoch) * size
-        result.append([train[index] for index in order[first:first + size]])
-    return result
-
-
-def total_steps(config, train_count, max_steps):
-    """The steps of a troupe run of the job with training.max_steps = `max_steps` (which its
-    learning-rate schedule spans): fewer when training.epochs ends it first."""
-    per_epoch = train_count // config["training"]["batch_size"]
-    return min(config["training"]["epochs"] * per_epoch, max_steps)
+from records_data import load_node_weights
 
 
 # ---- the model ---------------------------------------------------------------------------------
@@ -122,16 +43,16 @@ def packed_lstm(projected, batch_sizes, weight_hh, hidden):
 
 
 def graph_shape(config):
-    """(vocab, dim, hidden, classes, bias) of the job's embed -> loop lstm_cell -> linear graph;
-    exits naming what differs."""
+    """(nodes, vocab, dim, hidden, classes) of the job's embed -> loop lstm_cell -> linear
+    graph; exits naming what differs."""
     nodes = config["model"].get("nodes") or []
     kinds = [[layer["type"] for layer in node["layers"]] for node in nodes]
     if kinds != [["embedding"], ["lstm_cell"], ["linear"]] or nodes[1].get("route") != "loop":
-        sys.exit("pytorch_lstm: the job's model must be the nodes embedding -> lstm_cell (route "
+        sys.exit("pytorch_records: the job's model must be the nodes embedding -> lstm_cell (route "
                  "= \"loop\", emit = \"every\") -> linear, as apps/examples/fortunes_lstm.toml")
     embedding, cell, head = (node["layers"][0] for node in nodes)
     if not cell.get("bias", True) or not head.get("bias", True):
-        sys.exit("pytorch_lstm: the cell and the head must have biases")
+        sys.exit("pytorch_records: the cell and the head must have biases")
     return nodes, embedding["vocab"], embedding["dim"], cell["out"], head["out"]
 
 
@@ -173,17 +94,8 @@ class LstmModel(torch.nn.Module):
         self.layers = tuple(getattr(parts[node["name"]], node["layers"][0]["type"] + "0")
                             for node in nodes)
 
-    def state_names(self):
-        """troupe's names of this model's parameters."""
-        return {name[len("nodes."):]: name for name in self.state_dict()}
-
     def load_troupe(self, path):
-        tensors = read_safetensors(path)
-        names = self.state_names()
-        if set(tensors) != set(names):
-            sys.exit("pytorch_lstm: %s holds %s, the model needs %s"
-                     % (path, sorted(tensors), sorted(names)))
-        self.load_state_dict({names[key]: value for key, value in tensors.items()}, strict=True)
+        load_node_weights(self, path)
 
     def forward(self, tokens, lengths):
         """Logits of every real position, in packed order; and the packing."""
@@ -232,3 +144,15 @@ def validation_loss(model, validation, batch=64):
             total += F.cross_entropy(model(tokens, lengths), labels, reduction="sum").item()
             count += labels.numel()
     return total / count
+
+
+def describe(config):
+    """The model in a few words, for a report's heading."""
+    _, vocab, dim, hidden, classes = graph_shape(config)
+    return "LSTM language model (embedding %dx%d, lstm_cell H=%d, head 2H->%d)" % (
+        vocab, dim, hidden, classes)
+
+
+# The name of PyTorch's configuration in a race.
+PYTORCH_NAME = "pytorch padded+packed"
+Model = LstmModel

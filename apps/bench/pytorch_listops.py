@@ -2,7 +2,9 @@
 """The ListOps Tree-LSTM of a troupe job in PyTorch, and the race of troupe's settings against it.
 
 The data are the job's own expressions, written by `troupe dataset` (listops_model.py has the
-model: the same widths, gate math, initial ranges, Adam, learning rate, clipping and batch).
+model: the same widths, gate math, initial ranges, Adam, learning rate, clipping and batch, with
+one Tree-LSTM layer as apps/examples/listops_tree_lstm.toml or more, as
+apps/examples/listops_stacked_tree_lstm.toml).
 
     pytorch_listops.py train [--job JOB] [--epochs E] [--implementation recursive|batched]
         trains E epochs (default: the job's training.epochs) and prints the test accuracy and

@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
-"""The LSTM language model of a troupe job over whole fortunes, in PyTorch: checked and raced.
+"""The models of a troupe job over whole records (fortunes), in PyTorch: checked and raced.
 
-The job is a graph (apps/examples/fortunes_lstm.toml): an embedding, an lstm_cell looped over
-each fortune's bytes (each visit's row [h | c]) and a linear head over every position's
-[h | c]. PyTorch runs the same model on each batch padded to its longest fortune and packed
-(pack_padded_sequence), so that its LSTM computes the real positions only. nn.LSTM hands back
-h at every position but c only at the last, so the cell here is LSTMCell's arithmetic over the
-packed time steps (the input projection of every position in one GEMM, as nn.LSTM does on the
-CPU, then one addmm per step: about nn.LSTM's own speed on these shapes); its weights are
-troupe's [4H, X + H] matrix and bias, so troupe's safetensors files load as they are
-(lstm_model.py).
+Two jobs, each a graph over the records of a text-records dataset, one instance per fortune:
+- the LSTM language model (apps/examples/fortunes_lstm.toml): an embedding, an lstm_cell looped
+  over each fortune's bytes (each visit's row [h | c]) and a linear head over every position's
+  [h | c]. PyTorch runs it on each batch padded to its longest fortune and packed
+  (pack_padded_sequence), so that its LSTM computes the real positions only. nn.LSTM hands back
+  h at every position but c only at the last, so the cell is LSTMCell's arithmetic over the
+  packed time steps (the input projection of every position in one GEMM, as nn.LSTM does on the
+  CPU, then one addmm per step: about nn.LSTM's own speed on these shapes) (lstm_model.py);
+- the GPT over whole fortunes (apps/examples/gpt_fortunes_whole.toml): troupe attends within
+  each fortune of a packed key; PyTorch runs the same blocks on each batch padded to its longest
+  fortune, the pads' labels ignored (gpt_records_model.py).
+Both load troupe's safetensors files as they are (records_data.py names the parameters as the
+job's nodes do). A job whose nodes hold a transformer_block is the GPT, any other the LSTM.
 
-    pytorch_lstm.py compare JOB [--steps 20] [--padding longest]
+    pytorch_records.py compare JOB [--steps 20] [--padding longest]
         troupe exports the job's initial weights and trains `steps` steps on one stage in sync
         mode (log_interval 1); PyTorch loads the same weights and trains on the same batches (the
         same instances, troupe's seeded order) with the same Adam and clipping; every step's loss
         (the mean over its real tokens) must agree within --tolerance (relative, default 1e-4).
         --padding longest runs troupe on padded batches: the same losses again.
-    pytorch_lstm.py speed JOB [--rounds 3] [--steps 100] [--quick]
+    pytorch_records.py speed JOB [--rounds 3] [--steps 100] [--quick]
         in alternating rounds, trains troupe unpadded (the job's own stages and mode, and one
         stage in sync mode), troupe on padded batches (data.padding = "longest", each layout)
-        and PyTorch padded + packed, all from the same initial weights over the same batches;
-        prints each one's real (unpadded) tokens per second over `steps` steps after 3 warm-up
+        and PyTorch padded (and packed, for the LSTM), all from the same initial weights over
+        the same batches; prints each one's real (unpadded) tokens per second over `steps` steps after 3 warm-up
         steps and its validation loss after those same real tokens (medians), the ratios, and
         whether the bars hold: troupe unpadded >= 1.3x troupe padded and >= 1.0x PyTorch, at a
         validation loss within 1 % of PyTorch's. Each side is tuned first as its users tune it
@@ -49,9 +53,10 @@ import time
 import torch
 
 import tuning
+import gpt_records_model
+import lstm_model
 from gpt_model import learning_rate_at, make_optimizer
-from lstm_model import LstmModel, batches, graph_shape, read_dataset, total_steps, train_step, \
-    validation_loss
+from records_data import batches, read_dataset, total_steps
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP_STEPS = tuning.WARMUP_STEPS
@@ -61,13 +66,22 @@ PADDED_BAR, PYTORCH_BAR, LOSS_BAR = 1.3, 1.0, 0.01
 failed = False
 
 
+def family_of(config):
+    """The module of the job's model: gpt_records_model where a node holds a transformer
+    block, lstm_model otherwise (each exits naming what it needs when the job differs)."""
+    kinds = {layer["type"] for node in config["model"].get("nodes") or []
+             for layer in node["layers"]}
+    return gpt_records_model if "transformer_block" in kinds else lstm_model
+
+
 def pytorch_run(config, data, initial, steps, seconds=None):
     """Trains WARMUP_STEPS + `steps` steps (or the warm-up and then `seconds`) from `initial`:
     {"tokens_per_s": real tokens/s of the timed steps, "validation_loss": after them}."""
     training = config["training"]
     total = total_steps(config, len(data["train"]),
                         WARMUP_STEPS + (steps if steps is not None else 10 ** 9))
-    model = LstmModel(config)
+    family = family_of(config)
+    model = family.Model(config)
     model.load_troupe(initial)
     optimizer = make_optimizer(model, training)
     plan = batches(config, data["train"], total)
@@ -75,8 +89,8 @@ def pytorch_run(config, data, initial, steps, seconds=None):
     for step, instances in enumerate(plan):
         if step == WARMUP_STEPS:
             start = time.perf_counter()
-        train_step(model, optimizer, training, instances,
-                   learning_rate_at(training, step, total))
+        family.train_step(model, optimizer, training, instances,
+                          learning_rate_at(training, step, total))
         if start is not None:
             timed_tokens += sum(len(tokens) for tokens, _ in instances)
             if seconds is not None and time.perf_counter() - start >= seconds and \
@@ -85,7 +99,7 @@ def pytorch_run(config, data, initial, steps, seconds=None):
     elapsed = time.perf_counter() - start
     result = {"tokens_per_s": timed_tokens / elapsed}
     if seconds is None:
-        result["validation_loss"] = validation_loss(model, data["validation"])
+        result["validation_loss"] = family.validation_loss(model, data["validation"])
     return result
 
 
@@ -96,7 +110,7 @@ def run_troupe(binary, arguments):
     if result.returncode != 0:
         global failed
         failed = True
-        sys.exit("pytorch_lstm: troupe %s exited with %d:\n%s" % (
+        sys.exit("pytorch_records: troupe %s exited with %d:\n%s" % (
             " ".join(arguments), result.returncode, result.stdout + result.stderr))
     return result.stdout
 
@@ -142,7 +156,7 @@ def metrics_of(out):
 # ---- compare -----------------------------------------------------------------------------------
 
 def compare(args):
-    work = scratch_directory("troupe_lstm_compare_")
+    work = scratch_directory("troupe_records_compare_")
     _, config, data, initial = job_data(args, work)
     layout = ["parallelism.stages=1", "parallelism.mode=sync", "parallelism.micro_batches=1",
               'data.padding="%s"' % args.padding, "metrics.log_interval=1",
@@ -152,7 +166,8 @@ def compare(args):
         args.set + QUIET + layout))
     theirs, their_validation = metrics_of(out)
     training = config["training"]
-    model = LstmModel(config)
+    family = family_of(config)
+    model = family.Model(config)
     model.load_troupe(initial)
     optimizer = make_optimizer(model, training)
     steps = total_steps(config, len(data["train"]), args.steps)
@@ -161,15 +176,15 @@ def compare(args):
     print(" step    troupe loss   PyTorch loss   relative difference")
     worst = 0.0
     for step, instances in enumerate(batches(config, data["train"], steps)):
-        loss = train_step(model, optimizer, training, instances,
-                          learning_rate_at(training, step, steps))
+        loss = family.train_step(model, optimizer, training, instances,
+                                 learning_rate_at(training, step, steps))
         if step + 1 not in theirs:
-            sys.exit("pytorch_lstm: troupe logged no loss for step %d" % (step + 1))
+            sys.exit("pytorch_records: troupe logged no loss for step %d" % (step + 1))
         difference = abs(theirs[step + 1] - loss) / abs(loss)
         worst = max(worst, difference)
         print("%5d   %12.7f   %12.7f   %.2e" % (step + 1, theirs[step + 1], loss, difference))
     # The validation split read alike: the same loss over it after the same steps.
-    ours = validation_loss(model, data["validation"])
+    ours = family.validation_loss(model, data["validation"])
     difference = abs(their_validation - ours) / abs(ours)
     worst = max(worst, difference)
     print("validation %12.7f   %12.7f   %.2e   (%d instances)" % (
@@ -181,9 +196,6 @@ def compare(args):
 
 
 # ---- speed -------------------------------------------------------------------------------------
-
-PYTORCH = "pytorch padded+packed"
-
 
 def layouts_of(config):
     """{name: overrides}: the job's own stages and mode, and one stage in sync mode; each unpadded
@@ -222,11 +234,11 @@ def real_tokens_per_step(plan):
 
 
 def speed(args):
-    work = scratch_directory("troupe_lstm_speed_")
+    work = scratch_directory("troupe_records_speed_")
     directory, config, data, initial = job_data(args, work)
     steps = WARMUP_STEPS + args.steps
     if steps > total_steps(config, len(data["train"]), steps):
-        sys.exit("pytorch_lstm: %d steps are more than the job's training.epochs allow (%d)"
+        sys.exit("pytorch_records: %d steps are more than the job's training.epochs allow (%d)"
                  % (steps, total_steps(config, len(data["train"]), steps)))
     plan = batches(config, data["train"], steps)
     real = real_tokens_per_step(plan)
@@ -250,12 +262,13 @@ def speed(args):
     troupe = {name: tuning.troupe_choice(args, name, args.troupe, args.job, probe_keys[name],
                                          stages[name], out, mean_tokens, "tokens/s")
               for name in layouts}
-    rates = {name: [] for name in [PYTORCH] + list(layouts)}
+    pytorch_name = family_of(config).PYTORCH_NAME
+    rates = {name: [] for name in [pytorch_name] + list(layouts)}
     losses = {name: [] for name in rates}
     for round_index in range(args.rounds):
         names = list(rates) if round_index % 2 == 0 else list(reversed(list(rates)))
         for name in names:
-            if name == PYTORCH:
+            if name == pytorch_name:
                 result = tuning.child_result(pytorch_command(args, directory, initial,
                                                              pytorch.setting),
                                              pytorch.setting, "the PyTorch run")
@@ -270,7 +283,7 @@ def speed(args):
             losses[name].append(loss)
         print("round %d: " % (round_index + 1) + "  ".join(
             "%s %.0f" % (name, values[-1]) for name, values in rates.items()), flush=True)
-    report(args, config, rates, losses, pytorch, troupe,
+    report(args, config, pytorch_name, rates, losses, pytorch, troupe,
            {"timed_tokens": timed_tokens, "tokens": sum(real), "padded_tokens": padded_tokens})
     return 0
 
@@ -283,15 +296,13 @@ def verdict(met):
     return "met" if met else "NOT met"
 
 
-def report(args, config, rates, losses, pytorch, troupe, tokens):
-    _, vocab, dim, hidden, classes = graph_shape(config)
+def report(args, config, pytorch_name, rates, losses, pytorch, troupe, tokens):
     rate = {name: statistics.median(values) for name, values in rates.items()}
     loss = {name: median_of(values) for name, values in losses.items()}
-    print("\nLSTM language model over whole fortunes (embedding %dx%d, lstm_cell H=%d, head "
-          "2H->%d), batch %d fortunes of at most %d bytes, PyTorch %s; padded batches hold "
-          "%.2fx the real tokens; median of %d alternating rounds of %d steps after %d warm-up "
-          "steps; validation loss after the same %d real tokens"
-          % (vocab, dim, hidden, classes, config["training"]["batch_size"],
+    print("\n%s over whole fortunes, batch %d fortunes of at most %d bytes, PyTorch %s; padded "
+          "batches hold %.2fx the real tokens; median of %d alternating rounds of %d steps after "
+          "%d warm-up steps; validation loss after the same %d real tokens"
+          % (family_of(config).describe(config), config["training"]["batch_size"],
              config["data"]["context"], torch.__version__, tokens["padded_tokens"] /
              tokens["tokens"], args.rounds, args.steps, WARMUP_STEPS, tokens["tokens"]))
     print("%-36s %16s %16s" % ("configuration", "real tokens/s", "validation loss"))
@@ -304,24 +315,24 @@ def report(args, config, rates, losses, pytorch, troupe, tokens):
     for name in unpadded:
         print("  %-72s %6.2f" % ("%s / %s padded" % (name, name), rate[name] /
                                  rate[name + " padded"]))
-    padded_ratio, pytorch_ratio = rate[best] / rate[best_padded], rate[best] / rate[PYTORCH]
+    padded_ratio, pytorch_ratio = rate[best] / rate[best_padded], rate[best] / rate[pytorch_name]
     print("  %-72s %6.2f   bar >= %.1f: %s" % ("troupe unpadded (%s) / troupe padded (%s)" % (
         best[len("troupe "):], best_padded[len("troupe "):]), padded_ratio, PADDED_BAR,
         verdict(padded_ratio >= PADDED_BAR)))
     print("  %-72s %6.2f   bar >= %.1f: %s" % ("troupe unpadded (%s) / %s" % (
-        best[len("troupe "):], PYTORCH), pytorch_ratio, PYTORCH_BAR,
+        best[len("troupe "):], pytorch_name), pytorch_ratio, PYTORCH_BAR,
         verdict(pytorch_ratio >= PYTORCH_BAR)))
     print("validation loss after the same real tokens, relative to PyTorch's:")
     distances = {}
     for name in rates:
-        if name != PYTORCH:
-            distances[name] = (loss[name] - loss[PYTORCH]) / loss[PYTORCH]
+        if name != pytorch_name:
+            distances[name] = (loss[name] - loss[pytorch_name]) / loss[pytorch_name]
             print("  %-72s %+6.2f %%" % (name, 100 * distances[name]))
     within = all(abs(distances[name]) <= LOSS_BAR for name in (best, best_padded))
     print("  %-72s bar within %.0f %%: %s" % ("the fastest unpadded and padded", 100 * LOSS_BAR,
                                              verdict(within)))
     print("settings:")
-    print("  " + tuning.summary_line("pytorch", pytorch, rate[PYTORCH], "tokens/s"))
+    print("  " + tuning.summary_line("pytorch", pytorch, rate[pytorch_name], "tokens/s"))
     for name, choice in troupe.items():
         print("  %s (%s)" % (name, choice.label()))
     print(json.dumps({"real_tokens_per_s": rate, "validation_loss": loss,

@@ -23,9 +23,9 @@ std::string previous_cut_points(const actors::job_config& config, const std::str
   const nlohmann::json json = nlohmann::json::parse(file, nullptr, false);
   if (!json.is_object() || !json.contains("parallelism") || !json.contains("model")) return {};
   const nlohmann::json& partition = json["parallelism"].value("partition", nlohmann::json());
+  const char* model = config.model.nodes.empty() ? "layers" : "nodes";
   if (json["parallelism"].value("stages", 0) != config.parallelism.stages ||
-      json["model"].value("layers", nlohmann::json()) !=
-          actors::to_json(config)["model"]["layers"] ||
+      json["model"].value(model, nlohmann::json()) != actors::to_json(config)["model"][model] ||
       !partition.is_array()) {
     return {};
   }
@@ -131,7 +131,11 @@ std::string interleaving_note(const actors::job_config& config, bool in_table) {
 
 bool estimate_measured_partition(actors::job_config* config, std::string* error) {
   if (config->parallelism.partition != "measured" || config->parallelism.stages < 2) return true;
-  if (!config->model.nodes.empty()) return true;  // balanced by estimate (choose_partition)
+  if (!config->model.nodes.empty()) {
+    // A graph's nodes, cut where their estimated costs balance.
+    auto plan = actors::plan_partition(*config, nullptr, error);
+    return plan && set_cut_points(config, actors::cut_points_text(plan->ranges), error);
+  }
   auto costs = actors::estimated_block_costs(*config, error);
   if (!costs) return false;
   return set_cut_points(config, actors::cheapest_cut_points(*config, *costs), error);
@@ -141,10 +145,8 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
                                             std::string* error) {
   std::string mode = config->parallelism.partition;
   std::optional<std::vector<actors::block_cost>> measured;
-  if (mode == "measured" && !config->model.nodes.empty()) {
-    // A graph's nodes are cut by their estimated costs per key until their visits are timed.
-    mode = "measured: a graph's nodes are not timed yet, balanced by their estimated costs";
-  } else if (mode == "measured" && config->parallelism.stages > 1) {
+  const bool graph = !config->model.nodes.empty();
+  if (mode == "measured" && config->parallelism.stages > 1) {
     const std::string cuts = previous_cut_points(*config, previous);
     if (!cuts.empty()) {
       mode = "measured, as in " + previous;
@@ -161,6 +163,8 @@ std::optional<std::string> choose_partition(actors::job_config* config, const st
   std::string whole_blocks;
   if (measured) {
     config->parallelism.partition = actors::cut_points_text(plan->ranges);
+    // A graph is cut between nodes only: its nodes' visits were timed per key.
+    if (graph) return "partition (" + mode + "): " + actors::describe_plan(*config, *plan);
     auto cut = cut_inside_layers(*config, *measured, error);
     if (!cut) return std::nullopt;
     if (cut->plan) {

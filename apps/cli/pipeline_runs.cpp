@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "actors/config/job_file.h"
+#include "actors/engine/graph_program.h"
+#include "actors/engine/partition.h"
 #include "actors/engine/stage_settings.h"
 #include "actors/hosts/replica_groups.h"
 #include "apps/cli/commands.h"
@@ -14,18 +16,50 @@
 namespace troupe::apps {
 namespace {
 
+/// A graph's node names stage by stage, in the order rows visit them; empty for a chain.
+std::vector<std::vector<std::string>> nodes_by_stage(const actors::job_config& config) {
+  std::vector<std::vector<std::string>> result;
+  if (config.model.nodes.empty()) return result;
+  std::string error;
+  const auto graph = actors::ordered_graph_of(config, &error);
+  const auto ranges = graph ? actors::partition_model(config, &error) : std::nullopt;
+  if (!ranges) return result;
+  for (const actors::stage_range& range : *ranges) {
+    std::vector<std::string>& names = result.emplace_back();
+    for (size_t n = range.first; n < range.last && n < graph->nodes.size(); ++n)
+      names.push_back(graph->nodes[n].name);
+  }
+  return result;
+}
+
+/// The mean of a staleness histogram (count of backward passes by staleness); 0 when empty.
+double mean_staleness(const std::vector<int64_t>& histogram) {
+  double passes = 0, total = 0;
+  for (size_t s = 0; s < histogram.size(); ++s) {
+    passes += static_cast<double>(histogram[s]);
+    total += static_cast<double>(s) * static_cast<double>(histogram[s]);
+  }
+  return passes > 0 ? total / passes : 0;
+}
+
 /// One entry per stage actor; with replicas, replica by replica, each naming its stage and
-/// replica.
+/// replica; a graph's stages name their nodes (whose weights, all on that stage, share its
+/// versions: a node's staleness is its stage's).
 nlohmann::json stages_json(const actors::pipeline_report& report,
                            const actors::job_config& config) {
   nlohmann::json stages = nlohmann::json::array();
+  const std::vector<std::vector<std::string>> nodes = nodes_by_stage(config);
   for (size_t i = 0; i < report.stages.size(); ++i) {
     const actors::stage_report& stage = report.stages[i];
-    nlohmann::json entry = {{"staleness_histogram", stage.staleness_histogram},
+    nlohmann::json entry = {{"mean_staleness", mean_staleness(stage.staleness_histogram)},
+                            {"staleness_histogram", stage.staleness_histogram},
                             {"weight_staleness_histogram", stage.weight_staleness_histogram},
                             {"peak_contexts", stage.peak_contexts},
                             {"peak_activation_bytes", stage.peak_activation_bytes},
                             {"optimizer_steps", stage.version}};
+    const size_t stage_index =
+        static_cast<size_t>(actors::stage_of_actor(config, static_cast<int>(i)));
+    if (stage_index < nodes.size()) entry["nodes"] = nodes[stage_index];
     if (config.parallelism.replicas > 1) {
       entry["stage"] = actors::stage_of_actor(config, static_cast<int>(i));
       entry["replica"] = actors::replica_of_actor(config, static_cast<int>(i));

@@ -310,6 +310,32 @@ void print_peak_memory(const run_outcome& outcome, const actors::job_config& con
               config.parallelism.recompute ? " (recompute)" : "");
 }
 
+/// "staleness per node (mean over keys): embed 0.00, middle 0.31, top 0.00" for a graph's async
+/// run ("per stage" for a chain's): how many updates a stage's weights took between a key's
+/// forward and backward pass there, on average.
+void print_staleness(const run_outcome& outcome, const actors::job_config& config) {
+  if (config.parallelism.mode != actors::pipeline_mode::async || !outcome.stages.is_array() ||
+      outcome.stages.empty() || config.parallelism.replicas > 1)
+    return;
+  std::string text;
+  bool by_node = false;
+  for (const auto& stage : outcome.stages) {
+    const double mean = stage.value("mean_staleness", 0.0);
+    char figure[32];
+    std::snprintf(figure, sizeof figure, "%.2f", mean);
+    const nlohmann::json nodes = stage.value("nodes", nlohmann::json());
+    if (nodes.is_array() && !nodes.empty()) {
+      by_node = true;
+      for (const auto& node : nodes)
+        text += (text.empty() ? "" : ", ") + node.get<std::string>() + " " + figure;
+    } else {
+      text += (text.empty() ? "" : ", ") + std::string(figure);
+    }
+  }
+  std::printf("staleness per %s (mean over keys): %s\n", by_node ? "node" : "stage",
+              text.c_str());
+}
+
 /// The run's closing line: its final figures, steps, epochs and speed. A run stopped before
 /// its first evaluation has no figure to give: it says so.
 void print_result(const actors::training_summary& summary) {
@@ -349,6 +375,7 @@ int finish_run(const training_job& job, const run_outcome& outcome, actors::run_
                  static_cast<long long>(outcome.summary.steps));
   }
   print_peak_memory(outcome, job.config);
+  print_staleness(outcome, job.config);
   print_result(outcome.summary);
   return 0;
 }

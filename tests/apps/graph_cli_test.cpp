@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/config/job_data.h"
 #include "actors/config/job_file.h"
 #include "actors/engine/graph_oracle.h"
@@ -220,17 +222,44 @@ TEST_F(GraphCliTest, ASyncGraphRunResumedFromItsCheckpointEndsWithTheSameWeights
             troupe::testing::read_file(resumed / "weights.safetensors"));
 }
 
-TEST_F(GraphCliTest, AMeasuredPartitionOfAGraphSaysItIsBalancedByEstimate) {
+TEST_F(GraphCliTest, AMeasuredPartitionTimesTheNodesAndItsWorkersReadTheCutPoints) {
   const fs::path job = write_job("measured", kTreeJob);
+  const fs::path run = directory_ / "measured";
   run_result trained = troupe("train " + job.string() +
-                              " --set parallelism.stages=2 --set parallelism.partition=measured"
-                              " --out " +
-                              (directory_ / "measured").string());
+                              " --workers 2 --set parallelism.stages=2"
+                              " --set parallelism.partition=measured --out " +
+                              run.string());
   ASSERT_EQ(trained.status, 0) << trained.errors;
-  EXPECT_NE((trained.output + trained.errors).find("stages [embed] [cell head]"), std::string::npos)
-      << (trained.output + trained.errors);
-  EXPECT_NE((trained.output + trained.errors).find("not timed yet"), std::string::npos)
-      << (trained.output + trained.errors);
+  const std::string said = trained.output + trained.errors;
+  EXPECT_NE(said.find("partition (measured): stages [embed"), std::string::npos) << said;
+  // The nodes' timed costs chose a cut between nodes; the run's config.json holds it as a node
+  // index, which the worker processes read back.
+  const nlohmann::json written =
+      nlohmann::json::parse(troupe::testing::read_file(run / "config.json"));
+  const nlohmann::json& cuts = written["parallelism"]["partition"];
+  EXPECT_TRUE(cuts == nlohmann::json::array({1}) || cuts == nlohmann::json::array({2}))
+      << cuts.dump();
+  // A resumed run keeps those cut points instead of timing again.
+  run_result resumed = troupe("train " + job.string() +
+                              " --set parallelism.stages=2 --set parallelism.partition=measured"
+                              " --set training.max_steps=10 --resume --out " +
+                              run.string());
+  ASSERT_EQ(resumed.status, 0) << resumed.errors;
+  EXPECT_NE((resumed.output + resumed.errors).find("partition (measured, as in "),
+            std::string::npos)
+      << resumed.output + resumed.errors;
+}
+
+TEST_F(GraphCliTest, AGraphTakesCutPointsBetweenNodes) {
+  const fs::path job = write_job("cut", kTreeJob);
+  run_result trained = troupe("train " + job.string() +
+                              " --set parallelism.stages=2 --set parallelism.partition=[2] --out " +
+                              (directory_ / "cut").string());
+  ASSERT_EQ(trained.status, 0) << trained.errors;
+  EXPECT_NE((trained.output + trained.errors).find("partition (cut points): stages [embed cell] "
+                                                   "[head]"),
+            std::string::npos)
+      << trained.output + trained.errors;
 }
 
 TEST_F(GraphCliTest, SyncGptOverWholeFortunesEqualsTheOracleInOneProcessAndAcrossWorkers) {
@@ -260,6 +289,14 @@ TEST_F(GraphCliTest, AnAsyncTreeLstmLearnsListOpsAcrossStages) {
   ASSERT_NE(at, std::string::npos) << summary;
   // Ten classes: chance is 0.1, the most common value of these lists about 0.2.
   EXPECT_GT(std::stod(summary.substr(at + 22)), 0.4) << summary;
+  // Staleness is reported by node: each stage names the nodes that share its weights' versions.
+  const nlohmann::json stages = nlohmann::json::parse(summary)["stages"];
+  ASSERT_EQ(stages.size(), 2u) << summary;
+  EXPECT_EQ(stages[0]["nodes"], nlohmann::json::array({"embed"})) << summary;
+  EXPECT_EQ(stages[1]["nodes"], nlohmann::json::array({"cell", "head"})) << summary;
+  // Two keys in flight: the first stage's weights move on while a key is further down.
+  EXPECT_GT(stages[0]["mean_staleness"].get<double>(), 0.0) << summary;
+  EXPECT_GE(stages[1]["mean_staleness"].get<double>(), 0.0) << summary;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # apps/bench/pytorch_listops.py on a few hundred expressions. compare: PyTorch's Tree-LSTM from
-# troupe's initial weights gives troupe's loss at every step, within 1e-4. check: the recursive
-# and the level-batched implementations give the same loss and gradients. race --quick:
+# troupe's initial weights gives troupe's loss at every step, within 1e-4, with one Tree-LSTM
+# layer and with two. check: the recursive and the level-batched implementations give the same
+# loss and gradients. race --quick:
 # PyTorch (the faster implementation, named) trains one epoch on the expressions `troupe
 # dataset` writes, then every troupe setting races to its accuracy, and the table gives each a
 # time, an accuracy and both ratios, and says whether each bar is met. Skips (exit 77) where no
@@ -23,6 +24,14 @@ output="$("$python" -B "$script" compare --quick --steps 8 --troupe "$build/apps
 echo "$output"
 grep -q "over 8 steps (tolerance 0.0001): PASS$" <<<"$output"
 output="$("$python" -B "$script" check --quick --troupe "$build/apps/troupe")" || { echo "$output"; exit 1; }
+echo "$output"
+grep -q ": PASS$" <<<"$output"
+# Two Tree-LSTM layers, one per stage: the same per-step losses, both implementations alike.
+stacked="$source/apps/examples/listops_stacked_tree_lstm.toml"
+output="$("$python" -B "$script" compare --quick --steps 8 --job "$stacked" --troupe "$build/apps/troupe")" || { echo "$output"; exit 1; }
+echo "$output"
+grep -q "over 8 steps (tolerance 0.0001): PASS$" <<<"$output"
+output="$("$python" -B "$script" check --quick --job "$stacked" --troupe "$build/apps/troupe")" || { echo "$output"; exit 1; }
 echo "$output"
 grep -q ": PASS$" <<<"$output"
 output="$("$python" -B "$script" race --quick --troupe "$build/apps/troupe" \

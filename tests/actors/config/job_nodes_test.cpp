@@ -143,9 +143,17 @@ TEST(JobNodesTest, AModelIsAChainOrAGraphOnInstances) {
             "\"text-records\" or \"listops\", but data.dataset is \"text\"");
   EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=4"}),
             "job.toml: parallelism.stages (4) exceeds the number of nodes in model.nodes (3)");
-  EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[1]"}),
-            "job.toml: parallelism.partition [1]: cut points name blocks of model.layers; a graph "
-            "(model.nodes) takes \"balanced\", \"measured\" or \"uniform\"");
+  // A graph is cut between nodes, counted in the order rows visit them.
+  std::optional<job_config> cut = parse(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[1]"});
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->parallelism.partition, "1");
+  EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[\"1:4\"]"}),
+            "job.toml: parallelism.partition [1:4]: a graph (model.nodes) is cut between nodes, "
+            "at node indices in the order rows visit them (as `troupe train` prints the stages), "
+            "not inside a layer");
+  EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[3]"}),
+            "job.toml: parallelism.partition [3] must be increasing node indices in [1, 2] "
+            "(model.nodes has 3 nodes, counted in the order rows visit them)");
   std::optional<job_config> three = parse(kRnnJob, {"parallelism.stages=3"});
   ASSERT_TRUE(three);
   EXPECT_EQ(three->parallelism.micro_batches, 4);  // a sync pipeline: a key per stage at least
