@@ -332,8 +332,7 @@ void print_staleness(const run_outcome& outcome, const actors::job_config& confi
       text += (text.empty() ? "" : ", ") + std::string(figure);
     }
   }
-  std::printf("staleness per %s (mean over keys): %s\n", by_node ? "node" : "stage",
-              text.c_str());
+  std::printf("staleness per %s (mean over keys): %s\n", by_node ? "node" : "stage", text.c_str());
 }
 
 /// The run's closing line: its final figures, steps, epochs and speed. A run stopped before

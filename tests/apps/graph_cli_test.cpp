@@ -256,8 +256,9 @@ TEST_F(GraphCliTest, AGraphTakesCutPointsBetweenNodes) {
                               " --set parallelism.stages=2 --set parallelism.partition=[2] --out " +
                               (directory_ / "cut").string());
   ASSERT_EQ(trained.status, 0) << trained.errors;
-  EXPECT_NE((trained.output + trained.errors).find("partition (cut points): stages [embed cell] "
-                                                   "[head]"),
+  EXPECT_NE((trained.output + trained.errors)
+                .find("partition (cut points): stages [embed cell] "
+                      "[head]"),
             std::string::npos)
       << trained.output + trained.errors;
 }

@@ -144,7 +144,8 @@ TEST(JobNodesTest, AModelIsAChainOrAGraphOnInstances) {
   EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=4"}),
             "job.toml: parallelism.stages (4) exceeds the number of nodes in model.nodes (3)");
   // A graph is cut between nodes, counted in the order rows visit them.
-  std::optional<job_config> cut = parse(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[1]"});
+  std::optional<job_config> cut =
+      parse(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[1]"});
   ASSERT_TRUE(cut);
   EXPECT_EQ(cut->parallelism.partition, "1");
   EXPECT_EQ(error_of(kRnnJob, {"parallelism.stages=2", "parallelism.partition=[\"1:4\"]"}),
