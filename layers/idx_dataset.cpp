@@ -269,7 +269,7 @@ void feature_statistics(const dataset& data, float* mean, float* deviation) {
 
 void truncate(dataset& data, int64_t count) {
   if (count <= 0 || count >= data.count()) return;
-  data.labels.resize(static_cast<size_t>(count));
+  data.labels.resize(static_cast<size_t>(count * data.labels_per_sample));
   data.features.resize(static_cast<size_t>(count * data.sample_size()));
 }
 

@@ -166,6 +166,13 @@ std::optional<job_data> load_job_data(const job_config& config, std::string* err
   }
   layers::truncate(result->train, config.data.train_samples);
   layers::truncate(result->test, config.data.test_samples);
+  if (result->test.count() == 0) {
+    // Every epoch ends with an evaluation: with nothing to evaluate the run would never end.
+    *error = std::string("the ") + to_string(config.data.dataset) +
+             " data's test split holds no samples (raise data.validation_fraction, or "
+             "data.test_samples to 1 or more)";
+    return std::nullopt;
+  }
   if (result->train.sample_shape != input_shape_of(config)) {
     *error = "model.input_shape is " + layers::to_string(input_shape_of(config)) + " but " +
              to_string(config.data.dataset) + " samples have shape " +

@@ -75,6 +75,22 @@ TEST_F(text_command_test, TrainsReportsBitsPerByteAndGenerates) {
   EXPECT_EQ(again.output, sample.output) << again.errors;
 }
 
+TEST_F(text_command_test, TestSamplesCountsSequencesAndAnEmptyTestSplitIsAnError) {
+  // data.test_samples = 3 keeps 3 sequences of 16 bytes, not 3 labels (which held no sequence,
+  // and the run waited for an evaluation that never came).
+  const fs::path out = directory_ / "few";
+  const run_result trained =
+      troupe("train " + gpt_job(corpus()).string() +
+             " --set data.test_samples=3 --set training.max_steps=2 --out " + out.string());
+  ASSERT_EQ(trained.status, 0) << trained.errors;
+  const auto summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  EXPECT_TRUE(summary.value("evaluated", false)) << summary.dump();
+  // So little held out that no sequence fits: one line naming the key, before any training.
+  expect_one_line(
+      troupe("train " + gpt_job(corpus()).string() + " --set data.validation_fraction=0.0001"),
+      "too few for one training and one validation sequence");
+}
+
 TEST_F(text_command_test, GlobalClippingAcrossWorkerProcessesMatchesOneProcess) {
   // Sync mode with clip_norm: the optimizer_step messages travel between worker processes.
   const fs::path job = gpt_job(corpus(), "[metrics]\nprogress = false\n");

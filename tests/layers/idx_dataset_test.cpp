@@ -323,3 +323,27 @@ TEST(IdxDatasetTest, TruncateKeepsLeadingSamples) {
 
 }  // namespace
 }  // namespace troupe::layers
+
+namespace troupe::layers {
+namespace {
+
+TEST(DatasetTruncateTest, KeepsWholeSamplesWithAllTheirLabels) {
+  // Three sequences of 4 tokens, each token labelled: truncated to 2 sequences, not 2 labels.
+  dataset text;
+  text.sample_shape = {4};
+  text.labels_per_sample = 4;
+  for (int i = 0; i < 12; ++i) {
+    text.features.push_back(static_cast<float>(i));
+    text.labels.push_back(i);
+  }
+  truncate(text, 2);
+  EXPECT_EQ(text.count(), 2);
+  EXPECT_EQ(text.labels.size(), 8u);
+  EXPECT_EQ(text.features.size(), 8u);
+  EXPECT_EQ(text.labels.back(), 7);
+  truncate(text, 5);  // more than it holds: unchanged
+  EXPECT_EQ(text.count(), 2);
+}
+
+}  // namespace
+}  // namespace troupe::layers
