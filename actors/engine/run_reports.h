@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "actors/config/job_config.h"
 #include "layers/dataset.h"
@@ -78,5 +79,9 @@ class quiet_observer final : public training_observer {
 
 /// Total optimizer steps of a job on a training set of `train_samples` samples.
 int64_t planned_steps(const job_config& config, int64_t train_samples);
+
+/// The mean staleness of a histogram of backward passes by staleness (index: staleness);
+/// nothing when it counts no pass.
+std::optional<double> mean_staleness(const std::vector<int64_t>& histogram);
 
 }  // namespace troupe::actors

@@ -32,16 +32,6 @@ std::vector<std::vector<std::string>> nodes_by_stage(const actors::job_config& c
   return result;
 }
 
-/// The mean of a staleness histogram (count of backward passes by staleness); 0 when empty.
-double mean_staleness(const std::vector<int64_t>& histogram) {
-  double passes = 0, total = 0;
-  for (size_t s = 0; s < histogram.size(); ++s) {
-    passes += static_cast<double>(histogram[s]);
-    total += static_cast<double>(s) * static_cast<double>(histogram[s]);
-  }
-  return passes > 0 ? total / passes : 0;
-}
-
 /// One entry per stage actor; with replicas, replica by replica, each naming its stage and
 /// replica; a graph's stages name their nodes (whose weights, all on that stage, share its
 /// versions: a node's staleness is its stage's).
@@ -51,12 +41,13 @@ nlohmann::json stages_json(const actors::pipeline_report& report,
   const std::vector<std::vector<std::string>> nodes = nodes_by_stage(config);
   for (size_t i = 0; i < report.stages.size(); ++i) {
     const actors::stage_report& stage = report.stages[i];
-    nlohmann::json entry = {{"mean_staleness", mean_staleness(stage.staleness_histogram)},
-                            {"staleness_histogram", stage.staleness_histogram},
-                            {"weight_staleness_histogram", stage.weight_staleness_histogram},
-                            {"peak_contexts", stage.peak_contexts},
-                            {"peak_activation_bytes", stage.peak_activation_bytes},
-                            {"optimizer_steps", stage.version}};
+    nlohmann::json entry = {
+        {"mean_staleness", actors::mean_staleness(stage.staleness_histogram).value_or(0.0)},
+        {"staleness_histogram", stage.staleness_histogram},
+        {"weight_staleness_histogram", stage.weight_staleness_histogram},
+        {"peak_contexts", stage.peak_contexts},
+        {"peak_activation_bytes", stage.peak_activation_bytes},
+        {"optimizer_steps", stage.version}};
     const size_t stage_index =
         static_cast<size_t>(actors::stage_of_actor(config, static_cast<int>(i)));
     if (stage_index < nodes.size()) entry["nodes"] = nodes[stage_index];

@@ -78,15 +78,12 @@ std::string described(const race_outcome& run) {
 }
 
 std::optional<double> mean_staleness(const std::vector<std::vector<int64_t>>& stages) {
-  double passes = 0, total = 0;
+  std::vector<int64_t> pooled;  // every stage's backward passes together
   for (const std::vector<int64_t>& histogram : stages) {
-    for (size_t i = 0; i < histogram.size(); ++i) {
-      passes += static_cast<double>(histogram[i]);
-      total += static_cast<double>(i) * static_cast<double>(histogram[i]);
-    }
+    if (pooled.size() < histogram.size()) pooled.resize(histogram.size(), 0);
+    for (size_t i = 0; i < histogram.size(); ++i) pooled[i] += histogram[i];
   }
-  if (passes <= 0) return std::nullopt;
-  return total / passes;
+  return actors::mean_staleness(pooled);
 }
 
 int simulations_at_once(const std::vector<actors::job_config>& configs) {
