@@ -1,5 +1,6 @@
 // Loading MNIST-format IDX files through zlib, and whole-set feature statistics.
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "layers/dataset.h"
+#include "layers/regular_file.h"
 
 namespace troupe::layers {
 namespace {
@@ -178,9 +180,12 @@ bool read_payload(gzFile file, const std::string& path, idx_contents& contents,
 
 std::optional<idx_contents> read_idx(const std::string& path, uint32_t expected_magic,
                                      std::string* error) {
+  const int descriptor = open_regular_file(path, error);
+  if (descriptor < 0) return std::nullopt;
   errno = 0;
-  gz_file file(gzopen(path.c_str(), "rb"));
+  gz_file file(gzdopen(descriptor, "rb"));
   if (!file) {
+    ::close(descriptor);
     *error = path + ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory");
     return std::nullopt;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "layers/random.h"
+#include "layers/regular_file.h"
 
 namespace troupe::layers {
 namespace {
@@ -247,6 +248,11 @@ bool save_listops(const std::string& path, const instance_dataset& data, std::st
 }
 
 std::optional<instance_dataset> load_listops(const std::string& path, std::string* error) {
+  const std::string problem = regular_file_problem(path);
+  if (!problem.empty()) {
+    *error = problem;
+    return std::nullopt;
+  }
   std::ifstream file(path);
   if (!file) {
     *error = "cannot open '" + path + "': " + std::strerror(errno);

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+
+#include "layers/regular_file.h"
 
 namespace troupe::layers {
 namespace {
@@ -55,8 +58,15 @@ int64_t first_invalid_byte(const std::string& bytes) {
 }
 
 bool read_text_file(const std::string& path, std::string* text, std::string* error) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
+  std::string problem;
+  const int descriptor = open_regular_file(path, &problem);
+  if (descriptor < 0) {
+    *error = "data.path: " + problem;
+    return false;
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(::fdopen(descriptor, "rb"), std::fclose);
   if (file == nullptr) {
+    ::close(descriptor);
     *error = "data.path: cannot open '" + path + "': " + std::strerror(errno);
     return false;
   }

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "actors/config/toml_fields.h"
+#include "layers/regular_file.h"
 
 namespace troupe::sim {
 namespace {
@@ -441,6 +442,8 @@ std::optional<cluster_model> parse_cluster(const std::string& text, const std::s
 }
 
 std::optional<cluster_model> load_cluster_file(const std::string& path, std::string* error) {
+  const std::string not_regular = layers::regular_file_problem(path);
+  if (!not_regular.empty()) return fail(error, not_regular + " (the cluster file)");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
   if (file == nullptr) {
     return fail(error, path + ": cannot open cluster file: " + std::strerror(errno));

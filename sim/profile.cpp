@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/config/json_text.h"
+#include "layers/regular_file.h"
+
 namespace troupe::sim {
 namespace {
 
@@ -153,11 +156,13 @@ std::string to_json_text(const machine_profile& profile) {
 
 std::optional<machine_profile> parse_profile(const std::string& text, const std::string& source,
                                              std::string* error) {
-  const json root = json::parse(text, nullptr, false);
-  if (root.is_discarded() || !root.is_object()) {
-    *error = source + ": not a JSON object";
+  std::string problem;
+  const std::optional<json> parsed = actors::parse_json_text(text, &problem);
+  if (!parsed || !parsed->is_object()) {
+    *error = source + ": " + (parsed ? "not a JSON object" : problem);
     return std::nullopt;
   }
+  const json& root = *parsed;
   machine_profile profile;
   auto number = [&](const json& object, const std::string& key, const std::string& where,
                     double* out, bool positive) {
@@ -263,6 +268,11 @@ std::optional<machine_profile> parse_profile(const std::string& text, const std:
 }
 
 std::optional<machine_profile> load_profile(const std::string& path, std::string* error) {
+  const std::string not_regular = layers::regular_file_problem(path);
+  if (!not_regular.empty()) {
+    *error = not_regular + " (the profile)";
+    return std::nullopt;
+  }
   std::ifstream file(path);
   if (!file) {
     *error = path + ": cannot open the profile";

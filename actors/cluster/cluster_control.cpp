@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "actors/config/json_text.h"
+
 namespace troupe::actors {
 
 using json = nlohmann::json;
@@ -50,8 +52,9 @@ transport::message control_message(const json& body) {
 }
 
 json control_body(const transport::message& message, uint64_t* dropped) {
-  json body = json::parse(message.header.text, nullptr, false);
-  const std::string problem = body.is_discarded() ? "not JSON" : control_body_problem(body);
+  std::string problem;
+  json body = parse_json_text(message.header.text, &problem).value_or(json());
+  if (problem.empty()) problem = control_body_problem(body);
   if (!problem.empty()) {
     std::fprintf(stderr, "troupe: dropped a control message from %s: %s\n", sender_of(body).c_str(),
                  problem.c_str());
@@ -90,6 +93,15 @@ void log_dropped_frame(const std::string& address, const transport::decode_error
     std::fprintf(stderr, "troupe: dropped a frame from %s at %s: %s\n", failure.peer.c_str(),
                  address.c_str(), failure.text.c_str());
   }
+}
+
+bool same_secret(const std::string& presented, const std::string& expected) {
+  unsigned char difference = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    difference |=
+        static_cast<unsigned char>(expected[i] ^ (i < presented.size() ? presented[i] : 0));
+  }
+  return difference == 0;
 }
 
 std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash, int joined,

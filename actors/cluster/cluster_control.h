@@ -54,6 +54,10 @@ nlohmann::json control_body(const transport::message& message, uint64_t* dropped
 nlohmann::json wait_for(control_queue& queue, const std::set<std::string>& types, double seconds,
                         clock_source& clock);
 
+/// Whether a hello's secret is the run's, compared in time that does not depend on where they
+/// differ.
+bool same_secret(const std::string& presented, const std::string& expected);
+
 /// Why a coordinator refuses the worker whose "hello" is `body`: another protocol version,
 /// another job (its config hash against `job_hash`), or a job that has its `expected` workers
 /// already (`joined` of them); "" when it may join.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <random>
 
 #include "actors/cluster/cluster_control.h"
 #include "actors/cluster/cluster_host.h"
@@ -25,10 +26,14 @@ namespace {
 
 using json = nlohmann::json;
 
-/// Job ids for clusters: the coordinator's pid and a counter (a new one per generation).
+/// Job ids for clusters, a new one per generation: 64 random bits (never 0). Workers and the
+/// coordinator drop every data message of another id, so the id is what keeps a process that
+/// did not join the run from injecting keys or losses; one made of the coordinator's pid and a
+/// counter could be guessed by anyone who can list processes.
 uint64_t fresh_cluster_job_id() {
-  static std::atomic<uint64_t> counter{0};
-  return (static_cast<uint64_t>(::getpid()) << 20) + (uint64_t{1} << 19) + counter.fetch_add(1);
+  std::random_device entropy;  // the kernel's random source
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  return id == 0 ? 1 : id;
 }
 
 class cluster_coordinator {
@@ -200,11 +205,34 @@ class cluster_coordinator {
   /// tells it why not.
   void admit_hello(const json& body) {
     worker_peer peer = peer_from_hello(body);
+    if (!options_.run_secret.empty() &&
+        !same_secret(body.value("secret", ""), options_.run_secret)) {
+      // Not even a refusal: answering would open a socket for whoever asked.
+      std::fprintf(
+          stderr, "troupe: ignored a hello from %s (pid %lld): it does not know the run's secret\n",
+          peer.host.c_str(), static_cast<long long>(peer.pid));
+      return;
+    }
     const auto& allowed = options_.security.allowed_public_keys;
     if (options_.security.curve &&
         std::find(allowed.begin(), allowed.end(), peer.public_key) == allowed.end()) {
       std::fprintf(stderr, "troupe: ignored a hello from %s: its key is not on the allow-list\n",
                    peer.host.c_str());
+      return;
+    }
+    const std::string job_hash =
+        options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash;
+    const int joined = static_cast<int>(workers_.size());
+    const std::string refusal = hello_refusal(body, job_hash, joined, expected_workers_);
+    if (!refusal.empty()) {
+      // A job with all its workers may be about to lose one: a launcher that restarts a rank
+      // at once (Slurm, Kubernetes) says hello before the heartbeats tell the loss. Such a
+      // worker of the right job is asked to try again, and joins once the loss is known.
+      const bool full = joined >= expected_workers_ && hello_refusal(body, job_hash, 0, 1).empty();
+      std::fprintf(stderr, "troupe: %s worker pid %lld on %s: %s\n",
+                   full ? "asked to retry" : "refused", static_cast<long long>(peer.pid),
+                   peer.host.c_str(), refusal.c_str());
+      refuse(peer, refusal, full ? options_.liveness.heartbeat_s * 2 : 0);
       return;
     }
     std::string error;
@@ -215,18 +243,21 @@ class cluster_coordinator {
                    error.c_str());
       return;
     }
-    const std::string refusal = hello_refusal(
-        body, options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash,
-        static_cast<int>(workers_.size()), expected_workers_);
-    if (!refusal.empty()) {
-      std::fprintf(stderr, "troupe: refused worker pid %lld on %s: %s\n",
-                   static_cast<long long>(peer.pid), peer.host.c_str(), refusal.c_str());
-      send_on(*peer.control, control_message({{"type", "refuse"}, {"reason", refusal}}));
-      refused_.push_back(std::move(peer));
-      return;
-    }
     peer.last_heard = clock_.now_seconds();
     workers_.push_back(std::move(peer));
+  }
+
+  /// Tells `peer` why it may not join (and, with `retry_s` > 0, to say hello again after that
+  /// long), on a socket of its own that closes at once: ZeroMQ delivers the refusal within the
+  /// linger and then frees the socket, so a flood of hellos holds no file open for longer.
+  void refuse(const worker_peer& peer, const std::string& reason, double retry_s) {
+    transport::endpoint_options settings = endpoint_settings(options_.security);
+    settings.security.server_public_key = peer.public_key;
+    settings.linger_ms = refusal_linger_ms;
+    auto out = transport::outbox::connect(context_, peer.address, settings, nullptr);
+    json body = {{"type", "refuse"}, {"reason", reason}};
+    if (retry_s > 0) body["retry_s"] = retry_s;
+    if (out) send_on(*out, control_message(body));
   }
 
   /// `body` with the echo of `worker`'s last stamps and this clock as it leaves.
@@ -467,7 +498,7 @@ class cluster_coordinator {
   control_queue control_;
   std::vector<worker_peer> workers_;
   std::vector<exited_worker> ended_processes_;  ///< reported by options_.exited_workers
-  std::vector<worker_peer> refused_;            ///< kept so that their refusal is delivered
+  static constexpr int refusal_linger_ms = 2000;
   int expected_workers_ = 0;
   caf::actor_system_config settings_;  ///< the actor system keeps a reference to it
   caf::actor_system system_;

@@ -38,6 +38,8 @@ struct worker_options {
   /// checkpoint_config_hash() of the job this worker was started for (launchers, where every
   /// rank reads the job file); the coordinator refuses a worker of another job. Empty: any.
   std::string job_hash;
+  /// The run's secret, which the hello presents (coordinator_options::run_secret).
+  std::string run_secret;
   /// Set (by a SIGTERM handler) when this worker should ask its coordinator for a checkpoint
   /// and a clean stop of the run; the worker sends the request once and serves on until the
   /// coordinator finishes the job. Null: never.
@@ -76,6 +78,12 @@ struct coordinator_options {
   std::function<std::vector<exited_worker>()> exited_workers;
   /// CURVE keys and policy of this process; workers must hold a key on its allow-list.
   transport::security_settings security;
+  /// A secret that every worker's hello must present, or the hello is ignored without an
+  /// answer (`troupe train --workers` makes one per run and hands it to its workers as
+  /// TROUPE_RUN_SECRET; other launches read that variable). Together with job ids no one can
+  /// guess, it keeps a local process that is not one of the run's from joining it or injecting
+  /// messages where CURVE is off. Empty: any hello is heard.
+  std::string run_secret;
 };
 
 /// Waits for `options.workers` workers, ships the job, trains, collects the stages' reports.

@@ -414,15 +414,32 @@ int run_worker(const worker_options& options, clock_source& clock, std::string* 
         }
       },
       log_dropped_frame);
-  link.send({{"type", "hello"},
-             {"protocol", transport::current_protocol_version},
-             {"job_hash", options.job_hash},
-             {"host", host_name()},
-             {"public_key", options.security.own.public_key}});
-  json next = wait_for(control, {"assign", "refuse"}, options.liveness.startup_s, clock);
+  json hello = {{"type", "hello"},
+                {"protocol", transport::current_protocol_version},
+                {"job_hash", options.job_hash},
+                {"host", host_name()},
+                {"public_key", options.security.own.public_key}};
+  if (!options.run_secret.empty()) hello["secret"] = options.run_secret;
+  // A refusal with retry_s (the job has all its workers, one of which may be gone unnoticed)
+  // is followed by another hello, until the startup time is up.
+  const double give_up_s = clock.now_seconds() + options.liveness.startup_s;
+  json next;
+  std::string last_refusal;
+  for (double left = options.liveness.startup_s; left > 0; left = give_up_s - clock.now_seconds()) {
+    link.send(hello);
+    next = wait_for(control, {"assign", "refuse"}, left, clock);
+    const double retry_s = next.is_null() ? 0.0 : next.value("retry_s", 0.0);
+    if (next.is_null() || next["type"] != "refuse" || !(retry_s > 0)) break;
+    last_refusal = next.value("reason", std::string("refused"));
+    std::fprintf(stderr, "troupe: worker %d: %s; saying hello again in %.1f s\n", ::getpid(),
+                 last_refusal.c_str(), retry_s);
+    wait_for(control, {}, std::min(retry_s, std::max(0.0, give_up_s - clock.now_seconds())), clock);
+    next = json();
+  }
   if (next.is_null()) {
     *error = "no assignment from the coordinator at " + options.coordinator_address + " within " +
-             std::to_string(static_cast<int>(options.liveness.startup_s)) + " s";
+             std::to_string(static_cast<int>(options.liveness.startup_s)) + " s" +
+             (last_refusal.empty() ? "" : " (it last said: " + last_refusal + ")");
     return 1;
   }
   int status = 0;

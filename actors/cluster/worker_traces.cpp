@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "actors/config/json_text.h"
 #include "actors/hosts/wire_format.h"
 
 namespace troupe::actors {
@@ -22,8 +23,8 @@ void worker_traces::keep(const json& body, const transport::message& message, in
     error = std::to_string(bytes->size()) + " bytes; a trace has at most " +
             std::to_string(max_trace_bytes);
   } else if (bytes) {
-    trace.records = json::parse(*bytes, nullptr, false);
-    if (trace.records.is_discarded()) error = "not JSON";
+    std::optional<json> records = parse_json_text(*bytes, &error, json_limits{16, max_trace_bytes});
+    if (records) trace.records = std::move(*records);
   }
   const json listed = body.value("stages", json());
   if (error.empty() && listed.is_array()) {

@@ -152,7 +152,9 @@ std::string fnv1a_hex(const nlohmann::json& json) {
 std::string config_hash(const job_config& config) { return fnv1a_hex(to_json(config)); }
 
 std::string job_identity_hash(const job_config& config) {
-  return checkpoint_config_hash(config) + "-r" + std::to_string(config.parallelism.replicas);
+  // Its checkpoints resume on any layout; a worker of another layout is another job's.
+  return checkpoint_config_hash(config) + "-r" + std::to_string(config.parallelism.replicas) +
+         "-s" + std::to_string(config.parallelism.stages);
 }
 
 std::string checkpoint_config_hash(const job_config& config) {
@@ -162,8 +164,11 @@ std::string checkpoint_config_hash(const job_config& config) {
   for (const char* key : {"epochs", "max_steps", "target_accuracy", "eval_interval_steps"}) {
     json["training"].erase(key);
   }
-  // A run may resume with another number of replicas: a checkpoint holds one copy of each stage.
-  for (const char* key : {"threads", "spin_wait_ms", "devices", "replicas", "collective"}) {
+  // A run may resume with another number of replicas (a checkpoint holds one copy of each
+  // stage) and another partition (actors/storage/checkpoint_recut.h cuts it again), whose
+  // default max_active_keys follows the stage count.
+  for (const char* key : {"threads", "spin_wait_ms", "devices", "replicas", "collective", "stages",
+                          "partition", "max_active_keys"}) {
     json["parallelism"].erase(key);
   }
   json["model"].erase("init_from");

@@ -66,6 +66,8 @@ class graph_stage_device final : public model_stage_device {
     return true;
   }
 
+  int64_t classes() const override { return program_->output_width(); }
+
   layers::tensor forward(const key_message& message, bool training) override {
     if (!training) begin_evaluation_pass();
     std::vector<layers::tensor> current = swap_in_stashed_weights();

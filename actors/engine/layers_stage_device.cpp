@@ -59,6 +59,8 @@ class layers_stage_device final : public model_stage_device {
     return true;
   }
 
+  int64_t classes() const override { return model_->output_shape().back(); }
+
   layers::tensor forward(const key_message& message, bool training) override {
     if (!training) begin_evaluation_pass();
     layers::run_options options = options_for(message, training);

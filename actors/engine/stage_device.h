@@ -40,6 +40,9 @@ class stage_device {
   /// labels, when present, one per sample. A message from a confused or hostile peer is
   /// refused here, with `error` saying why, before it reaches a kernel.
   virtual bool accepts(const key_message& message, std::string* error) const = 0;
+  /// The width of the output rows that the loss reads as class scores (a last stage's
+  /// classes, or a language model's vocabulary); -1 where the device cannot tell.
+  virtual int64_t classes() const { return -1; }
   /// Runs the stage's layers on a key's input and keeps what backward needs (training only).
   virtual layers::tensor forward(const key_message& message, bool training) = 0;
   /// Loss of the last stage's output against the key's labels, gradient scaled by `scale`.

@@ -47,7 +47,7 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
   }
   const bool known = message.kind != key_kind::backward || forward_versions_.count(message.key);
   const bool labelled = message.kind == key_kind::backward || !is_last() || message.labels;
-  if (!known || !labelled || !device_.accepts(message, &error)) {
+  if (!known || !labelled || !device_.accepts(message, &error) || !labels_fit(message, &error)) {
     if (refusal) {
       *refusal = !known
                      ? "backward for key " + std::to_string(message.key) + " never forwarded here"
@@ -65,6 +65,21 @@ std::vector<stage_output> stage_logic::handle(const key_message& message, std::s
     early_[{static_cast<int>(pass_of(message)), micro_batch_of(message)}] = message;
   }
   return outputs;
+}
+
+bool stage_logic::labels_fit(const key_message& message, std::string* error) const {
+  const int64_t classes = device_.classes();
+  if (!is_last() || !message.labels || message.kind == key_kind::backward || classes <= 0)
+    return true;
+  const std::vector<int32_t>& labels = *message.labels;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] == layers::ignored_label || (labels[i] >= 0 && labels[i] < classes)) continue;
+    *error = "label " + std::to_string(labels[i]) + " (row " + std::to_string(i) + " of key " +
+             std::to_string(message.key) + ") is outside the model's " + std::to_string(classes) +
+             " classes";
+    return false;
+  }
+  return true;
 }
 
 scheduled_pass::kind stage_logic::backward_pass() const {

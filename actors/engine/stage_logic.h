@@ -192,6 +192,9 @@ class stage_logic {
     return static_cast<int>(message.key % settings_.min_update_interval);
   }
   bool ordered() const { return settings_.turn != nullptr; }
+  /// Whether a last stage's labels are all classes its loss can score (or ignored_label): a
+  /// peer's label out of range would index past a row of logits. `error` says which is not.
+  bool labels_fit(const key_message& message, std::string* error) const;
   /// The step's backward passes and deferred W are done and the step is not taken yet.
   bool step_due() const { return step_after_deferred_ && deferred_.empty(); }
   /// Takes the optimizer step, its gradients clipped to the norm sqrt(norm_squared).

@@ -5,6 +5,7 @@
 #include <exception>
 #include <istream>
 #include <streambuf>
+#include <utility>
 
 namespace troupe::actors {
 namespace {
@@ -123,29 +124,61 @@ std::string serialize_stage_state(const stage_state& state) {
   return writer.take();
 }
 
-std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std::string* error) {
+namespace {
+
+/// Reads the magic, the format and the counters; throws shard_error or cereal's exception.
+void read_counters(cereal::PortableBinaryInputArchive& archive, stage_state* state) {
+  char magic[sizeof shard_magic] = {};
+  uint32_t format = 0;
+  archive(cereal::binary_data(magic, sizeof magic), format);
+  if (std::memcmp(magic, shard_magic, sizeof magic) != 0) {
+    throw shard_error("not a troupe stage shard (bad magic)");
+  }
+  if (format != shard_format) {
+    throw shard_error("shard format " + std::to_string(format) + " (this build reads " +
+                      std::to_string(shard_format) + ")");
+  }
+  archive(state->stage, state->stages, state->first_block, state->last_block, state->weight_version,
+          state->keys_since_step, state->optimizer_steps, state->seed);
+}
+
+/// Why the counters of a parsed shard cannot be a stage's (a checksum that verifies says only
+/// that the bytes are the ones written, not that a troupe wrote them); "" when they can.
+std::string counters_problem(const stage_state& state) {
+  if (state.stages < 1 || state.stage < 0 || state.stage >= state.stages) {
+    return "the shard names stage " + std::to_string(state.stage) + " of " +
+           std::to_string(state.stages);
+  }
+  const std::pair<const char*, int64_t> counters[] = {{"weight_version", state.weight_version},
+                                                      {"keys_since_step", state.keys_since_step},
+                                                      {"optimizer_steps", state.optimizer_steps},
+                                                      {"first_block", state.first_block}};
+  for (const auto& [name, value] : counters) {
+    if (value < 0)
+      return std::string("the shard's ") + name + " is negative (" + std::to_string(value) + ")";
+  }
+  if (state.last_block < state.first_block) {
+    return "the shard's blocks end (" + std::to_string(state.last_block) + ") before they begin (" +
+           std::to_string(state.first_block) + ")";
+  }
+  return "";
+}
+
+std::optional<stage_state> parse_shard(const void* data, size_t bytes, bool with_tensors,
+                                       std::string* error) {
   byte_reader reader(data, bytes);
   std::istream stream(&reader);
   stage_state state;
   try {
     cereal::PortableBinaryInputArchive archive(stream);
-    char magic[sizeof shard_magic] = {};
-    uint32_t format = 0;
-    archive(cereal::binary_data(magic, sizeof magic), format);
-    if (std::memcmp(magic, shard_magic, sizeof magic) != 0) {
-      throw shard_error("not a troupe stage shard (bad magic)");
-    }
-    if (format != shard_format) {
-      throw shard_error("shard format " + std::to_string(format) + " (this build reads " +
-                        std::to_string(shard_format) + ")");
-    }
-    archive(state.stage, state.stages, state.first_block, state.last_block, state.weight_version,
-            state.keys_since_step, state.optimizer_steps, state.seed);
-    state.parameters = read_tensors(archive, reader, "parameters");
-    state.gradients = read_tensors(archive, reader, "gradients");
-    state.optimizer_state = read_tensors(archive, reader, "optimizer tensors");
-    if (reader.remaining() != 0) {
-      throw shard_error(std::to_string(reader.remaining()) + " stray bytes after the shard");
+    read_counters(archive, &state);
+    if (with_tensors) {
+      state.parameters = read_tensors(archive, reader, "parameters");
+      state.gradients = read_tensors(archive, reader, "gradients");
+      state.optimizer_state = read_tensors(archive, reader, "optimizer tensors");
+      if (reader.remaining() != 0) {
+        throw shard_error(std::to_string(reader.remaining()) + " stray bytes after the shard");
+      }
     }
   } catch (const shard_error& problem) {
     *error = problem.text;
@@ -154,12 +187,23 @@ std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std
     *error = "the shard ends early (truncated)";
     return std::nullopt;
   }
-  if (state.stages < 1 || state.stage < 0 || state.stage >= state.stages) {
-    *error = "the shard names stage " + std::to_string(state.stage) + " of " +
-             std::to_string(state.stages);
+  const std::string problem = counters_problem(state);
+  if (!problem.empty()) {
+    *error = problem;
     return std::nullopt;
   }
   return state;
+}
+
+}  // namespace
+
+std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std::string* error) {
+  return parse_shard(data, bytes, /*with_tensors=*/true, error);
+}
+
+std::optional<stage_state> parse_stage_state_counters(const void* data, size_t bytes,
+                                                      std::string* error) {
+  return parse_shard(data, bytes, /*with_tensors=*/false, error);
 }
 
 int64_t stage_state_values(const stage_state& state) {

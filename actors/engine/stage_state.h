@@ -41,7 +41,13 @@ std::string serialize_stage_state(const stage_state& state);
 
 /// Parses shard bytes, checking every count against the bytes that remain before allocating.
 /// Nothing, with `error` saying what is wrong, for bytes that are not a complete shard.
+/// A shard whose counters cannot be a stage's (a negative version or keys_since_step, a stage
+/// outside its count, no blocks) is refused the same way.
 std::optional<stage_state> parse_stage_state(const void* data, size_t bytes, std::string* error);
+/// parse_stage_state() of the magic, format and counters only: the tensors are neither read
+/// nor checked, and the state holds none (a cheap look at a large shard).
+std::optional<stage_state> parse_stage_state_counters(const void* data, size_t bytes,
+                                                      std::string* error);
 
 /// One shard per stage from the shards of every stage actor of a replicated run (replica by
 /// replica, `stages` each): replica 0's where every replica holds the same bytes (sync mode),

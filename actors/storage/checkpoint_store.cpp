@@ -15,7 +15,10 @@
 #include <memory>
 #include <utility>
 
+#include "actors/config/json_text.h"
+#include "actors/engine/stage_state.h"
 #include "actors/storage/file_descriptor.h"
+#include "layers/regular_file.h"
 
 namespace troupe::actors {
 namespace {
@@ -50,12 +53,13 @@ std::string hex_of(uint64_t value) {
 /// reading anything and hashing each piece as it arrives; `actual_xxh3` receives the hash.
 bool read_hashed(const std::string& path, uint64_t expected_bytes, std::string* contents,
                  std::string* actual_xxh3, std::string* error) {
-  file_descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Not blocking: a FIFO planted where a shard belongs is refused below, not waited on.
+  file_descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (file.get() < 0 && errno == ENOENT) return fail(error, path + ": missing");
   if (file.get() < 0) return fail_errno(error, path, "cannot open", errno);
   struct stat info {};
   if (::fstat(file.get(), &info) != 0) return fail_errno(error, path, "cannot stat", errno);
-  if (!S_ISREG(info.st_mode)) return fail(error, path + ": not a regular file");
+  if (!S_ISREG(info.st_mode)) return fail(error, layers::regular_file_problem(path));
   const auto size = static_cast<uint64_t>(info.st_size);
   if (size != expected_bytes) {
     return fail(error, path + ": " + std::to_string(size) + " bytes, the manifest says " +
@@ -83,14 +87,14 @@ bool read_hashed(const std::string& path, uint64_t expected_bytes, std::string* 
 /// Reads a small text file (a manifest); `missing` tells a file that is absent from other errors.
 bool read_text(const std::string& path, std::string* text, bool* missing, std::string* error) {
   *missing = false;
-  file_descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  file_descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (file.get() < 0) {
     *missing = errno == ENOENT;
     return fail_errno(error, path, "cannot open", errno);
   }
   struct stat info {};
   if (::fstat(file.get(), &info) != 0) return fail_errno(error, path, "cannot stat", errno);
-  if (!S_ISREG(info.st_mode)) return fail(error, path + ": not a regular file");
+  if (!S_ISREG(info.st_mode)) return fail(error, layers::regular_file_problem(path));
   if (info.st_size > largest_manifest) {
     return fail(error,
                 path + ": " + std::to_string(info.st_size) + " bytes, too large for a manifest");
@@ -129,12 +133,13 @@ std::optional<checkpoint_manifest> read_manifest(const fs::path& directory, std:
     if (missing) *error = path + ": missing (not a committed checkpoint)";
     return std::nullopt;
   }
-  const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    fail(error, path + ": not valid JSON");
+  std::string problem;
+  const std::optional<json> parsed = parse_json_text(text, &problem);
+  if (!parsed) {
+    fail(error, path + ": " + problem);
     return std::nullopt;
   }
-  auto manifest = manifest_from_json(parsed, error);
+  auto manifest = manifest_from_json(*parsed, error);
   if (!manifest) *error = path + ": " + *error;
   return manifest;
 }
@@ -260,6 +265,20 @@ std::optional<loaded_checkpoint> load_verified(const fs::path& directory,
     if (!read_hashed(path, entry.bytes, &loaded.shards[i], &actual, error)) return std::nullopt;
     if (actual != entry.xxh3) {
       fail(error, path + ": checksum " + actual + " does not match the manifest's " + entry.xxh3);
+      return std::nullopt;
+    }
+    // A checksum says the bytes are the ones the manifest lists, not that they are a stage's:
+    // a shard forged together with its manifest, or another stage's, is refused here too.
+    std::string problem;
+    const auto counters =
+        parse_stage_state_counters(loaded.shards[i].data(), loaded.shards[i].size(), &problem);
+    if (counters && (counters->stage != entry.stage || counters->stages != manifest->stages)) {
+      problem = "holds the state of stage " + std::to_string(counters->stage) + " of " +
+                std::to_string(counters->stages) + ", where the manifest lists stage " +
+                std::to_string(entry.stage) + " of " + std::to_string(manifest->stages);
+    }
+    if (!problem.empty()) {
+      fail(error, path + ": " + problem);
       return std::nullopt;
     }
   }

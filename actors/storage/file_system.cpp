@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "actors/storage/file_descriptor.h"
+#include "layers/regular_file.h"
 
 namespace troupe::actors {
 namespace {
@@ -84,9 +85,10 @@ class posix_file_system final : public file_system {
   }
 
   std::optional<std::string> read(const std::string& path, std::string* error) override {
-    file_descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    std::string problem;
+    file_descriptor file(layers::open_regular_file(path, &problem));
     if (file.get() < 0) {
-      fail(error, path, "cannot open", errno);
+      if (error) *error = problem;
       return std::nullopt;
     }
     std::string bytes;

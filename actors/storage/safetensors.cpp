@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "actors/config/json_text.h"
+#include "layers/regular_file.h"
 #include "layers/tensor.h"
 
 namespace troupe::actors {
@@ -99,6 +101,11 @@ struct tensor_entry {
 /// value silently, and two tensors of one name would make the file mean two things.
 std::optional<nlohmann::json> parse_header(const std::string& text, std::string* repeated,
                                            std::string* error) {
+  const std::string out_of_bounds = json_limits_problem(text);
+  if (!out_of_bounds.empty()) {
+    *error = "the header is " + out_of_bounds;
+    return std::nullopt;
+  }
   std::vector<std::set<std::string>> open_objects;
   auto note_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using event_kind = nlohmann::json::parse_event_t;
@@ -333,6 +340,11 @@ bool write_safetensors(const std::string& path, const std::vector<named_tensor>&
 
 std::optional<std::vector<named_tensor>> read_safetensors(const std::string& path,
                                                           std::string* error) {
+  const std::string not_regular = layers::regular_file_problem(path);
+  if (!not_regular.empty()) {
+    *error = not_regular;
+    return std::nullopt;
+  }
   std::error_code code;
   const uint64_t file_bytes = fs::file_size(path, code);
   std::ifstream file(path, std::ios::binary);

@@ -15,6 +15,7 @@
 #include "actors/hosts/steady_clock.h"
 #include "apps/cli/commands.h"
 #include "apps/cli/launch_environment.h"
+#include "apps/cli/local_workers.h"
 #include "apps/cli/run_signals.h"
 #include "transport/curve.h"
 
@@ -88,6 +89,7 @@ int run_worker_command(const worker_command_options& options) {
   worker.listen_address = options.listen;
   worker.liveness.timeout_s = options.heartbeat_timeout_s;
   worker.job_hash = options.job_hash;
+  worker.run_secret = run_secret_from_environment();
   worker.stop_requests = install_worker_signals();
   std::string error;
   auto security = security_from(options.keys_directory, options.key_name, options.insecure, &error);

@@ -15,9 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/config/job_file.h"
+#include "actors/config/json_text.h"
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/stage_state.h"
 #include "actors/storage/checkpoint_store.h"
+#include "actors/storage/file_system.h"
 #include "apps/cli/commands.h"
 #include "apps/cli/model_files.h"
 
@@ -92,13 +94,12 @@ void print_manifest(const std::string& directory, const actors::checkpoint_manif
 /// Prints what DIRECTORY/manifest.json says, when it says anything, before the verification
 /// that failed on some other file is reported.
 void print_manifest_if_readable(const fs::path& directory) {
-  std::ifstream file(directory / "manifest.json", std::ios::binary);
-  if (!file) return;
-  const std::string text{std::istreambuf_iterator<char>(file), {}};
-  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   std::string ignored;
-  const auto manifest =
-      json.is_discarded() ? std::nullopt : actors::manifest_from_json(json, &ignored);
+  const std::optional<std::string> text =
+      actors::posix_files().read((directory / "manifest.json").string(), &ignored);
+  if (!text) return;
+  const auto json = actors::parse_json_text(*text, &ignored);
+  const auto manifest = json ? actors::manifest_from_json(*json, &ignored) : std::nullopt;
   if (manifest) print_manifest(directory.string(), *manifest);
 }
 
@@ -196,10 +197,11 @@ int inspect_collection(const fs::path& directory) {
   std::vector<std::string> problems;
   const auto checkpoint = store.load_latest("", &problems);
   for (const std::string& problem : problems) std::printf("skipped: %s\n", problem.c_str());
-  std::ifstream latest(directory / "latest");
-  std::string named;
-  if (std::getline(latest, named))
-    std::printf("%s/latest names %s\n", directory.c_str(), named.c_str());
+  std::string unreadable;
+  const std::optional<std::string> latest =
+      actors::posix_files().read((directory / "latest").string(), &unreadable);
+  const std::string named = latest ? latest->substr(0, latest->find('\n')) : "";
+  if (!named.empty()) std::printf("%s/latest names %s\n", directory.c_str(), named.c_str());
   if (checkpoint) return report(*checkpoint, problems.size());
   if (store.committed().empty()) {
     return refuse(2,

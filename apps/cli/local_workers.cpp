@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -49,7 +51,23 @@ std::string how_it_ended(int status) {
 
 }  // namespace
 
-local_workers::local_workers() {
+std::string fresh_run_secret() {
+  std::random_device entropy;  // the kernel's random source
+  std::string secret;
+  char digits[9];
+  for (int i = 0; i < 4; ++i) {
+    std::snprintf(digits, sizeof digits, "%08x", static_cast<unsigned>(entropy()));
+    secret += digits;
+  }
+  return secret;
+}
+
+std::string run_secret_from_environment() {
+  const char* value = std::getenv(run_secret_variable);
+  return value ? value : "";
+}
+
+local_workers::local_workers() : secret_(fresh_run_secret()) {
   char pattern[] = "/tmp/troupe-XXXXXX";
   const char* made = mkdtemp(pattern);
   directory_ = made ? made : "/tmp";
@@ -78,8 +96,20 @@ bool local_workers::spawn_worker(std::string* error) {
   std::vector<char*> argv;
   for (auto& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
+  // The secret goes in the environment, which only this user and root can read, not on the
+  // command line, which every process can.
+  std::vector<std::string> variables = {std::string(run_secret_variable) + "=" + secret_};
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::strncmp(*entry, run_secret_variable, std::strlen(run_secret_variable)) != 0 ||
+        (*entry)[std::strlen(run_secret_variable)] != '=')
+      variables.emplace_back(*entry);
+  }
+  std::vector<char*> environment;
+  for (auto& variable : variables) environment.push_back(variable.data());
+  environment.push_back(nullptr);
   pid_t pid = 0;
-  const int failure = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ);
+  const int failure =
+      posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environment.data());
   if (failure != 0) {
     *error = "cannot start worker " + std::to_string(index) + ": " + std::strerror(failure);
     return false;

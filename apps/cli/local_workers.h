@@ -11,6 +11,14 @@
 
 namespace troupe::apps {
 
+/// The environment variable that hands a run's secret to its workers.
+inline constexpr const char* run_secret_variable = "TROUPE_RUN_SECRET";
+
+/// 128 random bits as 32 hex digits.
+std::string fresh_run_secret();
+/// TROUPE_RUN_SECRET's value; empty when it is not set.
+std::string run_secret_from_environment();
+
 class local_workers {
  public:
   /// A private directory for the ipc:// endpoints of one run (removed by the destructor).
@@ -21,6 +29,9 @@ class local_workers {
 
   /// The coordinator's address for this run.
   std::string coordinator_address() const { return "ipc://" + directory_ + "/coordinator"; }
+  /// The run's secret (coordinator_options::run_secret): 128 random bits, which each worker
+  /// gets in its environment as TROUPE_RUN_SECRET.
+  const std::string& run_secret() const { return secret_; }
   /// Starts `count` `troupe worker` processes that join coordinator_address(); false with
   /// `error` set when one cannot be started.
   bool start(int count, std::string* error);
@@ -40,6 +51,7 @@ class local_workers {
   void reap_exited();
 
   std::string directory_;
+  std::string secret_;
   std::vector<pid_t> children_;
   std::vector<actors::exited_worker> exited_;  ///< reaped, not yet collected
   int started_ = 0;

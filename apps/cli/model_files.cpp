@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "actors/config/job_file.h"
+#include "actors/config/json_text.h"
+#include "actors/storage/file_system.h"
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 
@@ -70,12 +72,15 @@ std::string toml_value(const nlohmann::json& value) {
 }  // namespace
 
 std::optional<actors::job_config> load_job_json(const std::string& path, std::string* error) {
-  std::ifstream file(path);
-  if (!file) {
-    *error = "cannot open " + path;
+  std::string unreadable;
+  const std::optional<std::string> text = actors::posix_files().read(path, &unreadable);
+  std::optional<nlohmann::json> parsed;
+  if (text) parsed = actors::parse_json_text(*text, &unreadable);
+  if (!parsed) {
+    *error = text ? path + ": " + unreadable : unreadable;
     return std::nullopt;
   }
-  nlohmann::json json = nlohmann::json::parse(file, nullptr, false);
+  const nlohmann::json& json = *parsed;
   if (!json.is_object()) {
     *error = path + " is not a job's JSON object";
     return std::nullopt;

@@ -125,6 +125,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
   if (options.listen.empty()) {
     local.emplace();
     cluster.listen_address = local->coordinator_address();
+    cluster.run_secret = local->run_secret();
     if (!local->start(options.workers, error)) return std::nullopt;
     cluster.replace_worker = [&local](std::string* problem) {
       return local->start_replacement(problem);
@@ -132,6 +133,7 @@ std::optional<run_outcome> train_cluster(const actors::job_config& config,
     cluster.exited_workers = [&local] { return local->collect_exited(); };
   } else {
     cluster.listen_address = options.listen;
+    cluster.run_secret = run_secret_from_environment();
   }
   auto report = actors::run_coordinator(config, data, cluster, observer, clock, error);
   if (!report) return std::nullopt;

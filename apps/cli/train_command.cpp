@@ -25,6 +25,7 @@
 #include "actors/engine/stage_state.h"
 #include "actors/hosts/pipeline_host.h"
 #include "actors/hosts/replica_groups.h"
+#include "actors/storage/checkpoint_recut.h"
 #include "actors/storage/model_weights.h"
 #include "actors/storage/safetensors.h"
 #include "apps/cli/commands.h"
@@ -69,6 +70,11 @@ std::optional<actors::loaded_checkpoint> checkpoint_to_resume(const actors::job_
     std::fprintf(stderr, "troupe: resuming from %s (step %lld, epoch %lld)\n",
                  checkpoint->directory.c_str(), static_cast<long long>(checkpoint->manifest.step),
                  static_cast<long long>(checkpoint->manifest.epoch));
+  }
+  if (checkpoint && actors::needs_recut(*checkpoint, config)) {
+    std::fprintf(stderr, "troupe: cutting the checkpoint's %d stages into this job's %d\n",
+                 checkpoint->manifest.stages, config.parallelism.stages);
+    return actors::recut_checkpoint(*checkpoint, config, error);
   }
   return checkpoint;
 }

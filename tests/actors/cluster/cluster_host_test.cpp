@@ -21,6 +21,7 @@
 #include "actors/config/job_file.h"
 #include "actors/engine/trace_recorder.h"
 #include "actors/hosts/pipeline_host.h"
+#include "tests/support/cluster_helpers.h"
 #include "tests/support/engine_helpers.h"
 #include "tests/support/job_helpers.h"
 #include "tests/support/polling.h"
@@ -31,102 +32,6 @@ namespace {
 
 using actors::quiet_observer;
 using testing::wall_clock;
-
-/// tests/cluster/three_stage_job.toml, which the multi-host test runs too.
-const std::string job_toml = [] {
-  std::ifstream file(TROUPE_SOURCE_DIR "/tests/cluster/three_stage_job.toml");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}();
-
-std::vector<std::vector<float>> weights_of(const pipeline_report& report) {
-  std::vector<std::vector<float>> result;
-  for (const auto& stage : report.stages) {
-    for (const auto& w : stage.weights) result.push_back(w);
-  }
-  return result;
-}
-
-/// The job with `overrides`, its data and its run in one process: what a cluster run of it
-/// must equal.
-struct reference_run {
-  std::optional<job_config> config;
-  std::optional<job_data> data;
-  std::optional<pipeline_report> local;
-};
-
-/// The job with `overrides` and its data, without the reference run.
-void load_job(const std::vector<std::string>& overrides, reference_run* out) {
-  job_error problem;
-  out->config = parse_job(job_toml, "cluster test", overrides, &problem);
-  ASSERT_TRUE(out->config) << problem.message;
-  std::string error;
-  out->data = load_job_data(*out->config, &error);
-  ASSERT_TRUE(out->data) << error;
-}
-
-void run_reference(const std::vector<std::string>& overrides, reference_run* out) {
-  ASSERT_NO_FATAL_FAILURE(load_job(overrides, out));
-  std::string error;
-  wall_clock clock;
-  quiet_observer observer;
-  pipeline_options collect;
-  collect.collect_weights = true;
-  out->local = run_pipeline(*out->config, *out->data, observer, clock, collect, &error);
-  ASSERT_TRUE(out->local) << error;
-}
-
-/// A coordinator of the job with `overrides` for `workers` workers, listening in `directory`.
-coordinator_options coordinator_in(const std::string& directory, int workers,
-                                   const std::vector<std::string>& overrides = {}) {
-  coordinator_options options;
-  options.listen_address = "ipc://" + directory + "/coordinator";
-  options.workers = workers;
-  options.job_toml = job_toml;
-  options.overrides = overrides;
-  return options;
-}
-
-/// A host whose monotonic clock started long before the coordinator's.
-class shifted_clock final : public clock_source {
- public:
-  explicit shifted_clock(double shift_s) : shift_s_(shift_s) {}
-  double now_seconds() override { return base_.now_seconds() + shift_s_; }
-
- private:
-  wall_clock base_;
-  double shift_s_;
-};
-
-/// Runs a worker at `address` for the coordinator at `coordinator` on a thread of its own, its
-/// clock `clock_shift_s` from this one's (another host's), leaving its exit status and error in
-/// `status` and `error`.
-std::thread start_worker(const std::string& coordinator, const std::string& address, int* status,
-                         std::string* error, double clock_shift_s = 0) {
-  return std::thread([coordinator, address, status, error, clock_shift_s] {
-    worker_options settings;
-    settings.coordinator_address = coordinator;
-    settings.listen_address = address;
-    shifted_clock worker_clock(clock_shift_s);
-    *status = run_worker(settings, worker_clock, error);
-  });
-}
-
-/// One worker per entry of `clock_shifts_s` at DIRECTORY/worker-W, each started as
-/// start_worker() does with that clock shift; statuses and errors by worker.
-std::vector<std::thread> start_workers(const std::string& coordinator, const std::string& directory,
-                                       const std::vector<double>& clock_shifts_s,
-                                       std::vector<int>* statuses,
-                                       std::vector<std::string>* errors) {
-  std::vector<std::thread> workers;
-  for (size_t w = 0; w < clock_shifts_s.size(); ++w) {
-    workers.push_back(start_worker(coordinator,
-                                   "ipc://" + directory + "/worker-" + std::to_string(w),
-                                   &(*statuses)[w], &(*errors)[w], clock_shifts_s[w]));
-  }
-  return workers;
-}
 
 TEST(ClusterHostTest, WorkersOverIpcEqualTheInProcessEngineBitForBit) {
   for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b}) {
@@ -226,40 +131,6 @@ std::vector<std::string> hostile_control_texts(const std::string& worker_address
       R"({"type": "heartbeat", "echo": {"sent_s": "a", "received_s": []}, "sent_s": null})",
   };
 }
-
-/// Sends each text as a control message to `address`, returning once they have left.
-void send_control_texts(transport::transport_context& context, const std::string& address,
-                        const std::vector<std::string>& texts) {
-  transport::endpoint_options lingering;
-  lingering.linger_ms = 10000;  // closing waits for the messages to leave
-  auto out = transport::outbox::connect(context, address, lingering, nullptr);
-  ASSERT_TRUE(out);
-  for (const std::string& text : texts) {
-    transport::message message;
-    message.header.kind = transport::message_kind::control;
-    message.header.text = text;
-    const transport::send_result sent = out->send_waiting(message, std::chrono::seconds(10));
-    ASSERT_TRUE(sent.ok()) << sent.detail;
-  }
-}
-
-/// Calls `action` once, on the coordinator's thread, when the run reaches `step`.
-class at_step final : public training_observer {
- public:
-  at_step(int64_t step, std::function<void()> action) : step_(step), action_(std::move(action)) {}
-  void on_step(int64_t step, int64_t, int64_t, double, double) override {
-    if (step < step_ || done_) return;
-    done_ = true;
-    action_();
-  }
-  void on_metrics(const metrics_record&) override {}
-  bool done() const { return done_; }
-
- private:
-  int64_t step_;
-  std::function<void()> action_;
-  bool done_ = false;
-};
 
 TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndisturbed) {
   const std::vector<std::string> overrides = {"training.epochs=10"};

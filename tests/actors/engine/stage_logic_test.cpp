@@ -143,6 +143,31 @@ TEST(StageLogicTest, RefusesMessagesThatDoNotFit) {
   EXPECT_EQ(last.version(), 0);
 }
 
+TEST(StageLogicTest, RefusesLabelsOutsideTheClassesInsteadOfAborting) {
+  // A peer's label past the logits' row used to reach the loss kernel's check and abort the
+  // worker; it is refused like any message that does not fit, and the stage goes on.
+  last_stage stage(small_job(2, 1, pipeline_mode::async, pipeline_schedule::gpipe));
+  const int64_t classes = stage.work->classes();
+  ASSERT_GT(classes, 1);
+  for (const int32_t bad : {static_cast<int32_t>(classes), -3}) {
+    key_message forged = stage.forward({8, 20});
+    std::vector<int32_t> labels(8, 1);
+    labels[5] = bad;
+    forged.labels = std::make_shared<const std::vector<int32_t>>(labels);
+    std::string refusal;
+    EXPECT_TRUE(stage.logic.handle(forged, &refusal).empty());
+    EXPECT_NE(refusal.find("label " + std::to_string(bad) +
+                           " (row 5 of key 0) is outside the "
+                           "model's " +
+                           std::to_string(classes) + " classes"),
+              std::string::npos)
+        << refusal;
+  }
+  EXPECT_EQ(stage.logic.refused(), 2);
+  std::string refusal;
+  EXPECT_EQ(stage.logic.handle(stage.forward({8, 20}), &refusal).size(), 2u) << refusal;
+}
+
 std::vector<std::vector<float>> weights_of(last_stage& stage) {
   std::vector<std::vector<float>> result;
   for (layers::parameter* p : stage.work->parameters()) {

@@ -1,6 +1,7 @@
 #include "actors/storage/checkpoint_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine/stage_state.h"
 #include "tests/support/file_system_fakes.h"
 
 namespace troupe::actors {
@@ -55,17 +57,29 @@ checkpoint_manifest manifest_for(int64_t step, const std::string& hash = job_has
   return manifest;
 }
 
-/// Shard bytes that differ per step and stage and include a zero byte.
-std::vector<std::string> shards_for(int64_t step) {
-  std::vector<std::string> shards;
-  for (int stage = 0; stage < 2; ++stage) {
-    std::string bytes = "stage " + std::to_string(stage) + " of step " + std::to_string(step);
-    bytes.push_back('\0');
-    bytes.append(1000 + stage * 37, static_cast<char>('a' + stage));
-    shards.push_back(bytes);
-  }
-  return shards;
+/// A stage's shard of `step`: its counters and a tensor whose values differ per step and stage.
+stage_state state_for(int64_t step, int stage) {
+  stage_state state;
+  state.stage = stage;
+  state.stages = 2;
+  state.first_block = stage * 2;
+  state.last_block = stage * 2 + 2;
+  state.weight_version = step;
+  state.optimizer_steps = step;
+  state.parameters.push_back({"linear.weight", {250 + stage * 9}, {}});
+  for (int i = 0; i < 250 + stage * 9; ++i)
+    state.parameters.back().values.push_back(static_cast<float>(step * 1000 + stage * 100 + i));
+  return state;
 }
+
+/// Shard bytes that differ per step and stage and include zero bytes.
+std::vector<std::string> shards_for(int64_t step) {
+  return {serialize_stage_state(state_for(step, 0)), serialize_stage_state(state_for(step, 1))};
+}
+
+/// Replaces a committed shard by `bytes` and makes the manifest vouch for them (size and
+/// checksum), as someone who forged both would.
+void forge_shard(const fs::path& directory, int stage, const std::string& bytes);
 
 void commit_step(checkpoint_store& store, int64_t step, const std::string& hash = job_hash) {
   std::string error;
@@ -79,6 +93,15 @@ std::string read_file(const fs::path& path) {
 
 void write_file(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+void forge_shard(const fs::path& directory, int stage, const std::string& bytes) {
+  const std::string file = "stage-" + std::to_string(stage) + ".shard";
+  write_file(directory / file, bytes);
+  auto json = nlohmann::json::parse(read_file(directory / "manifest.json"));
+  json["shards"][stage]["bytes"] = bytes.size();
+  json["shards"][stage]["xxh3"] = xxh3_hex(bytes.data(), bytes.size());
+  write_file(directory / "manifest.json", json.dump());
 }
 
 std::vector<std::string> names_of(const std::vector<std::string>& paths) {
@@ -162,7 +185,8 @@ TEST_F(CheckpointStoreTest, CommitRewritesAnExistingStep) {
   checkpoint_store store(checkpoints(), 0);
   commit_step(store, 10);
   write_file(fs::path(step_directory(10)) / "stray.file", "left over");
-  std::vector<std::string> shards = {"new zero", "new one"};
+  const std::vector<std::string> shards = {serialize_stage_state(state_for(11, 0)),
+                                           serialize_stage_state(state_for(11, 1))};
   std::string error;
   ASSERT_TRUE(store.commit(manifest_for(10), shards, &error)) << error;
   EXPECT_FALSE(fs::exists(fs::path(step_directory(10)) / "stray.file"));
@@ -301,6 +325,54 @@ TEST_F(CheckpointStoreTest, DetectsAManifestWithABadField) {
         write_file(d / "manifest.json", json.dump());
       },
       "manifest.json", "manifest field 'shards[1].bytes' is missing or not an unsigned integer");
+}
+
+TEST_F(CheckpointStoreTest, RefusesAForgedShardWhoseCountersCannotBeAStages) {
+  expect_detected(
+      checkpoints(),
+      [](const fs::path& d) {
+        stage_state forged = state_for(20, 1);
+        forged.keys_since_step = -5;
+        forge_shard(d, 1, serialize_stage_state(forged));
+      },
+      "stage-1.shard", "the shard's keys_since_step is negative (-5)");
+}
+
+TEST_F(CheckpointStoreTest, RefusesAnotherStagesBytesUnderAStagesName) {
+  expect_detected(
+      checkpoints(),
+      [](const fs::path& d) { forge_shard(d, 1, serialize_stage_state(state_for(20, 0))); },
+      "stage-1.shard", "holds the state of stage 0 of 2, where the manifest lists stage 1 of 2");
+}
+
+TEST_F(CheckpointStoreTest, RefusesAShardThatIsNotAStageState) {
+  expect_detected(
+      checkpoints(), [](const fs::path& d) { forge_shard(d, 0, std::string(64, 'x')); },
+      "stage-0.shard", "not a troupe stage shard (bad magic)");
+}
+
+TEST_F(CheckpointStoreTest, RefusesAManifestNestedAMillionLevelsDeep) {
+  // Copying or printing such a value recurses once per level: it would overflow the stack.
+  expect_detected(
+      checkpoints(),
+      [](const fs::path& d) {
+        write_file(d / "manifest.json", std::string(1000000, '[') + std::string(1000000, ']'));
+      },
+      "manifest.json", "nested deeper than 64 levels");
+}
+
+TEST_F(CheckpointStoreTest, RefusesAFifoWhereAShardOrTheManifestBelongs) {
+  // Opened to read, a FIFO with no writer blocks for ever; the store must not wait on it.
+  for (const std::string file : {"stage-1.shard", "manifest.json"}) {
+    const fs::path root = root_ / file;
+    expect_detected(
+        root.string(),
+        [&](const fs::path& d) {
+          fs::remove(d / file);
+          ASSERT_EQ(::mkfifo((d / file).c_str(), 0600), 0);
+        },
+        file, "a FIFO, not a regular file");
+  }
 }
 
 TEST_F(CheckpointStoreTest, DetectsACheckpointOfAnotherJob) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -200,6 +201,18 @@ TEST_F(SafetensorsTest, MalformedHeadersAreRefused) {
   EXPECT_NE(refusal(hand_made(huge, std::string(4, '\0'))).find("tensor h"), std::string::npos);
   EXPECT_NE(refusal(hand_made(R"({"__metadata__":{"step":7}})", "")).find("__metadata__"),
             std::string::npos);
+}
+
+TEST_F(SafetensorsTest, AHeaderNestedAMillionLevelsDeepIsRefused) {
+  // Copying or printing such a value recurses once per level and overflows the stack.
+  const std::string deep = "{\"a\":" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  EXPECT_NE(refusal(hand_made(deep, "")).find("nested deeper than 64 levels"), std::string::npos);
+}
+
+TEST_F(SafetensorsTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = path("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(refusal(fifo).find("a FIFO, not a regular file"), std::string::npos);
 }
 
 TEST_F(SafetensorsTest, RepeatedTensorNamesAreRefused) {
