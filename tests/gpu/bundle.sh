@@ -2,7 +2,7 @@
 # Builds troupe with CUDA (Release; Hopper's sm_90 and the sm_80 that CI also compiles) and packs
 # into DIR everything the GPU machine needs to run it, since its image has CUDA but none of
 # Debian's libraries that troupe links:
-#   bin/            troupe, the test executables that hold GPU tests, troupe_device_summary
+#   bin/            troupe, the test executables that hold GPU tests (xz-packed), troupe_device_summary
 #   lib/            every shared library they load that the device image lacks
 #                   (tests/gpu/device_image_libraries.txt); those over 1 MiB as NAME.xz
 #   data/fashion-mnist/, data/text/ (the fortunes text, for the GPT example), apps/examples/,
@@ -73,6 +73,9 @@ done
 for library in "$bundle"/lib/*; do
   if [ "$(stat -c %s "$library")" -gt $((1 << 20)) ]; then xz "-$xz_level" -T0 "$library"; fi
 done
+# The test executables are packed too (run.sh unpacks them as it does the libraries); troupe
+# itself stays plain, for the tools that run it directly (compute-sanitizer).
+for program in "$bundle"/bin/troupe_*_tests; do xz "-$xz_level" -T0 "$program"; done
 cp "$repository/tests/gpu/run.sh" "$bundle/run.sh"
 cp "$data"/*-ubyte* "$bundle/data/fashion-mnist/"
 cp "$repository"/apps/examples/*.toml "$bundle/apps/examples/"

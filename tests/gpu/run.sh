@@ -3,14 +3,14 @@
 #   run.sh NAME [ARGS...]      runs bin/NAME
 #   run.sh COMMAND [ARGS...]   runs any other command (compute-sanitizer, python3) with the same
 #                              library path, so that the bundled programs it starts find theirs
-# Libraries packed as lib/NAME.xz are unpacked on first use into $TMPDIR (default /tmp), in a
+# Libraries and programs packed as lib/NAME.xz and bin/NAME.xz are unpacked on first use into $TMPDIR (default /tmp), in a
 # folder named by the bundle's checksum. CUDA's own libraries
 # come from the machine: from the loader's cache, or from where CUDA toolkits and PyTorch's
 # wheels keep them.
 set -euo pipefail
 bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ $# -lt 1 ]; then
-  echo "usage: $0 PROGRAM [ARGS...]   (programs: $(ls "$bundle/bin" | tr '\n' ' '))" >&2
+  echo "usage: $0 PROGRAM [ARGS...]   (programs: $(ls "$bundle/bin" | sed 's/\.xz$//' | tr '\n' ' '))" >&2
   exit 2
 fi
 
@@ -22,9 +22,9 @@ unpack() {  # unpack PACKED TARGET: xz when there is one, else Python's lzma
   fi
 }
 # Packed libraries are unpacked outside the bundle, so that it stays as small as it was packed.
-unpacked="${TMPDIR:-/tmp}/troupe-bundle-$(cat "$bundle/manifest.json" "$bundle"/lib/*.xz 2>/dev/null | cksum | cut -d' ' -f1)"
+unpacked="${TMPDIR:-/tmp}/troupe-bundle-$(cat "$bundle/manifest.json" "$bundle"/lib/*.xz "$bundle"/bin/*.xz 2>/dev/null | cksum | cut -d' ' -f1)"
 mkdir -p "$unpacked"
-for packed in "$bundle"/lib/*.xz; do
+for packed in "$bundle"/lib/*.xz "$bundle"/bin/*.xz; do
   [ -e "$packed" ] || continue
   target="$unpacked/$(basename "${packed%.xz}")"
   [ -e "$target" ] && continue
@@ -44,8 +44,9 @@ if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'li
 fi
 export LD_LIBRARY_PATH="$library_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TROUPE_BUNDLE="$bundle"
-if [ -x "$bundle/bin/$1" ]; then
+if [ -x "$bundle/bin/$1" ] || [ -x "$unpacked/$1" ]; then
   program="$bundle/bin/$1"
+  [ -x "$program" ] || program="$unpacked/$1"
   shift
   exec "$program" "$@"
 fi

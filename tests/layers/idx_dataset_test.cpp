@@ -140,7 +140,8 @@ TEST(IdxDatasetTest, UnreadableFileIsNamed) {
   write_gzip(dir.file("train-labels-idx1-ubyte.gz"), small_labels());
   std::string error;
   EXPECT_FALSE(load_idx_dataset(dir.path(), "train", &error).has_value());
-  expect_mentions(error, {dir.file("train-images-idx3-ubyte.gz"), "error"});
+  expect_mentions(error,
+                  {dir.file("train-images-idx3-ubyte.gz"), "a directory, not a regular file"});
 }
 
 TEST(IdxDatasetTest, CorruptGzipStreamIsReported) {
