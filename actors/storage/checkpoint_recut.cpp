@@ -7,9 +7,9 @@
 
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/partition.h"
-#include "actors/engine/stage_device.h"
 #include "actors/engine/stage_state.h"
-#include "layers/backend_registry.h"
+#include "actors/storage/model_weights.h"
+#include "layers/tensor.h"
 
 namespace troupe::actors {
 namespace {
@@ -167,27 +167,20 @@ std::optional<loaded_checkpoint> recut_checkpoint(const loaded_checkpoint& check
     }
     for (auto& [name, list] : optimizer_suffixes(state)) suffixes[name] = list;
   }
-  const auto ranges = partition_model(config, error);
-  if (!ranges) return std::nullopt;
-  auto backend = layers::create_backend("cpu", 1, error);
-  if (!backend) return std::nullopt;
+  // The new partition's stages, their parameters named and shaped (their values come next).
+  auto states = seeded_stage_states(config, error);
+  if (!states) return std::nullopt;
   loaded_checkpoint recut = checkpoint;
   recut.shards.clear();
   recut.manifest.shards.clear();
-  recut.manifest.stages = static_cast<int32_t>(ranges->size());
+  recut.manifest.stages = static_cast<int32_t>(states->size());
   const stage_state& model = old_stages->front();
-  for (size_t i = 0; i < ranges->size(); ++i) {
-    stage_state state;
-    state.stage = static_cast<int32_t>(i);
-    state.stages = static_cast<int32_t>(ranges->size());
-    state.first_block = static_cast<int64_t>((*ranges)[i].first);
-    state.last_block = static_cast<int64_t>((*ranges)[i].last);
+  for (stage_state& state : *states) {
     state.weight_version = model.weight_version;
     state.optimizer_steps = model.optimizer_steps;
     state.seed = model.seed;
-    state.parameters =
-        make_layers_stage_device(config, (*ranges)[i], *backend)->save_state().parameters;
-    const auto cut_rows = cut_layer_rows(config, (*ranges)[i].first, (*ranges)[i].last);
+    const auto cut_rows = cut_layer_rows(config, static_cast<size_t>(state.first_block),
+                                         static_cast<size_t>(state.last_block));
     for (const named_tensor& parameter : state.parameters) {
       for (const std::string& suffix : suffixes[parameter.name]) {
         state.optimizer_state.push_back({parameter.name + suffix, parameter.dims, {}});
@@ -204,7 +197,7 @@ std::optional<loaded_checkpoint> recut_checkpoint(const loaded_checkpoint& check
     }
     recut.shards.push_back(serialize_stage_state(state));
     const std::string& bytes = recut.shards.back();
-    recut.manifest.shards.push_back({state.stage, "stage-" + std::to_string(i) + ".shard",
+    recut.manifest.shards.push_back({state.stage, "stage-" + std::to_string(state.stage) + ".shard",
                                      bytes.size(), xxh3_hex(bytes.data(), bytes.size())});
   }
   const std::string unused = whole.unused();

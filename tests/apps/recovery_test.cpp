@@ -70,23 +70,7 @@ log_interval = 10
   }
 
   /// A 3-stage sync job with a checkpoint every 8 steps (16 steps an epoch).
-  fs::path sync_job() {
-    return write("sync.toml", mlp_model("tanh", "relu") + synthetic_data(512, 128) + R"(
-[parallelism]
-stages = 3
-micro_batches = 2
-[training]
-batch_size = 32
-epochs = 2
-lr = 0.05
-optimizer = "adam"
-[checkpoint]
-interval_steps = 8
-keep_last = 10
-[metrics]
-log_interval = 4
-)");
-  }
+  fs::path sync_job() { return write("sync.toml", checkpointed_sync_job(3)); }
 
   json manifest(const fs::path& run, int step) {
     return json::parse(

@@ -37,21 +37,7 @@ std::map<std::string, std::vector<float>> read_weights(const fs::path& path) {
 class RecutResumeTest : public troupe_command_test {
  protected:
   /// A 4-stage sync job with Adam and a checkpoint every 8 steps (16 steps an epoch).
-  fs::path four_stage_job() {
-    return write("four.toml", mlp_model("tanh", "relu") + synthetic_data(512, 128) + R"(
-[parallelism]
-stages = 4
-micro_batches = 2
-[training]
-batch_size = 32
-epochs = 2
-lr = 0.05
-optimizer = "adam"
-[checkpoint]
-interval_steps = 8
-keep_last = 10
-)");
-  }
+  fs::path four_stage_job() { return write("four.toml", checkpointed_sync_job(4)); }
 
   std::map<std::string, std::vector<float>> exported(const fs::path& run, int step) {
     const fs::path file = directory_ / (run.filename().string() + ".safetensors");

@@ -55,6 +55,25 @@ inline std::string mlp_model(const std::string& first, const std::string& second
          "\" }, { type = \"linear\", out = 4 }]\n";
 }
 
+/// The MLP of mlp_model("tanh", "relu") on `stages` stages in sync mode, 2 micro-batches, Adam,
+/// 16 steps an epoch for 2 epochs, with a checkpoint every 8 steps.
+inline std::string checkpointed_sync_job(int stages) {
+  return mlp_model("tanh", "relu") + synthetic_data(512, 128) +
+         "[parallelism]\nstages = " + std::to_string(stages) + R"(
+micro_batches = 2
+[training]
+batch_size = 32
+epochs = 2
+lr = 0.05
+optimizer = "adam"
+[checkpoint]
+interval_steps = 8
+keep_last = 10
+[metrics]
+log_interval = 4
+)";
+}
+
 class troupe_command_test : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -83,6 +83,43 @@ inline coordinator_options coordinator_in(const std::string& directory, int work
   return options;
 }
 
+/// A fresh directory for a test's ipc:// sockets (the caller removes it).
+inline std::string fresh_socket_directory() {
+  char pattern[] = "/tmp/troupe-test-XXXXXX";
+  const char* made = mkdtemp(pattern);
+  return made ? made : "/tmp";
+}
+
+/// A coordinator of `job` on a thread of its own, as `troupe coordinator` runs in a process of
+/// its own; join() waits for its run to end and gives its report.
+class coordinator_thread {
+ public:
+  coordinator_thread(const reference_run& job, coordinator_options options)
+      : options_(std::move(options)), thread_([this, &job] {
+          wall_clock clock;
+          quiet_observer observer;
+          report_ = run_coordinator(*job.config, *job.data, options_, observer, clock, &error_);
+        }) {}
+  ~coordinator_thread() {
+    if (thread_.joinable()) thread_.join();
+  }
+  coordinator_thread(const coordinator_thread&) = delete;
+  coordinator_thread& operator=(const coordinator_thread&) = delete;
+
+  /// The run's report; nothing, with `error` set, when the run failed.
+  std::optional<pipeline_report> join(std::string* error) {
+    if (thread_.joinable()) thread_.join();
+    *error = error_;
+    return report_;
+  }
+
+ private:
+  coordinator_options options_;
+  std::optional<pipeline_report> report_;
+  std::string error_;
+  std::thread thread_;
+};
+
 /// A host whose monotonic clock started long before the coordinator's.
 class shifted_clock final : public clock_source {
  public:

@@ -169,21 +169,11 @@ TEST(ClusterHostTest, HostileControlMessagesMidRunAreDroppedAndTheRunEndsAsUndis
 }
 
 TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", {}, &problem);
-  ASSERT_TRUE(config) << problem.message;
-  std::string error;
-  auto data = load_job_data(*config, &error);
-  char pattern[] = "/tmp/troupe-test-XXXXXX";
-  const std::string directory = mkdtemp(pattern);
-  coordinator_options options = coordinator_in(directory, 1);
-  std::optional<pipeline_report> remote;
-  std::string coordinator_error;
-  std::thread coordinator([&] {
-    wall_clock clock;
-    quiet_observer observer;
-    remote = run_coordinator(*config, *data, options, observer, clock, &coordinator_error);
-  });
+  reference_run job;
+  ASSERT_NO_FATAL_FAILURE(load_job({}, &job));
+  const std::string directory = fresh_socket_directory();
+  const coordinator_options options = coordinator_in(directory, 1);
+  coordinator_thread coordinator(job, options);
 
   // A peer speaking protocol version 1 gets a refusal that says so.
   transport::transport_context context;
@@ -217,7 +207,7 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   EXPECT_EQ(run_worker(stranger, clock, &stranger_error), 2);
   EXPECT_NE(stranger_error.find("refused this worker: it was started for another job (config "
                                 "hash 0123456789abcdef, this job's is " +
-                                job_identity_hash(*config) + ")"),
+                                job_identity_hash(*job.config) + ")"),
             std::string::npos)
       << stranger_error;
 
@@ -225,10 +215,11 @@ TEST(ClusterHostTest, TheHandshakeRefusesAnotherProtocolAndAnotherJobByName) {
   worker_options own;
   own.coordinator_address = options.listen_address;
   own.listen_address = "ipc://" + directory + "/worker";
-  own.job_hash = job_identity_hash(*config);
+  own.job_hash = job_identity_hash(*job.config);
   std::string own_error;
   EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
-  coordinator.join();
+  std::string coordinator_error;
+  const auto remote = coordinator.join(&coordinator_error);
   std::filesystem::remove_all(directory);
   ASSERT_TRUE(remote) << coordinator_error;
   EXPECT_EQ(remote->summary.epochs, 2);

@@ -50,8 +50,7 @@ TEST(HostilePeersTest, ALocalProcessWithoutTheRunsSecretCanNeitherJoinNorInject)
   const std::vector<std::string> overrides = {"training.epochs=10"};
   reference_run reference;
   ASSERT_NO_FATAL_FAILURE(run_reference(overrides, &reference));
-  char pattern[] = "/tmp/troupe-test-XXXXXX";
-  const std::string directory = mkdtemp(pattern);
+  const std::string directory = fresh_socket_directory();
   coordinator_options options = coordinator_in(directory, 1, overrides);
   options.run_secret = "0123456789abcdef0123456789abcdef";
   const std::string worker_address = "ipc://" + directory + "/worker";
@@ -122,28 +121,17 @@ TEST(HostilePeersTest, ALocalProcessWithoutTheRunsSecretCanNeitherJoinNorInject)
 }
 
 TEST(HostilePeersTest, RefusedHellosHoldNoFilesOpen) {
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", {}, &problem);
-  ASSERT_TRUE(config) << problem.message;
-  std::string error;
-  auto data = load_job_data(*config, &error);
-  ASSERT_TRUE(data) << error;
-  char pattern[] = "/tmp/troupe-test-XXXXXX";
-  const std::string directory = mkdtemp(pattern);
+  reference_run job;
+  ASSERT_NO_FATAL_FAILURE(load_job({}, &job));
+  const std::string directory = fresh_socket_directory();
   const coordinator_options options = coordinator_in(directory, 1);
-  std::optional<pipeline_report> remote;
-  std::string coordinator_error;
   transport::transport_context stranger;
   auto in = transport::inbox::bind(stranger, "ipc://" + directory + "/stranger", {}, nullptr);
   ASSERT_TRUE(in);
   auto out = transport::outbox::connect(stranger, options.listen_address, {}, nullptr);
   ASSERT_TRUE(out);
   const size_t before = open_files();
-  std::thread coordinator([&] {
-    wall_clock clock;
-    quiet_observer observer;
-    remote = run_coordinator(*config, *data, options, observer, clock, &coordinator_error);
-  });
+  coordinator_thread coordinator(job, options);
   // 1,100 hellos of another job, each refused with an answer.
   constexpr int hellos = 1100;
   for (int i = 0; i < hellos; ++i) {
@@ -170,32 +158,21 @@ TEST(HostilePeersTest, RefusedHellosHoldNoFilesOpen) {
   wall_clock clock;
   std::string own_error;
   EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
-  coordinator.join();
+  std::string coordinator_error;
+  EXPECT_TRUE(coordinator.join(&coordinator_error)) << coordinator_error;
   std::filesystem::remove_all(directory);
-  ASSERT_TRUE(remote) << coordinator_error;
 }
 
 TEST(HostilePeersTest, AReplacementThatSaysHelloBeforeTheLossIsKnownJoinsOnceItIs) {
   // The first worker joins, gets ready, then falls silent (a process that hangs or dies on a
   // host whose launcher restarts its rank at once); its replacement says hello while the
   // coordinator still counts it, and must be asked to retry, not refused for good.
-  job_error problem;
-  auto config = parse_job(job_toml, "cluster test", {}, &problem);
-  ASSERT_TRUE(config) << problem.message;
-  std::string error;
-  auto data = load_job_data(*config, &error);
-  ASSERT_TRUE(data) << error;
-  char pattern[] = "/tmp/troupe-test-XXXXXX";
-  const std::string directory = mkdtemp(pattern);
+  reference_run job;
+  ASSERT_NO_FATAL_FAILURE(load_job({}, &job));
+  const std::string directory = fresh_socket_directory();
   coordinator_options options = coordinator_in(directory, 1);
   options.liveness.timeout_s = 2.0;
-  std::optional<pipeline_report> remote;
-  std::string coordinator_error;
-  std::thread coordinator([&] {
-    wall_clock clock;
-    quiet_observer observer;
-    remote = run_coordinator(*config, *data, options, observer, clock, &coordinator_error);
-  });
+  coordinator_thread coordinator(job, options);
   transport::transport_context doomed;
   auto in = transport::inbox::bind(doomed, "ipc://" + directory + "/doomed", {}, nullptr);
   ASSERT_TRUE(in);
@@ -209,10 +186,9 @@ TEST(HostilePeersTest, AReplacementThatSaysHelloBeforeTheLossIsKnownJoinsOnceItI
   nlohmann::json assignment;
   for (int tries = 0; tries < 100 && !is_assignment(assignment); ++tries)
     assignment = first_answer(*in, std::chrono::seconds(1));
-  if (!is_assignment(assignment)) {
-    coordinator.detach();  // it fails on its own once its startup time is up
-    FAIL() << "no assignment for the first worker: " << assignment.dump();
-  }
+  // Without one the coordinator fails on its own once its startup time is up.
+  ASSERT_TRUE(is_assignment(assignment))
+      << "no assignment for the first worker: " << assignment.dump();
   nlohmann::json ready = {{"type", "ready"},
                           {"address", in->address()},
                           {"stages", assignment["stages"]},
@@ -230,7 +206,8 @@ TEST(HostilePeersTest, AReplacementThatSaysHelloBeforeTheLossIsKnownJoinsOnceItI
   wall_clock clock;
   std::string replacement_error;
   EXPECT_EQ(run_worker(replacement, clock, &replacement_error), 0) << replacement_error;
-  coordinator.join();
+  std::string coordinator_error;
+  const auto remote = coordinator.join(&coordinator_error);
   hung.store(false);
   swallow.join();
   std::filesystem::remove_all(directory);
