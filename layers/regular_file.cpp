@@ -37,8 +37,9 @@ std::string regular_file_problem(const std::string& path) {
   return problem_of(path, info);
 }
 
-int open_regular_file(const std::string& path, std::string* error) {
+int open_regular_file(const std::string& path, std::string* error, uint64_t* bytes, bool* missing) {
   const int file = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (missing) *missing = file < 0 && errno == ENOENT;
   if (file < 0) {
     *error = errno_problem(path, "cannot open", errno);
     return -1;
@@ -50,7 +51,10 @@ int open_regular_file(const std::string& path, std::string* error) {
     // A regular file's reads never block; the flag is cleared for callers that hand the
     // descriptor to stdio or zlib.
     const int flags = ::fcntl(file, F_GETFL);
-    if (flags >= 0 && ::fcntl(file, F_SETFL, flags & ~O_NONBLOCK) == 0) return file;
+    if (flags >= 0 && ::fcntl(file, F_SETFL, flags & ~O_NONBLOCK) == 0) {
+      if (bytes) *bytes = static_cast<uint64_t>(info.st_size);
+      return file;
+    }
     problem = errno_problem(path, "cannot open", errno);
   }
   ::close(file);

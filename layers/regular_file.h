@@ -5,6 +5,7 @@
 // safetensors file, a profile or a data set asks here first and refuses anything but a
 // regular file (symbolic links followed), naming the path and what it found.
 
+#include <cstdint>
 #include <string>
 
 namespace troupe::layers {
@@ -15,8 +16,10 @@ namespace troupe::layers {
 std::string regular_file_problem(const std::string& path);
 
 /// Opens `path` to read without blocking on a FIFO (O_NONBLOCK, O_CLOEXEC) and keeps the
-/// descriptor only when it is a regular file: the descriptor, or -1 with `error` set as
-/// regular_file_problem() words it. The caller closes it.
-int open_regular_file(const std::string& path, std::string* error);
+/// descriptor only when it is a regular file: the descriptor (its size in `bytes` when given),
+/// or -1 with `error` set as regular_file_problem() words it and `missing` (when given) telling
+/// a path that does not exist from other failures. The caller closes it.
+int open_regular_file(const std::string& path, std::string* error, uint64_t* bytes = nullptr,
+                      bool* missing = nullptr);
 
 }  // namespace troupe::layers

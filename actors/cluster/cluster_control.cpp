@@ -104,8 +104,7 @@ bool same_secret(const std::string& presented, const std::string& expected) {
   return difference == 0;
 }
 
-std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash, int joined,
-                          int expected) {
+std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash) {
   const int protocol = body.value("protocol", 0);
   const std::string theirs = body.value("job_hash", std::string());
   if (protocol != transport::current_protocol_version) {
@@ -116,7 +115,6 @@ std::string hello_refusal(const nlohmann::json& body, const std::string& job_has
     return "it was started for another job (config hash " + theirs + ", this job's is " + job_hash +
            ")";
   }
-  if (joined >= expected) return "the job already has its " + std::to_string(expected) + " workers";
   return "";
 }
 

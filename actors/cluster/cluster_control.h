@@ -58,11 +58,10 @@ nlohmann::json wait_for(control_queue& queue, const std::set<std::string>& types
 /// differ.
 bool same_secret(const std::string& presented, const std::string& expected);
 
-/// Why a coordinator refuses the worker whose "hello" is `body`: another protocol version,
-/// another job (its config hash against `job_hash`), or a job that has its `expected` workers
-/// already (`joined` of them); "" when it may join.
-std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash, int joined,
-                          int expected);
+/// Why a coordinator refuses the worker whose "hello" is `body` whatever its number of workers:
+/// another protocol version, or another job (its config hash against `job_hash`); "" when it is
+/// a worker of this job.
+std::string hello_refusal(const nlohmann::json& body, const std::string& job_hash);
 
 /// The stage's final report that a worker's "report" message carries: `body`, and the stage's
 /// weights as the message's float32 frames.

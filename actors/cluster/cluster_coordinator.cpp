@@ -220,15 +220,14 @@ class cluster_coordinator {
                    peer.host.c_str());
       return;
     }
-    const std::string job_hash =
-        options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash;
-    const int joined = static_cast<int>(workers_.size());
-    const std::string refusal = hello_refusal(body, job_hash, joined, expected_workers_);
+    std::string refusal = hello_refusal(
+        body, options_.job_hash.empty() ? job_identity_hash(config_) : options_.job_hash);
+    // A job with all its workers may be about to lose one: a launcher that restarts a rank at
+    // once (Slurm, Kubernetes) says hello before the heartbeats tell the loss. Such a worker of
+    // this job is asked to try again, and joins once the loss is known.
+    const bool full = refusal.empty() && static_cast<int>(workers_.size()) >= expected_workers_;
+    if (full) refusal = "the job already has its " + std::to_string(expected_workers_) + " workers";
     if (!refusal.empty()) {
-      // A job with all its workers may be about to lose one: a launcher that restarts a rank
-      // at once (Slurm, Kubernetes) says hello before the heartbeats tell the loss. Such a
-      // worker of the right job is asked to try again, and joins once the loss is known.
-      const bool full = joined >= expected_workers_ && hello_refusal(body, job_hash, 0, 1).empty();
       std::fprintf(stderr, "troupe: %s worker pid %lld on %s: %s\n",
                    full ? "asked to retry" : "refused", static_cast<long long>(peer.pid),
                    peer.host.c_str(), refusal.c_str());

@@ -18,10 +18,13 @@ namespace {
 /// weight, bias or optimizer state) joined in stage order.
 class whole_tensors {
  public:
-  bool add(const named_tensor& part, std::string* error) {
-    auto [entry, fresh] = tensors_.emplace(part.name, part);
-    if (fresh) return true;
-    named_tensor& whole = entry->second;
+  bool add(named_tensor&& part, std::string* error) {
+    auto existing = tensors_.find(part.name);
+    if (existing == tensors_.end()) {
+      tensors_.emplace(part.name, std::move(part));
+      return true;
+    }
+    named_tensor& whole = existing->second;
     const bool fits = !whole.dims.empty() && whole.dims.size() == part.dims.size() &&
                       std::equal(whole.dims.begin() + 1, whole.dims.end(), part.dims.begin() + 1);
     if (!fits) {
@@ -149,7 +152,7 @@ bool needs_recut(const loaded_checkpoint& checkpoint, const job_config& config) 
 
 std::optional<loaded_checkpoint> recut_checkpoint(const loaded_checkpoint& checkpoint,
                                                   const job_config& config, std::string* error) {
-  const auto old_stages = parsed_stages(checkpoint, error);
+  auto old_stages = parsed_stages(checkpoint, error);
   if (!old_stages) return std::nullopt;
   const std::string refusal = disagreement(*old_stages);
   if (!refusal.empty()) {
@@ -159,13 +162,13 @@ std::optional<loaded_checkpoint> recut_checkpoint(const loaded_checkpoint& check
   }
   whole_tensors whole;
   std::map<std::string, std::vector<std::string>> suffixes;
-  for (const stage_state& state : *old_stages) {
-    for (const auto* group : {&state.parameters, &state.optimizer_state}) {
-      for (const named_tensor& tensor : *group) {
-        if (!whole.add(tensor, error)) return std::nullopt;
+  for (stage_state& state : *old_stages) {
+    for (auto& [name, list] : optimizer_suffixes(state)) suffixes[name] = list;
+    for (auto* group : {&state.parameters, &state.optimizer_state}) {
+      for (named_tensor& tensor : *group) {
+        if (!whole.add(std::move(tensor), error)) return std::nullopt;
       }
     }
-    for (auto& [name, list] : optimizer_suffixes(state)) suffixes[name] = list;
   }
   // The new partition's stages, their parameters named and shaped (their values come next).
   auto states = seeded_stage_states(config, error);

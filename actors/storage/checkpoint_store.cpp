@@ -53,14 +53,10 @@ std::string hex_of(uint64_t value) {
 /// reading anything and hashing each piece as it arrives; `actual_xxh3` receives the hash.
 bool read_hashed(const std::string& path, uint64_t expected_bytes, std::string* contents,
                  std::string* actual_xxh3, std::string* error) {
-  // Not blocking: a FIFO planted where a shard belongs is refused below, not waited on.
-  file_descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (file.get() < 0 && errno == ENOENT) return fail(error, path + ": missing");
-  if (file.get() < 0) return fail_errno(error, path, "cannot open", errno);
-  struct stat info {};
-  if (::fstat(file.get(), &info) != 0) return fail_errno(error, path, "cannot stat", errno);
-  if (!S_ISREG(info.st_mode)) return fail(error, layers::regular_file_problem(path));
-  const auto size = static_cast<uint64_t>(info.st_size);
+  // A FIFO planted where a shard belongs is refused, not waited on.
+  uint64_t size = 0;
+  file_descriptor file(layers::open_regular_file(path, error, &size));
+  if (file.get() < 0) return false;
   if (size != expected_bytes) {
     return fail(error, path + ": " + std::to_string(size) + " bytes, the manifest says " +
                            std::to_string(expected_bytes) +
@@ -86,20 +82,13 @@ bool read_hashed(const std::string& path, uint64_t expected_bytes, std::string* 
 
 /// Reads a small text file (a manifest); `missing` tells a file that is absent from other errors.
 bool read_text(const std::string& path, std::string* text, bool* missing, std::string* error) {
-  *missing = false;
-  file_descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (file.get() < 0) {
-    *missing = errno == ENOENT;
-    return fail_errno(error, path, "cannot open", errno);
+  uint64_t size = 0;
+  file_descriptor file(layers::open_regular_file(path, error, &size, missing));
+  if (file.get() < 0) return false;
+  if (size > largest_manifest) {
+    return fail(error, path + ": " + std::to_string(size) + " bytes, too large for a manifest");
   }
-  struct stat info {};
-  if (::fstat(file.get(), &info) != 0) return fail_errno(error, path, "cannot stat", errno);
-  if (!S_ISREG(info.st_mode)) return fail(error, layers::regular_file_problem(path));
-  if (info.st_size > largest_manifest) {
-    return fail(error,
-                path + ": " + std::to_string(info.st_size) + " bytes, too large for a manifest");
-  }
-  text->resize(static_cast<size_t>(info.st_size));
+  text->resize(static_cast<size_t>(size));
   size_t done = 0;
   while (done < text->size()) {
     const ssize_t got = ::read(file.get(), text->data() + done, text->size() - done);

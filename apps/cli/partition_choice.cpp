@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +10,7 @@
 #include "actors/config/layer_cuts.h"
 #include "actors/engine/layer_cut_search.h"
 #include "actors/engine/partition.h"
-#include "layers/regular_file.h"
+#include "actors/storage/file_system.h"
 #include "sim/calibration/block_timing.h"
 
 namespace troupe::apps {
@@ -20,12 +19,11 @@ namespace {
 /// The cut points parallelism.partition holds in the config.json at `path` when its model and
 /// stage count are `config`'s; empty otherwise.
 std::string previous_cut_points(const actors::job_config& config, const std::string& path) {
-  if (path.empty() || !layers::regular_file_problem(path).empty()) return {};
-  std::ifstream file(path);
-  if (!file) return {};
-  const std::string text{std::istreambuf_iterator<char>(file), {}};
   std::string ignored;
-  const nlohmann::json json = actors::parse_json_text(text, &ignored).value_or(nlohmann::json());
+  const std::optional<std::string> text =
+      path.empty() ? std::nullopt : actors::posix_files().read(path, &ignored);
+  if (!text) return {};
+  const nlohmann::json json = actors::parse_json_text(*text, &ignored).value_or(nlohmann::json());
   if (!json.is_object() || !json.contains("parallelism") || !json.contains("model")) return {};
   const nlohmann::json& partition = json["parallelism"].value("partition", nlohmann::json());
   const char* model = config.model.nodes.empty() ? "layers" : "nodes";

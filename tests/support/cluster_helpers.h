@@ -145,6 +145,17 @@ inline std::thread start_worker(const std::string& coordinator, const std::strin
   });
 }
 
+/// Runs a worker at `address` for the coordinator at `coordinator` on this thread until its run
+/// ends; its exit status, with `error` set on failure.
+inline int run_worker_at(const std::string& coordinator, const std::string& address,
+                         std::string* error) {
+  worker_options settings;
+  settings.coordinator_address = coordinator;
+  settings.listen_address = address;
+  wall_clock clock;
+  return run_worker(settings, clock, error);
+}
+
 /// One worker per entry of `clock_shifts_s` at DIRECTORY/worker-W, each started as
 /// start_worker() does with that clock shift; statuses and errors by worker.
 inline std::vector<std::thread> start_workers(const std::string& coordinator,

@@ -152,12 +152,9 @@ TEST(HostilePeersTest, RefusedHellosHoldNoFilesOpen) {
   EXPECT_TRUE(
       testing::eventually([&] { return open_files() < before + 64; }, std::chrono::seconds(20)))
       << open_files() << " files open, " << before << " before the hellos";
-  worker_options own;
-  own.coordinator_address = options.listen_address;
-  own.listen_address = "ipc://" + directory + "/worker";
-  wall_clock clock;
   std::string own_error;
-  EXPECT_EQ(run_worker(own, clock, &own_error), 0) << own_error;
+  EXPECT_EQ(run_worker_at(options.listen_address, "ipc://" + directory + "/worker", &own_error), 0)
+      << own_error;
   std::string coordinator_error;
   EXPECT_TRUE(coordinator.join(&coordinator_error)) << coordinator_error;
   std::filesystem::remove_all(directory);
@@ -200,12 +197,11 @@ TEST(HostilePeersTest, AReplacementThatSaysHelloBeforeTheLossIsKnownJoinsOnceItI
   std::thread swallow([&] {
     while (hung.load()) in->receive(std::chrono::milliseconds(20));
   });
-  worker_options replacement;
-  replacement.coordinator_address = options.listen_address;
-  replacement.listen_address = "ipc://" + directory + "/replacement";
-  wall_clock clock;
   std::string replacement_error;
-  EXPECT_EQ(run_worker(replacement, clock, &replacement_error), 0) << replacement_error;
+  EXPECT_EQ(run_worker_at(options.listen_address, "ipc://" + directory + "/replacement",
+                          &replacement_error),
+            0)
+      << replacement_error;
   std::string coordinator_error;
   const auto remote = coordinator.join(&coordinator_error);
   hung.store(false);
